@@ -1,0 +1,45 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# torch is installed first, pinned, so pip takes the local CPU wheel here (and the CUDA build on a GPU box)
+# instead of pulling an unpinned CUDA build as a dependency of something else.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: demo test test-all lint format bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.torch: | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==$(TORCH_VERSION)"
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.torch
+	$(PY) -m pip install -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
+	$(PY) -m pip install -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/zoo demo
+
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest
+
+test-all: $(VENV)/.installed-dev
+	$(PY) -m pytest -m "slow or not slow"
+
+lint: $(VENV)/.installed-dev
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+format: $(VENV)/.installed-dev
+	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
+
+bench: $(VENV)/.installed-dev
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .hypothesis

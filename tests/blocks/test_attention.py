@@ -1,0 +1,100 @@
+"""Attention: the course notes' worked example, SDPA vs eager, weights on padding/future keys, GQA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.blocks import Attention, masks
+from zoo.spec import AttentionSpec
+
+# The toy example of notes 004: four keys, values, and queries that match one or two keys.
+K = torch.tensor([[10.0, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]])
+V = torch.tensor([[1.0, 0], [10, 0], [100, 5], [1000, 6]])
+
+
+def scaled_dot_product(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The notes' single-head case through zoo's eager path: identity projections, d_k = 3."""
+    attention = Attention(AttentionSpec(num_heads=1, head_dim=3, bias=False), d_model=3)
+    with torch.no_grad():
+        attention.qkv_proj.weight.zero_()
+    # Feed q, k, v straight into the eager kernel the module uses.
+    out, weights = attention._eager(q[None, None], K[None, None], V[None, None], None, False)
+    return out[0, 0], weights[0, 0]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_out", "expected_weights"),
+    [
+        ([[0.0, 10, 0]], [[10.0, 0]], [[0, 1, 0, 0]]),
+        ([[0.0, 0, 10]], [[550.0, 5.5]], [[0, 0, 0.5, 0.5]]),
+        (
+            [[0.0, 0, 10], [0, 10, 0], [10, 10, 0]],
+            [[550.0, 5.5], [10, 0], [5.5, 0]],
+            [[0, 0, 0.5, 0.5], [0, 1, 0, 0], [0.5, 0.5, 0, 0]],
+        ),
+    ],
+)
+def test_course_notes_attention_example(query, expected_out, expected_weights):
+    out, weights = scaled_dot_product(torch.tensor(query))
+    torch.testing.assert_close(out, torch.tensor(expected_out), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        weights, torch.tensor(expected_weights, dtype=torch.float32), atol=1e-4, rtol=0
+    )
+
+
+def _self_attention(spec: AttentionSpec, d_model: int = 32) -> Attention:
+    return Attention(spec, d_model=d_model).eval()
+
+
+@pytest.mark.parametrize("spec", [AttentionSpec(num_heads=4), AttentionSpec(num_heads=4, num_kv_heads=2, bias=False),
+                                  AttentionSpec(num_heads=4, num_kv_heads=1, scaled=False, qk_norm=True)])  # fmt: skip
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_and_eager_paths_agree(spec, causal):
+    attention = _self_attention(spec)
+    x = torch.randn(3, 6, 32)
+    attention_mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [0] * 2 + [1] * 4])
+    mask, is_causal = masks.self_attention_mask(attention_mask, q_len=6, k_len=6, causal=causal)
+    fast, none = attention(x, mask=mask, is_causal=is_causal)
+    eager, weights = attention(x, mask=mask, is_causal=is_causal, output_attentions=True)
+    assert none is None and weights.shape == (3, 4, 6, 6)
+    torch.testing.assert_close(fast, eager, atol=1e-5, rtol=0)
+
+
+def test_eager_weights_sum_to_one_over_real_keys_and_vanish_on_padding_and_future():
+    attention = _self_attention(AttentionSpec(num_heads=2))
+    attention_mask = torch.tensor([[1, 1, 1, 1, 0, 0]])
+    mask, is_causal = masks.self_attention_mask(attention_mask, q_len=6, k_len=6, causal=True)
+    _, weights = attention(torch.randn(1, 6, 32), mask=mask, is_causal=is_causal, output_attentions=True)
+    real = weights[0, :, :4]  # (H, 4 real queries, 6 keys)
+    torch.testing.assert_close(real.sum(-1), torch.ones(2, 4))
+    assert real[..., 4:].abs().max() == 0  # padding keys
+    future = torch.ones(4, 6, dtype=torch.bool).triu(1)
+    assert real[:, future].abs().max() == 0  # future keys
+
+
+def test_grouped_query_attention_equals_mha_with_repeated_kv_heads():
+    gqa = _self_attention(AttentionSpec(num_heads=4, num_kv_heads=2))
+    mha = _self_attention(AttentionSpec(num_heads=4))
+    D = 8
+    q_w, k_w, v_w = gqa.qkv_proj.weight.split([32, 16, 16])
+    q_b, k_b, v_b = gqa.qkv_proj.bias.split([32, 16, 16])
+
+    def repeat(t: torch.Tensor) -> torch.Tensor:  # kv head j serves query heads 2j and 2j + 1
+        return t.view(2, D, *t.shape[1:]).repeat_interleave(2, dim=0).reshape(4 * D, *t.shape[1:])
+
+    with torch.no_grad():
+        mha.qkv_proj.weight.copy_(torch.cat([q_w, repeat(k_w), repeat(v_w)]))
+        mha.qkv_proj.bias.copy_(torch.cat([q_b, repeat(k_b), repeat(v_b)]))
+        mha.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    x = torch.randn(2, 5, 32)
+    torch.testing.assert_close(gqa(x, is_causal=True)[0], mha(x, is_causal=True)[0], atol=1e-5, rtol=0)
+
+
+def test_cross_attention_uses_memory_for_keys_and_values():
+    cross = Attention(AttentionSpec(num_heads=4), d_model=32, cross=True).eval()
+    x, memory = torch.randn(2, 3, 32), torch.randn(2, 7, 32)
+    out, weights = cross(x, memory=memory, output_attentions=True)
+    assert out.shape == (2, 3, 32) and weights.shape == (2, 4, 3, 7)
+    changed, _ = cross(x, memory=memory + 1.0)
+    assert not torch.allclose(out, changed)

@@ -1,0 +1,77 @@
+"""Every preset builds; presets that mirror a published model have exactly its parameter count."""
+
+from __future__ import annotations
+
+import pytest
+
+import zoo
+from zoo.spec import SpecError
+
+PUBLISHED_COUNTS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "bert-base": 109_482_240,
+    "t5-small": 60_506_624,
+    "t5-base": 222_903_552,
+    "bart-base": 139_420_416,
+    "bart-large": 406_291_456,
+}
+EXPECTED = {
+    "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
+    "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
+    "llama-1b",
+}  # fmt: skip
+
+
+def test_every_issue_preset_is_listed():
+    assert set(zoo.list_presets()) >= EXPECTED
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_COUNTS))
+def test_preset_has_the_published_parameter_count(name):
+    assert zoo.build(name, device="meta").num_parameters() == PUBLISHED_COUNTS[name]
+
+
+@pytest.mark.parametrize("name", zoo.list_presets())
+def test_every_preset_builds_on_meta_with_a_source_note(name):
+    spec = zoo.preset(name)
+    assert spec.source, f"{name} needs a source note"
+    model = zoo.build(name, device="meta")
+    assert model.spec == spec
+    assert model.num_parameters() > 0
+
+
+def test_transformer_tiny_is_the_course_configuration():
+    spec = zoo.preset("transformer-tiny")
+    assert (spec.vocab_size, spec.num_layers, spec.ffn.d_ff, spec.d_model, spec.attention.num_heads, spec.dropout) == (
+        9000, 4, 512, 128, 4, 0.3,
+    )  # fmt: skip
+
+
+def test_transformer_base_is_the_paper():
+    spec = zoo.preset("transformer-base")
+    assert spec.family == "encoder-decoder"
+    assert (
+        spec.norm.placement == "post" and spec.position.kind == "sinusoidal" and spec.ffn.activation == "relu"
+    )
+    assert spec.embedding.scale and spec.lm_head.tied and spec.dropout == 0.1
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(SpecError, match=r"unknown preset 'gpt5'.*gpt2"):
+        zoo.preset("gpt5")
+
+
+def test_spec_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: decoder\nvocab_size: 10\nd_model: 10\nattention: {num_heads: 3}\n")
+    with pytest.raises(SpecError, match=r"(?s)bad\.yaml: invalid spec.*num_heads \(3\)"):
+        zoo.load_spec(bad)
+    with pytest.raises(SpecError, match=r"missing\.yaml: spec file not found"):
+        zoo.load_spec(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="must hold a mapping"):
+        zoo.load_spec(tmp_path / "list.yaml")
+    (tmp_path / "broken.json").write_text("{family: [")
+    with pytest.raises(SpecError, match="not valid YAML/JSON"):
+        zoo.load_spec(tmp_path / "broken.json")

@@ -1,0 +1,54 @@
+"""zoo: a config-driven Transformer model zoo for PyTorch.
+
+One pydantic spec, one set of shared blocks, three families (encoder, decoder, encoder-decoder).
+
+    import zoo
+    model = zoo.build("transformer-base")
+
+Spec names load eagerly and import no torch (so `zoo schema` and spec linting are instant); everything
+that needs torch is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from zoo.spec import ModelSpec, SpecError, json_schema, list_presets, load_spec, parse_spec, preset
+
+__version__ = "0.1.0"
+
+# public name -> "module:attribute", imported on first access (PEP 562)
+_LAZY = {
+    "build": "zoo.models.build:build_model",
+    "ZooModel": "zoo.models.base:ZooModel",
+    "EncoderModel": "zoo.models.encoder:EncoderModel",
+    "DecoderModel": "zoo.models.decoder:DecoderModel",
+    "EncoderDecoderModel": "zoo.models.encoder_decoder:EncoderDecoderModel",
+    "ModelOutput": "zoo.models.outputs:ModelOutput",
+}
+
+__all__ = [
+    "ModelSpec",
+    "SpecError",
+    "__version__",
+    "json_schema",
+    "list_presets",
+    "load_spec",
+    "parse_spec",
+    "preset",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+    module, attribute = _LAZY[name].split(":")
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,18 @@
+"""Shared building blocks. Each is built from its own sub-spec and knows nothing of the model family."""
+
+from zoo.blocks.attention import Attention, KVSlot
+from zoo.blocks.embedding import TokenEmbedding
+from zoo.blocks.ffn import FeedForward
+from zoo.blocks.norm import RMSNorm, build_norm
+from zoo.blocks.position import build_positions, sinusoidal_table
+
+__all__ = [
+    "Attention",
+    "FeedForward",
+    "KVSlot",
+    "RMSNorm",
+    "TokenEmbedding",
+    "build_norm",
+    "build_positions",
+    "sinusoidal_table",
+]

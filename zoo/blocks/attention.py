@@ -1,0 +1,156 @@
+"""Multi-head attention for self- and cross-attention, with MHA, GQA and MQA (Vaswani et al. 2017, 3.2).
+
+Shapes: B batch, T query length, S key length, H query heads, K key/value heads, D head dim, C model width.
+
+    self-attention:   qkv_proj: (B, T, C) -> (B, T, (H + 2K) D), one fused matmul
+    cross-attention:  q_proj on the decoder stream, kv_proj: (B, S, C) -> (B, S, 2 K D) on the encoder output
+
+Grouped-query attention shares each key/value head among H / K query heads:
+
+    q heads:  0 1 2 3 | 4 5 6 7        (H = 8)
+    kv heads:    0    |    1           (K = 2)
+
+Fast path: `torch.nn.functional.scaled_dot_product_attention` (fused kernels, GQA via ``enable_gqa``).
+Eager path (``output_attentions=True``): the same math written out, returning the (B, H, T, S) weights.
+
+The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
+append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
+encoder's keys/values are projected once, stored with ``update`` and reused).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from zoo.blocks.masks import causal_mask
+from zoo.blocks.norm import RMSNorm
+from zoo.blocks.position import apply_rotary
+from zoo.spec import AttentionSpec
+
+
+class KVSlot(Protocol):
+    """One attention module's slot in a KV cache (see `zoo.generation.cache`)."""
+
+    filled: bool
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class Attention(nn.Module):
+    """Self-attention (``cross=False``) or cross-attention over a ``memory`` (``cross=True``)."""
+
+    def __init__(self, spec: AttentionSpec, *, d_model: int, cross: bool = False) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads = spec.num_heads, spec.kv_heads
+        self.head_dim = spec.resolved_head_dim(d_model)
+        self.cross = cross
+        self.scale = self.head_dim**-0.5 if spec.scaled else 1.0
+        self.dropout = spec.dropout
+        q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        if cross:
+            self.q_proj = nn.Linear(d_model, q_width, bias=spec.bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_width, bias=spec.bias)
+        else:
+            self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
+        self.out_proj = nn.Linear(q_width, d_model, bias=spec.bias)
+        self.q_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        memory: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVSlot | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
+        (B, H, T, S). Returns the output (B, T, C) and, when asked, the weights (B, H, T, S)."""
+        q, k, v = self._project(x, memory, rotary, cache)
+        if output_attentions:
+            out, weights = self._eager(q, k, v, mask, is_causal)
+        else:
+            out, weights = self._sdpa(q, k, v, mask, is_causal), None
+        B, _, T, _ = q.shape
+        out = out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
+        return self.out_proj(out), weights
+
+    def _project(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVSlot | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, _ = x.shape
+        H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
+        if self.cross:
+            q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+            if cache is not None and cache.filled:
+                k, v = cache.get()
+            else:
+                assert memory is not None, "cross-attention needs the encoder output as memory"
+                S = memory.shape[1]
+                kv = self.kv_proj(memory).view(B, S, 2, K, D)
+                k, v = kv.unbind(dim=2)  # (B, S, K, D) each
+                k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, K, S, D)
+                if self.k_norm is not None:
+                    k = self.k_norm(k)
+                if cache is not None:
+                    k, v = cache.update(k, v)
+            if self.q_norm is not None:
+                q = self.q_norm(q)
+            return q, k, v
+        qkv = self.qkv_proj(x).view(B, T, H + 2 * K, D)
+        q, k, v = qkv.split([H, K, K], dim=2)  # (B, T, H|K, D)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|K, T, D)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, K, S, D): cached keys followed by this step's
+        return q, k, v
+
+    def _sdpa(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
+    ) -> torch.Tensor:
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal and mask is None,
+            scale=self.scale,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )  # (B, H, T, D)
+
+    def _eager(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.num_kv_heads != self.num_heads:
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
+        scores = (q @ k.transpose(-2, -1)).float() * self.scale  # (B, H, T, S)
+        if is_causal and mask is None:
+            mask = causal_mask(*scores.shape[-2:], device=q.device)
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + mask.float()
+        weights = scores.softmax(dim=-1)
+        dropped = F.dropout(weights, p=self.dropout, training=self.training)
+        return dropped.to(v.dtype) @ v, weights  # (B, H, T, D), (B, H, T, S)

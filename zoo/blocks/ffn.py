@@ -1,0 +1,44 @@
+"""Position-wise feed-forward network, plain or gated, built from an `FFNSpec`.
+
+    plain:  down(dropout(act(up(x))))                  Vaswani et al. 2017, BERT, GPT-2
+    gated:  down(dropout(act(gate(x)) * up(x)))        Shazeer 2020: SwiGLU (silu), GeGLU (gelu)
+
+The gated variant keeps gate and up in one fused ``up_proj`` of width 2 * d_ff (gate rows first), so
+one matmul feeds both halves.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from zoo.spec import FFNSpec
+
+ACTIVATIONS: dict[str, nn.Module] = {
+    "relu": nn.ReLU(),
+    "gelu": nn.GELU(),
+    "gelu_tanh": nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU(),
+}
+
+
+class FeedForward(nn.Module):
+    """Shapes: x (B, T, C) -> (B, T, C); the hidden width is ``spec.d_ff``."""
+
+    def __init__(self, spec: FFNSpec, *, d_model: int) -> None:
+        super().__init__()
+        self.gated = spec.gated
+        self.d_ff = spec.d_ff
+        self.up_proj = nn.Linear(d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)
+        self.down_proj = nn.Linear(spec.d_ff, d_model, bias=spec.bias)
+        self.act = ACTIVATIONS[spec.activation]
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up_proj(x)  # (B, T, F) or (B, T, 2F)
+        if self.gated:
+            gate, up = h.split(self.d_ff, dim=-1)  # (B, T, F) each
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        return self.down_proj(self.dropout(h))

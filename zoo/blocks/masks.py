@@ -1,0 +1,93 @@
+"""The mask contract, written once. Every attention mask in zoo is made here.
+
+User masks are ``(B, T)`` with 1 = token, 0 = padding (the Hugging Face convention). Internally a mask is
+boolean, ``True`` = may attend, broadcastable to ``(B, H, Tq, Tk)``, and goes straight to
+``scaled_dot_product_attention``. Per family:
+
+    encoder self-attention   key padding                       padding_mask(src)          (B, 1, 1, S)
+    decoder self-attention   causal AND key padding            self_attention_mask(...)   (B, 1, T, T)
+    cross-attention          the encoder's key padding         padding_mask(src)          (B, 1, 1, S)
+
+With a KV cache the decoder has ``Tk = cache length + Tq`` keys and query ``i`` sits at absolute position
+``Tk - Tq + i``: the causal mask is offset by the cache length. When there is no padding and no offset the
+mask is not built at all and SDPA's ``is_causal=True`` does the work.
+
+A query with nothing to attend to (a left-padding position in a causal decoder) would give a softmax over
+an empty set, which is NaN. Such rows are opened to every key instead: their outputs are finite garbage at
+positions nobody reads, and the real rows are untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Mask = torch.Tensor  # bool, True = may attend, broadcastable to (B, H, Tq, Tk); or an additive float bias
+
+
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) 1/0 -> (B, 1, 1, S) bool: which keys are real tokens."""
+    return attention_mask.bool()[:, None, None, :]
+
+
+def causal_mask(q_len: int, k_len: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """(Tq, Tk) bool: query i, at absolute position k_len - q_len + i, sees keys up to that position."""
+    offset = k_len - q_len
+    q_pos = torch.arange(q_len, device=device)[:, None] + offset
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    return k_pos <= q_pos
+
+
+def self_attention_mask(
+    attention_mask: torch.Tensor | None,
+    *,
+    q_len: int,
+    k_len: int,
+    causal: bool,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor | None, bool]:
+    """The self-attention mask of a stack and whether SDPA may use ``is_causal`` instead of it.
+
+    ``attention_mask`` is (B, Tk) over every key, cached ones included. Returns ``(mask, is_causal)``:
+    ``mask`` is None when nothing needs masking, else (B, 1, Tq, Tk) or (1, 1, Tq, Tk) bool.
+    """
+    has_padding = attention_mask is not None and not bool(attention_mask.bool().all())
+    if not causal:
+        return (padding_mask(attention_mask) if has_padding else None), False  # type: ignore[arg-type]
+    if not has_padding:
+        if q_len == k_len:
+            return None, True
+        if q_len == 1:  # one new token sees every cached key
+            return None, False
+        return causal_mask(q_len, k_len, device=device)[None, None], False
+    mask = causal_mask(q_len, k_len, device=device)[None, None] & padding_mask(
+        attention_mask
+    )  # (B, 1, Tq, Tk)
+    return open_empty_rows(mask), False
+
+
+def cross_attention_mask(encoder_attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, S) encoder padding -> (B, 1, 1, S) bool, or None when the source has no padding."""
+    if encoder_attention_mask is None or bool(encoder_attention_mask.bool().all()):
+        return None
+    return padding_mask(encoder_attention_mask)
+
+
+def open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """Let query rows that may attend to nothing attend to everything (finite output instead of NaN)."""
+    return mask | ~mask.any(dim=-1, keepdim=True)
+
+
+def with_bias(
+    mask: torch.Tensor | None, bias: torch.Tensor | None, *, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """Fold a boolean mask into an additive position bias (T5 relative bias, ALiBi), for SDPA's float mask.
+
+    Hidden keys get the dtype's most negative finite value, not -inf and not -1e9: a fully hidden row then
+    stays finite, and half precision cannot overflow it.
+    """
+    if bias is None:
+        return mask
+    bias = bias.to(dtype)
+    if mask is None:
+        return bias
+    return torch.where(mask, bias, torch.finfo(dtype).min)  # broadcasts (B, 1, 1, S) against (1, H, T, S)

@@ -1,0 +1,51 @@
+"""``zoo presets``: the preset table."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "presets", help="list the presets: family, layers, width, heads, parameters"
+    )
+    parser.set_defaults(run=run)
+
+
+def preset_rows() -> list[dict]:
+    """One row per preset; parameters are counted on a meta-device build (instant, no memory)."""
+    import zoo
+
+    rows = []
+    for name in zoo.list_presets():
+        spec = zoo.preset(name)
+        stacks = spec.stacks()
+        model = zoo.build(spec, device="meta")
+        rows.append(
+            {
+                "name": name,
+                "family": spec.family,
+                "layers": "+".join(str(stack.num_layers) for stack in stacks.values()),
+                "d_model": spec.d_model,
+                "heads": next(iter(stacks.values())).attention.num_heads,
+                "parameters": model.num_parameters(),
+            }
+        )
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from zoo.cli import console
+
+    table = Table(title="zoo presets")
+    for column in ("name", "family", "layers", "d_model", "heads"):
+        table.add_column(column)
+    table.add_column("parameters", justify="right")
+    for row in preset_rows():
+        table.add_row(
+            *(str(row[c]) for c in ("name", "family", "layers", "d_model", "heads")), f"{row['parameters']:,}"
+        )
+    console.print(table)
+    return 0

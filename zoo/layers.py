@@ -1,0 +1,93 @@
+"""One Transformer layer: self-attention, optional cross-attention, feed-forward, each a residual branch.
+
+Where the norm sits is the one real difference between the 2017 paper and most later models:
+
+    post-norm (Vaswani et al., BERT, BART):      pre-norm (tensor2tensor, GPT-2, T5, Llama):
+
+        x ──┬──> sublayer ──> dropout ──(+)──> norm ──>        x ──┬──> norm ──> sublayer ──> dropout ──(+)──>
+            └──────────────────────────────┘                       └───────────────────────────────────┘
+
+A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
+mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (The course
+notes swap these two masks; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
+stack builds them once per forward and hands them down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from zoo.blocks import Attention, FeedForward, build_norm
+from zoo.spec import AttentionSpec, FFNSpec, NormSpec
+
+Branch = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+@dataclass
+class LayerOutput:
+    hidden: torch.Tensor  # (B, T, C)
+    self_weights: torch.Tensor | None = None  # (B, H, T, T) when output_attentions
+    cross_weights: torch.Tensor | None = None  # (B, H, T, S) when output_attentions
+
+
+class Layer(nn.Module):
+    """An encoder layer (``cross_attention=None``) or a decoder layer of an encoder-decoder model."""
+
+    def __init__(
+        self,
+        *,
+        attention: AttentionSpec,
+        ffn: FFNSpec,
+        norm: NormSpec,
+        cross_attention: AttentionSpec | None,
+        d_model: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.pre_norm = norm.placement == "pre"
+        self.self_attn = Attention(attention, d_model=d_model)
+        self.self_attn_norm = build_norm(norm, dim=d_model)
+        self.cross_attn = Attention(cross_attention, d_model=d_model, cross=True) if cross_attention else None
+        self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
+        self.ffn = FeedForward(ffn, d_model=d_model)
+        self.ffn_norm = build_norm(norm, dim=d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        self_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        memory: torch.Tensor | None = None,
+        cross_mask: torch.Tensor | None = None,
+        cache: Any = None,
+        output_attentions: bool = False,
+    ) -> LayerOutput:
+        """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch."""
+        self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
+        x, self_weights = self._branch(self.self_attn_norm, x, lambda h: self.self_attn(
+            h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions
+        ))  # fmt: skip
+        cross_weights = None
+        if self.cross_attn is not None:
+            x, cross_weights = self._branch(self.cross_attn_norm, x, lambda h: self.cross_attn(
+                h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
+            ))  # fmt: skip
+        x, _ = self._branch(self.ffn_norm, x, lambda h: (self.ffn(h), None))
+        return LayerOutput(x, self_weights, cross_weights)
+
+    def _branch(
+        self, norm: nn.Module, x: torch.Tensor, sublayer: Branch
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.pre_norm:
+            out, weights = sublayer(norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + self.dropout(out)), weights

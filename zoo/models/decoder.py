@@ -1,0 +1,64 @@
+"""Decoder-only models (GPT-2, Llama; Radford et al. 2019): causal self-attention and an LM head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from zoo.blocks import TokenEmbedding
+from zoo.models.base import GenerationMixin, ZooModel
+from zoo.models.heads import LMHead, token_cross_entropy
+from zoo.models.outputs import ModelOutput
+from zoo.spec import DecoderSpec
+from zoo.stacks import Stack
+
+
+class DecoderModel(GenerationMixin, ZooModel):
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
+        self.decoder = Stack(
+            spec.stacks()["decoder"],
+            embedding=spec.embedding,
+            d_model=spec.d_model,
+            max_positions=spec.max_positions,
+            dropout=spec.dropout,
+        )
+        head = spec.lm_head
+        self.lm_head = (
+            LMHead(
+                head,
+                d_model=spec.d_model,
+                vocab_size=spec.vocab_size,
+                tied_to=self.embed.tokens if head.tied else None,
+            )
+            if head is not None
+            else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """input_ids (B, T); attention_mask (B, cached + T); labels (B, T) are the inputs themselves:
+        the loss predicts token t + 1 from tokens <= t (shifted here, as in Hugging Face)."""
+        out = self.decoder(
+            self.embed(input_ids),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            output_attentions=output_attentions,
+        )
+        logits = self.lm_head(out.hidden) if self.lm_head is not None else None
+        loss = None
+        if labels is not None and logits is not None:
+            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:])
+        return ModelOutput(logits=logits, last_hidden_state=out.hidden, loss=loss, attentions=out.attentions)

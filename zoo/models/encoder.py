@@ -1,0 +1,79 @@
+"""Encoder-only models (BERT, RoBERTa, ALBERT, MiniLM; Devlin et al. 2019): bidirectional self-attention
+over a padding mask, with an optional pooler, masked-LM head or sequence-classification head."""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from zoo.blocks import TokenEmbedding
+from zoo.models.base import ZooModel
+from zoo.models.heads import ClassificationHead, MLMHead, Pooler, token_cross_entropy
+from zoo.models.outputs import ModelOutput
+from zoo.spec import EncoderSpec
+from zoo.stacks import Stack
+
+
+class EncoderModel(ZooModel):
+    def __init__(self, spec: EncoderSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
+        self.encoder = Stack(
+            spec.stacks()["encoder"],
+            embedding=spec.embedding,
+            d_model=spec.d_model,
+            max_positions=spec.max_positions,
+            dropout=spec.dropout,
+        )
+        heads = spec.heads
+        self.pooler = Pooler(d_model=spec.d_model) if heads.pooler else None
+        self.mlm_head = (
+            MLMHead(
+                heads.mlm,
+                norm=spec.norm,
+                d_model=spec.d_model,
+                embed_dim=spec.embedding_dim,
+                vocab_size=spec.vocab_size,
+                tied_to=self.embed.tokens if heads.mlm.tied else None,
+            )
+            if heads.mlm
+            else None
+        )
+        self.classifier = (
+            ClassificationHead(d_model=spec.d_model, num_labels=heads.num_labels, dropout=spec.dropout)
+            if heads.num_labels
+            else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """input_ids (B, T); attention_mask (B, T) 1 = token; labels (B, T) for MLM (-100 = ignore) or
+        (B,) for classification. logits: (B, T, V) from the MLM head or (B, num_labels)."""
+        out = self.encoder(
+            self.embed(input_ids, token_type_ids),
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+        )
+        pooled = self.pooler(out.hidden) if self.pooler is not None else None
+        logits = loss = None
+        if self.mlm_head is not None:
+            logits = self.mlm_head(out.hidden)
+            loss = token_cross_entropy(logits, labels) if labels is not None else None
+        elif self.classifier is not None:
+            logits = self.classifier(pooled if pooled is not None else out.hidden[:, 0])
+            loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=out.hidden,
+            loss=loss,
+            attentions=out.attentions,
+            pooler_output=pooled,
+        )

@@ -1,0 +1,128 @@
+"""Encoder-decoder models (Vaswani et al. 2017; T5, BART, Marian).
+
+    source ids ─> embed ─> encoder ──────────────┐ memory (B, S, C) + source padding mask
+                                                 v
+    target ids ─> embed ─> decoder (causal self-attn, cross-attn, FFN) x N ─> lm_head ─> logits (B, T, V)
+
+`encode` and `decode` are separate so generation runs the encoder once and the decoder step by step.
+Source and target share one embedding table (and, when tied, the output projection) unless the spec
+gives the source its own vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from zoo.blocks import TokenEmbedding
+from zoo.models.base import GenerationMixin, ZooModel
+from zoo.models.heads import IGNORE_INDEX, LMHead, token_cross_entropy
+from zoo.models.outputs import ModelOutput
+from zoo.spec import EncoderDecoderSpec
+from zoo.stacks import Stack, StackOutput
+
+
+class EncoderDecoderModel(GenerationMixin, ZooModel):
+    def __init__(self, spec: EncoderDecoderSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
+        self.source_embed = (
+            TokenEmbedding(spec.embedding, vocab_size=spec.source_vocab_size, d_model=spec.d_model)
+            if spec.source_vocab_size
+            else None
+        )
+        stacks = spec.stacks()
+        common = dict(
+            embedding=spec.embedding,
+            d_model=spec.d_model,
+            max_positions=spec.max_positions,
+            dropout=spec.dropout,
+        )
+        self.encoder = Stack(stacks["encoder"], **common)
+        self.decoder = Stack(stacks["decoder"], **common)
+        head = spec.lm_head
+        self.lm_head = LMHead(
+            head,
+            d_model=spec.d_model,
+            vocab_size=spec.vocab_size,
+            tied_to=self.embed.tokens if head.tied else None,
+        )
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+    ) -> StackOutput:
+        """Source ids (B, S) -> the encoder output (B, S, C)."""
+        embed = self.source_embed if self.source_embed is not None else self.embed
+        return self.encoder(
+            embed(input_ids), attention_mask=attention_mask, output_attentions=output_attentions
+        )
+
+    def decode(
+        self,
+        decoder_input_ids: torch.Tensor,
+        *,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        output_attentions: bool = False,
+    ) -> tuple[StackOutput, torch.Tensor]:
+        """Target ids (B, T) attending to ``memory`` (B, S, C) -> (decoder output, logits (B, T, V))."""
+        out = self.decoder(
+            self.embed(decoder_input_ids),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            memory=memory,
+            memory_mask=memory_mask,
+            cache=cache,
+            output_attentions=output_attentions,
+        )
+        return out, self.lm_head(out.hidden)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """input_ids (B, S) source; decoder_input_ids (B, T) target inputs, or made from labels (B, T) by
+        shifting right behind the decoder start token (teacher forcing, as in Hugging Face)."""
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError("EncoderDecoderModel.forward needs decoder_input_ids or labels")
+            decoder_input_ids = self.shift_right(labels)
+        encoded = self.encode(input_ids, attention_mask, output_attentions=output_attentions)
+        decoded, logits = self.decode(
+            decoder_input_ids,
+            memory=encoded.hidden,
+            memory_mask=attention_mask,
+            attention_mask=decoder_attention_mask,
+            output_attentions=output_attentions,
+        )
+        loss = token_cross_entropy(logits, labels) if labels is not None else None
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=decoded.hidden,
+            loss=loss,
+            attentions=decoded.attentions,
+            cross_attentions=decoded.cross_attentions,
+            encoder_last_hidden_state=encoded.hidden,
+            encoder_attentions=encoded.attentions,
+        )
+
+    def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
+        """(B, T) labels -> decoder inputs: the start token, then labels[:, :-1] with -100 made padding."""
+        start = torch.full_like(labels[:, :1], self.spec.start_token_id)
+        shifted = torch.cat([start, labels[:, :-1]], dim=1)
+        return shifted.masked_fill(shifted == IGNORE_INDEX, self.spec.pad_token_id or 0)

@@ -1,0 +1,107 @@
+"""Output heads: LM head (tied or not), BERT's MLM head, pooler, classifier; and the masked LM loss."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from zoo.blocks import build_norm
+from zoo.blocks.ffn import ACTIVATIONS
+from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec
+
+IGNORE_INDEX = -100
+
+
+class LMHead(nn.Module):
+    """hidden (B, T, C) -> logits (B, T, V). A tied head reuses the token embedding matrix.
+
+    T5 v1.0 scales the hidden state by d_model**-0.5 before a tied head (its embeddings are unscaled and
+    large); BART and Marian add a fixed ``final_logits_bias``.
+    """
+
+    def __init__(self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Module | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model)) if tied_to is None else None
+        # The tied matrix is read from its owner at call time (a plain list, so it is not registered twice):
+        # one tensor on disk, and still right after `.to()`, `to_empty()` or an assigning state-dict load.
+        self._tied_to = [tied_to] if tied_to is not None else []
+        self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
+        if spec.logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
+        else:
+            self.final_logits_bias = None
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The (V, C) output matrix, the embedding table when tied."""
+        return self._tied_to[0].weight if self._tied_to else self.weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.rescale != 1.0:
+            hidden = hidden * self.rescale
+        logits = F.linear(hidden, self.output_weight)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
+        return logits
+
+
+class MLMHead(nn.Module):
+    """BERT's masked-LM head: dense -> activation -> norm -> decoder (tied to the embeddings) + bias.
+
+    With factorized embeddings (ALBERT) the dense layer maps C -> E so the tied (V, E) decoder fits.
+    """
+
+    def __init__(
+        self, spec: MLMHeadSpec, *, norm: NormSpec, d_model: int, embed_dim: int, vocab_size: int,
+        tied_to: nn.Module | None,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.dense = nn.Linear(d_model, embed_dim)
+        self.act = ACTIVATIONS[spec.activation]
+        self.norm = build_norm(norm, dim=embed_dim)
+        self.weight = nn.Parameter(torch.empty(vocab_size, embed_dim)) if tied_to is None else None
+        self._tied_to = [tied_to] if tied_to is not None else []  # read at call time, as in LMHead
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        return self._tied_to[0].weight if self._tied_to else self.weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.act(self.dense(hidden)))  # (B, T, E)
+        return F.linear(h, self.output_weight, self.bias)  # (B, T, V)
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: tanh(dense(hidden of the first token))."""
+
+    def __init__(self, *, d_model: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, C)
+
+
+class ClassificationHead(nn.Module):
+    """dropout -> linear over a pooled (B, C) vector."""
+
+    def __init__(self, *, d_model: int, num_labels: int, dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(d_model, num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(pooled))  # (B, num_labels)
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions whose label is not -100.
+
+    Padding is excluded from both the sum and the count (the course notes divide by every position,
+    padding included, which shrinks the loss of short sentences).
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
+    )

@@ -1,0 +1,25 @@
+"""What every model's forward returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ModelOutput:
+    """Hugging Face names, so code written against `transformers` outputs reads the same.
+
+    For an encoder-decoder, ``last_hidden_state`` and ``attentions`` are the decoder's; the encoder's are
+    in ``encoder_last_hidden_state`` and ``encoder_attentions``.
+    """
+
+    logits: torch.Tensor | None = None  # (B, T, V) with an LM/MLM head, (B, num_labels) for classification
+    last_hidden_state: torch.Tensor | None = None  # (B, T, C)
+    loss: torch.Tensor | None = None  # scalar, when labels are given
+    attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
+    cross_attentions: tuple[torch.Tensor, ...] | None = None  # per decoder layer (B, H, T, S)
+    encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, C)
+    encoder_attentions: tuple[torch.Tensor, ...] | None = None  # per encoder layer (B, H, S, S)
+    pooler_output: torch.Tensor | None = None  # (B, C)

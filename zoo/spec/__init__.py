@@ -1,0 +1,60 @@
+"""The pydantic model spec. Imports no torch, so specs, presets and the JSON Schema load instantly."""
+
+from zoo.spec.blocks import (
+    AlibiPositions,
+    AttentionSpec,
+    EmbeddingSpec,
+    FFNSpec,
+    LearnedPositions,
+    NoPositions,
+    NormSpec,
+    PositionSpec,
+    RelativeBiasPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+)
+from zoo.spec.model import (
+    DecoderSpec,
+    EncoderDecoderSpec,
+    EncoderHeadsSpec,
+    EncoderSpec,
+    InitSpec,
+    LMHeadSpec,
+    MLMHeadSpec,
+    ModelSpec,
+    json_schema,
+    parse_spec,
+)
+from zoo.spec.presets import SpecError, list_presets, load_spec, preset, presets_dir
+from zoo.spec.stacks import ResolvedStack, StackSpec
+
+__all__ = [
+    "AlibiPositions",
+    "AttentionSpec",
+    "DecoderSpec",
+    "EmbeddingSpec",
+    "EncoderDecoderSpec",
+    "EncoderHeadsSpec",
+    "EncoderSpec",
+    "FFNSpec",
+    "InitSpec",
+    "LMHeadSpec",
+    "LearnedPositions",
+    "MLMHeadSpec",
+    "ModelSpec",
+    "NoPositions",
+    "NormSpec",
+    "PositionSpec",
+    "RelativeBiasPositions",
+    "ResolvedStack",
+    "RotaryPositions",
+    "SinusoidalPositions",
+    "SpecError",
+    "StackSpec",
+    "json_schema",
+    "list_presets",
+    "load_spec",
+    "parse_spec",
+    "preset",
+    "presets_dir",
+]

@@ -1,0 +1,293 @@
+"""The model spec: one pydantic model per family, discriminated by ``family``.
+
+    ModelSpec = EncoderSpec | DecoderSpec | EncoderDecoderSpec
+
+Model-level ``attention``/``ffn``/``norm``/``position`` apply to every stack unless the stack overrides
+them, so a small spec stays small and a full spec can still say everything. Validation names the dotted
+field and the rule, e.g. ``d_model (512) must be divisible by attention.num_heads (6)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, TypeAdapter, model_validator
+
+from zoo.spec.blocks import (
+    Activation,
+    AttentionSpec,
+    EmbeddingSpec,
+    FFNSpec,
+    NormSpec,
+    PositionSpec,
+    Probability,
+    SinusoidalPositions,
+    Spec,
+)
+from zoo.spec.stacks import ResolvedStack, StackSpec
+
+
+class InitSpec(Spec):
+    """Parameter initialisation. ``normal``: N(0, std) for matrices and embeddings, zero biases, unit norms."""
+
+    scheme: Literal["normal", "xavier", "t5"] = Field(
+        "normal",
+        description="normal: N(0, std); xavier: Glorot-uniform matrices (the Annotated Transformer); "
+        "t5: Mesh-TensorFlow's fan-in scaled normals.",
+    )
+    std: float = Field(0.02, gt=0)
+    scaled_residual: bool = Field(
+        False, description="GPT-2: projections into the residual stream get std / sqrt(2 * num_layers)."
+    )
+
+
+class LMHeadSpec(Spec):
+    """Projection from the last hidden state to vocabulary logits."""
+
+    tied: bool = Field(True, description="Reuse the token embedding matrix as the output projection.")
+    logits_bias: bool = Field(
+        False, description="A fixed final_logits_bias buffer added to logits (BART, Marian)."
+    )
+    rescale_tied: bool = Field(
+        False, description="T5 v1.0: scale hidden states by d_model**-0.5 before a tied head."
+    )
+
+
+class MLMHeadSpec(Spec):
+    """BERT-style masked-LM head: dense -> activation -> norm -> tied decoder + bias."""
+
+    activation: Activation = "gelu"
+    tied: bool = True
+
+
+class EncoderHeadsSpec(Spec):
+    """Optional heads on an encoder."""
+
+    pooler: bool = Field(False, description="BERT pooler: tanh(dense(hidden[:, 0])).")
+    mlm: MLMHeadSpec | None = None
+    num_labels: PositiveInt | None = Field(
+        None, description="Sequence-classification head with this many labels."
+    )
+
+
+class _ModelSpecBase(Spec):
+    name: str | None = Field(None, description="A label, e.g. the preset's name. Never changes the math.")
+    source: str | None = Field(None, description="Where the numbers come from: paper, reference config.")
+    vocab_size: PositiveInt
+    d_model: PositiveInt = 512
+    num_layers: PositiveInt = 6
+    max_positions: PositiveInt = Field(512, description="Longest sequence the model accepts (sizes tables).")
+    attention: AttentionSpec = AttentionSpec()
+    ffn: FFNSpec = FFNSpec()
+    norm: NormSpec = NormSpec()
+    position: PositionSpec = SinusoidalPositions()
+    embedding: EmbeddingSpec = EmbeddingSpec()
+    dropout: Probability = Field(0.1, description="Dropout on embeddings and on every residual branch.")
+    init: InitSpec = InitSpec()
+    pad_token_id: NonNegativeInt | None = 0
+    bos_token_id: NonNegativeInt | None = None
+    eos_token_id: NonNegativeInt | None = None
+
+    # -- derived views -------------------------------------------------------------------------------
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        """Every stack of this model with model-level defaults filled in, by name."""
+        raise NotImplementedError
+
+    def _resolve(self, name: str, stack: StackSpec, *, causal: bool, cross: bool) -> ResolvedStack:
+        def pick(field: str) -> tuple[Any, str]:
+            own = getattr(stack, field)
+            return (own, f"{name}.{field}") if own is not None else (getattr(self, field), field)
+
+        attention, attention_src = pick("attention")
+        cross_attention, cross_src = (stack.cross_attention, f"{name}.cross_attention")
+        if cross and cross_attention is None:
+            cross_attention, cross_src = attention, attention_src
+        values = {f: pick(f) for f in ("num_layers", "ffn", "norm", "position")}
+        return ResolvedStack(
+            name=name,
+            num_layers=values["num_layers"][0],
+            attention=attention,
+            ffn=values["ffn"][0],
+            norm=values["norm"][0],
+            position=values["position"][0],
+            cross_attention=cross_attention if cross else None,
+            share_layers=stack.share_layers,
+            causal=causal,
+            sources={"attention": attention_src, "cross_attention": cross_src}
+            | {f: src for f, (_, src) in values.items()},
+        )
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of the token embeddings (smaller than d_model only for factorized embeddings)."""
+        return self.embedding.factorized_dim or self.d_model
+
+    def override(self, **changes: Any) -> ModelSpec:
+        """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs.
+
+        >>> zoo.preset("gpt2").override(num_layers=4, **{"attention.num_heads": 4})
+        """
+        data = self.model_dump()
+        for key, value in changes.items():
+            _set_dotted(data, key, value)
+        return parse_spec(data)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The whole spec as JSON, every field explicit (what `zoo.save` writes to spec.json)."""
+        return json.dumps(self.model_dump(mode="json"), **kwargs)
+
+    # -- validation ------------------------------------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _check(self) -> _ModelSpecBase:
+        for stack in self.stacks().values():
+            self._check_stack(stack)
+        for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, field, None)
+            if value is not None and value >= self.vocab_size:
+                raise ValueError(f"{field} ({value}) must be smaller than vocab_size ({self.vocab_size})")
+        return self
+
+    def _check_stack(self, stack: ResolvedStack) -> None:
+        for field in ("attention", "cross_attention"):
+            spec = getattr(stack, field)
+            if spec is None:
+                continue
+            path = stack.sources[field]
+            if spec.head_dim is None and self.d_model % spec.num_heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by {path}.num_heads ({spec.num_heads}); "
+                    f"or set {path}.head_dim"
+                )
+            if spec.num_heads % spec.kv_heads:
+                raise ValueError(
+                    f"{path}.num_heads ({spec.num_heads}) must be divisible by {path}.num_kv_heads ({spec.kv_heads})"
+                )
+        position, position_path = stack.position, stack.sources["position"]
+        head_dim = stack.attention.resolved_head_dim(self.d_model)
+        if position.kind == "rotary" and head_dim % 2:
+            raise ValueError(
+                f"{position_path}: rotary positions need an even head_dim, got {head_dim} "
+                f"({stack.sources['attention']}.head_dim)"
+            )
+        if position.kind == "sinusoidal" and self.embedding_dim % 2:
+            raise ValueError(
+                f"{position_path}: sinusoidal positions need an even embedding width, got {self.embedding_dim}"
+            )
+
+
+class EncoderSpec(_ModelSpecBase):
+    """Encoder-only (BERT, RoBERTa, ALBERT, MiniLM): bidirectional self-attention over a padding mask."""
+
+    family: Literal["encoder"] = "encoder"
+    encoder: StackSpec = StackSpec()
+    heads: EncoderHeadsSpec = EncoderHeadsSpec()
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        if self.encoder.cross_attention is not None:
+            raise ValueError("encoder.cross_attention: an encoder stack has no cross-attention")
+        return {"encoder": self._resolve("encoder", self.encoder, causal=False, cross=False)}
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> EncoderSpec:
+        if self.heads.mlm is not None and self.heads.num_labels is not None:
+            raise ValueError("heads.mlm and heads.num_labels exclude each other: a model has one output head")
+        return self
+
+
+class DecoderSpec(_ModelSpecBase):
+    """Decoder-only (GPT-2, Llama): causal self-attention, an LM head (``lm_head: null`` for a bare body)."""
+
+    family: Literal["decoder"] = "decoder"
+    decoder: StackSpec = StackSpec()
+    lm_head: LMHeadSpec | None = LMHeadSpec()
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        if self.decoder.cross_attention is not None:
+            raise ValueError("decoder.cross_attention: a decoder-only model has no cross-attention")
+        return {"decoder": self._resolve("decoder", self.decoder, causal=True, cross=False)}
+
+    @model_validator(mode="after")
+    def _check_head(self) -> DecoderSpec:
+        _check_lm_head(self.lm_head)
+        return self
+
+
+class EncoderDecoderSpec(_ModelSpecBase):
+    """Encoder-decoder (the 2017 Transformer, T5, BART, Marian): the decoder cross-attends to the encoder."""
+
+    family: Literal["encoder-decoder"] = "encoder-decoder"
+    encoder: StackSpec = StackSpec()
+    decoder: StackSpec = StackSpec()
+    lm_head: LMHeadSpec = LMHeadSpec()
+    source_vocab_size: PositiveInt | None = Field(
+        None,
+        description="A separate source vocabulary (own encoder embedding); default: shared with the target.",
+    )
+    decoder_start_token_id: NonNegativeInt | None = Field(
+        None, description="First decoder input in generation; default: bos_token_id, else pad_token_id."
+    )
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        if self.encoder.cross_attention is not None:
+            raise ValueError("encoder.cross_attention: only the decoder stack cross-attends")
+        return {
+            "encoder": self._resolve("encoder", self.encoder, causal=False, cross=False),
+            "decoder": self._resolve("decoder", self.decoder, causal=True, cross=True),
+        }
+
+    @property
+    def start_token_id(self) -> int:
+        """The decoder start token generation begins from."""
+        for candidate in (self.decoder_start_token_id, self.bos_token_id, self.pad_token_id):
+            if candidate is not None:
+                return candidate
+        return 0
+
+    @model_validator(mode="after")
+    def _check_head(self) -> EncoderDecoderSpec:
+        _check_lm_head(self.lm_head)
+        return self
+
+
+def _check_lm_head(head: LMHeadSpec | None) -> None:
+    if head is not None and head.rescale_tied and not head.tied:
+        raise ValueError("lm_head.rescale_tied needs lm_head.tied: the rescale belongs to a tied output")
+
+
+ModelSpec = Annotated[EncoderSpec | DecoderSpec | EncoderDecoderSpec, Field(discriminator="family")]
+_ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(title="ModelSpec"))
+
+
+def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
+    """Validate a mapping (e.g. parsed YAML) into the right family's spec; raises pydantic's ValidationError."""
+    if isinstance(data, _ModelSpecBase):
+        return data  # type: ignore[return-value]
+    return _ADAPTER.validate_python(data)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of `ModelSpec`, for editors and `zoo schema`."""
+    return {"title": "ModelSpec", **_ADAPTER.json_schema()}
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = data
+    for part in parents:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ValueError(f"cannot override {key!r}: {part!r} is not a sub-spec")
+        node = child
+    if isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
+        merged = dict(node[leaf])
+        for sub_key, sub_value in value.items():
+            _set_dotted(merged, sub_key, sub_value)
+        node[leaf] = merged
+    else:
+        node[leaf] = dict(value) if isinstance(value, Mapping) else value

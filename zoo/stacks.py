@@ -1,0 +1,151 @@
+"""A stack: positions + embedding norm + N layers (+ a final norm), built from a `ResolvedStack`.
+
+    embeddings (B, T, E) ──(+ absolute positions)──> embed_norm ──> dropout ──> embed_proj (E -> C)
+        ──> layer 0 ──> ... ──> layer N-1 ──> final_norm ──> (B, T, C)
+
+The stack owns everything computed once per forward and shared by its layers: the self-attention mask,
+the cross-attention mask, rotary angles or the relative/ALiBi bias. With ``share_layers`` (ALBERT) one
+layer's weights run ``num_layers`` times. Causality is a property of the stack, not of its layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from zoo.blocks import build_norm, build_positions, masks
+from zoo.layers import Layer
+from zoo.spec import EmbeddingSpec, ResolvedStack
+
+
+class StackCache(Protocol):
+    """What a stack needs from a KV cache (see `zoo.generation.cache`)."""
+
+    length: int  # keys already cached, before this forward
+    layers: Sequence[Any]  # per layer: .self_attn and .cross_attn slots (`zoo.blocks.attention.KVSlot`)
+
+    def advance(self, steps: int) -> None: ...
+
+
+@dataclass
+class StackOutput:
+    hidden: torch.Tensor  # (B, T, C)
+    attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
+    cross_attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, S)
+
+
+def position_ids_from_mask(
+    attention_mask: torch.Tensor | None, *, offset: int, length: int, device: Any
+) -> torch.Tensor:
+    """Positions of the last ``length`` tokens: counted over real tokens only, so left padding is skipped.
+
+    attention_mask (B, offset + length) -> (B, length); without a mask, ``offset .. offset + length - 1``.
+    """
+    if attention_mask is None:
+        return torch.arange(offset, offset + length, device=device)[None]
+    positions = attention_mask.long().cumsum(dim=-1) - 1
+    return positions.clamp(min=0)[:, -length:]
+
+
+class Stack(nn.Module):
+    def __init__(
+        self,
+        spec: ResolvedStack,
+        *,
+        embedding: EmbeddingSpec,
+        d_model: int,
+        max_positions: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.causal = spec.causal
+        self.num_layers = spec.num_layers
+        embed_dim = embedding.factorized_dim or d_model
+        self.positions = build_positions(
+            spec.position,
+            max_positions=max_positions,
+            dim=embed_dim,
+            head_dim=spec.attention.resolved_head_dim(d_model),
+            num_heads=spec.attention.num_heads,
+            causal=spec.causal,
+        )
+        self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
+        self.dropout = nn.Dropout(dropout)
+        self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
+        unique_layers = 1 if spec.share_layers else spec.num_layers
+        self.layers = nn.ModuleList(
+            Layer(
+                attention=spec.attention,
+                ffn=spec.ffn,
+                norm=spec.norm,
+                cross_attention=spec.cross_attention,
+                d_model=d_model,
+                dropout=dropout,
+            )
+            for _ in range(unique_layers)
+        )
+        self.final_norm = build_norm(spec.norm, dim=d_model) if spec.norm.has_final else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        cache: StackCache | None = None,
+        output_attentions: bool = False,
+    ) -> StackOutput:
+        """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding.
+        memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention."""
+        T = x.shape[1]
+        offset = cache.length if cache is not None else 0
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, offset=offset, length=T, device=x.device)
+        role = self.positions.role
+        if role == "absolute":
+            x = x + self.positions(position_ids).to(x.dtype)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        x = self.dropout(x)
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)
+
+        self_mask, is_causal = masks.self_attention_mask(
+            attention_mask, q_len=T, k_len=offset + T, causal=self.causal, device=x.device
+        )
+        if role == "bias":
+            if is_causal:  # the bias must be materialised, so the causal mask must be too
+                self_mask, is_causal = masks.causal_mask(T, offset + T, device=x.device)[None, None], False
+            self_mask = masks.with_bias(self_mask, self.positions(T, offset + T), dtype=x.dtype)
+        rotary = self.positions(position_ids) if role == "rotary" else None
+        cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
+
+        self_weights, cross_weights = [], []
+        for i in range(self.num_layers):
+            layer = self.layers[i % len(self.layers)]
+            out = layer(
+                x,
+                self_mask=self_mask,
+                is_causal=is_causal,
+                rotary=rotary,
+                memory=memory,
+                cross_mask=cross_mask,
+                cache=cache.layers[i] if cache is not None else None,
+                output_attentions=output_attentions,
+            )
+            x = out.hidden
+            self_weights.append(out.self_weights)
+            cross_weights.append(out.cross_weights)
+        if cache is not None:
+            cache.advance(T)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if not output_attentions:
+            return StackOutput(x)
+        return StackOutput(x, tuple(self_weights), tuple(cross_weights) if memory is not None else None)
