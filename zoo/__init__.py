@@ -26,6 +26,13 @@ _LAZY = {
     "DecoderModel": "zoo.models.decoder:DecoderModel",
     "EncoderDecoderModel": "zoo.models.encoder_decoder:EncoderDecoderModel",
     "ModelOutput": "zoo.models.outputs:ModelOutput",
+    "save": "zoo.io.checkpoint:save",
+    "load": "zoo.io.checkpoint:load",
+    "load_tokenizer": "zoo.io.checkpoint:load_tokenizer",
+    "from_hf": "zoo.io.hf:from_hf",
+    "to_hf": "zoo.io.hf:to_hf",
+    "Tokenizer": "zoo.io.tokenizer:Tokenizer",
+    "summary": "zoo.summary:summary",
 }
 
 __all__ = [
