@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install -e ".[dev,viz]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
