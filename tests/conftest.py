@@ -1,21 +1,11 @@
-"""Shared fixtures: deterministic seeds and small batches with padding."""
+"""Pytest fixtures shared by every test; helper functions live in `support.py` (importable as `support`)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-TINY_PRESETS = ["bert-tiny", "gpt2-tiny", "llama-tiny", "t5-tiny", "bart-tiny", "transformer-tiny"]
-
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
-
-
-def padded_batch(vocab_size: int, lengths: list[int], *, low: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (B, max(lengths)) ids (pad id 0 where masked) and the matching 1/0 mask."""
-    T = max(lengths)
-    mask = torch.tensor([[1] * n + [0] * (T - n) for n in lengths])
-    ids = torch.randint(low, vocab_size, (len(lengths), T)) * mask
-    return ids, mask

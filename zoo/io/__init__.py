@@ -1,0 +1,1 @@
+"""Input/output: tokenizers and checkpoint files."""

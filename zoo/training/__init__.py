@@ -1,0 +1,1 @@
+"""Training utilities: the toy translation corpus, BLEU, and training loops."""
