@@ -1,0 +1,32 @@
+"""The example spec files build, and the example script runs."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+import zoo
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize("name", ["my_stack.yaml", "gpt_small.json"])
+def test_example_spec_files_build(name):
+    model = zoo.build(EXAMPLES / name, device="meta")
+    assert model.num_parameters() > 0
+    assert zoo.build(str(EXAMPLES / name), device="meta").spec == model.spec
+
+
+def test_annotated_example_sets_every_top_level_field():
+    import yaml
+
+    written = set(yaml.safe_load((EXAMPLES / "my_stack.yaml").read_text()))
+    spec_fields = set(type(zoo.load_spec(EXAMPLES / "my_stack.yaml")).model_fields)
+    assert written == spec_fields, f"fields the annotated example leaves out: {spec_fields - written}"
+
+
+def test_build_and_run_example_runs(capsys):
+    runpy.run_path(str(EXAMPLES / "build_and_run.py"), run_name="__main__")
+    assert "my_stack.yaml: encoder-decoder" in capsys.readouterr().out
