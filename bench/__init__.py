@@ -1,0 +1,1 @@
+"""The side-by-side benchmark (not part of the test suite): `python -m bench --quick`."""

@@ -1,0 +1,82 @@
+"""The benchmark's outputs: a JSON record and a Markdown table, with the machine they were measured on."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def machine(device: str) -> dict[str, Any]:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": device,
+    }
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def markdown(record: dict[str, Any]) -> str:
+    m = record["machine"]
+    lines = [
+        f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), {m['device']}, "
+        f"torch {m['torch']}, transformers {m.get('transformers', '-')}; median of {record['repeats']} alternating "
+        f"repetitions after {record['warmup']} warm-up, (slowest–fastest) in brackets.",
+        "",
+    ]
+    for section, unit in (("train", "tokens/s"), ("generate", "new tokens/s")):
+        rows = [r for r in record["results"] if r["kind"] == section]
+        if not rows:
+            continue
+        title = (
+            "Training step (forward + backward + AdamW)"
+            if section == "train"
+            else "Greedy generation, 128 new tokens, KV cache"
+        )
+        lines += [
+            f"**{title}**",
+            "",
+            f"| workload | contender | {unit} | vs HF | peak memory | parameters |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for r in rows:
+            ratio = f"{r['vs_hf']:.2f}x" if r.get("vs_hf") else "–"
+            memory = f"{r['peak_mib']:.0f} MiB" if r.get("peak_mib") else "–"
+            params = f"{r['parameters']:,}" if r.get("parameters") else "–"
+            lines.append(
+                f"| {r['workload']} | {r['contender']} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
+                f"| {ratio} | {memory} | {params} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(record: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "results.json", out_dir / "results.md"
+    json_path.write_text(json.dumps(record, indent=2) + "\n")
+    md_path.write_text(markdown(record) + "\n")
+    return json_path, md_path

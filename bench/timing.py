@@ -1,0 +1,85 @@
+"""Alternating timing: every repetition runs each contender once, in turn, so drift in machine load hits
+all of them alike. Reports the median and the spread (min, max) of the timed repetitions."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Timing:
+    seconds: list[float] = field(default_factory=list)
+    peak_bytes: int = 0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def rate(self, units: float) -> tuple[float, float, float]:
+        """(median, slowest, fastest) units per second."""
+        return units / self.median, units / max(self.seconds), units / min(self.seconds)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+class PeakMemory:
+    """Peak memory of one call: CUDA allocator peak, or on Linux CPU the resident-set high-water mark (VmHWM),
+    reset before the call through /proc/self/clear_refs, minus the resident set before it."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def __enter__(self) -> PeakMemory:
+        if self.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base = _status_bytes("VmRSS")
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+            except OSError:
+                self.base = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.startswith("cuda"):
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.peak = _status_bytes("VmHWM") - self.base if self.base is not None else 0
+
+
+def _status_bytes(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def alternate(
+    runs: dict[str, Callable[[], object]], *, device: str, warmup: int, repeats: int
+) -> dict[str, Timing]:
+    """Time each closure ``repeats`` times after ``warmup`` untimed calls, interleaving contenders."""
+    timings = {name: Timing() for name in runs}
+    for _ in range(warmup):
+        for run in runs.values():
+            run()
+    for _ in range(repeats):
+        for name, run in runs.items():
+            _sync(device)
+            with PeakMemory(device) as memory:
+                start = time.perf_counter()
+                run()
+                _sync(device)
+                elapsed = time.perf_counter() - start
+            timings[name].seconds.append(elapsed)
+            timings[name].peak_bytes = max(timings[name].peak_bytes, memory.peak)
+    return timings

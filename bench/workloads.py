@@ -1,0 +1,171 @@
+"""The benchmark workloads, defined once: model shapes and batch shapes every contender runs.
+
+Shapes follow the issue: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
+encoder-decoder and a T5-small-shaped model, all 6 layers (T5: 6+6), width 512, 8 heads, vocab 8192.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+VOCAB = 8192
+
+
+@dataclass(frozen=True)
+class TrainWorkload:
+    name: str
+    family: str  # "decoder" | "encoder" | "encoder-decoder"
+    spec: dict[str, Any]  # a zoo spec (dict form)
+    batch: int
+    seq: int  # decoder-only / encoder-only length, or the target length of an encoder-decoder
+    source: int = 0  # encoder-decoder source length
+    contenders: tuple[str, ...] = ("zoo", "hf")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens counted for tokens/s: the trained (target) positions of the batch."""
+        return self.batch * self.seq
+
+
+@dataclass(frozen=True)
+class GenerateWorkload:
+    name: str
+    family: str
+    spec: dict[str, Any]
+    batch: int
+    prompt: int  # decoder prompt length, or encoder source length
+    new_tokens: int = 128
+    dtype: str = "float32"
+    contenders: tuple[str, ...] = ("zoo", "hf", "floor")
+
+
+GPT = {
+    "family": "decoder",
+    "vocab_size": VOCAB,
+    "d_model": 512,
+    "num_layers": 6,
+    "max_positions": 512,
+    "attention": {"num_heads": 8},
+    "ffn": {"d_ff": 2048, "activation": "gelu_tanh"},
+    "norm": {"kind": "layernorm", "eps": 1e-5, "placement": "pre"},
+    "position": {"kind": "learned"},
+    "lm_head": {"tied": True},
+    "dropout": 0.0,
+    "init": {"scheme": "normal", "std": 0.02, "scaled_residual": True},
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+BERT = {
+    "family": "encoder",
+    "vocab_size": VOCAB,
+    "d_model": 512,
+    "num_layers": 6,
+    "max_positions": 512,
+    "attention": {"num_heads": 8},
+    "ffn": {"d_ff": 2048, "activation": "gelu"},
+    "norm": {"kind": "layernorm", "eps": 1e-12, "placement": "post"},
+    "position": {"kind": "learned"},
+    "embedding": {"segment_vocab_size": 2, "norm": True},
+    "heads": {"mlm": {"activation": "gelu"}},
+    "dropout": 0.0,
+    "pad_token_id": 0,
+}
+MARIAN = {
+    "family": "encoder-decoder",
+    "vocab_size": VOCAB,
+    "d_model": 512,
+    "num_layers": 6,
+    "max_positions": 512,
+    "attention": {"num_heads": 8},
+    "ffn": {"d_ff": 2048, "activation": "relu"},
+    "norm": {"kind": "layernorm", "eps": 1e-5, "placement": "post"},
+    "position": {"kind": "sinusoidal", "layout": "half"},
+    "embedding": {"scale": True},
+    "lm_head": {"tied": True, "logits_bias": True},
+    "dropout": 0.0,
+    "pad_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 0,
+}
+T5 = {
+    "family": "encoder-decoder",
+    "vocab_size": VOCAB,
+    "d_model": 512,
+    "num_layers": 6,
+    "max_positions": 512,
+    "attention": {"num_heads": 8, "head_dim": 64, "bias": False, "scaled": False},
+    "ffn": {"d_ff": 2048, "activation": "relu", "bias": False},
+    "norm": {"kind": "rmsnorm", "eps": 1e-6, "placement": "pre"},
+    "position": {"kind": "relative_bias", "num_buckets": 32, "max_distance": 128},
+    "lm_head": {"tied": True, "rescale_tied": True},
+    "dropout": 0.0,
+    "init": {"scheme": "t5"},
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+}
+
+
+@dataclass(frozen=True)
+class Suite:
+    train: list[TrainWorkload] = field(default_factory=list)
+    generate: list[GenerateWorkload] = field(default_factory=list)
+
+
+def suite(*, quick: bool, device: str) -> Suite:
+    """The workloads for one run. ``quick`` keeps the whole run under ~5 minutes on 2 CPU cores."""
+    train = [
+        TrainWorkload("gpt2-shaped train step", "decoder", GPT, batch=8, seq=256),
+        TrainWorkload("bert-shaped MLM train step", "encoder", BERT, batch=8, seq=256),
+        TrainWorkload(
+            "marian-shaped seq2seq train step",
+            "encoder-decoder",
+            MARIAN,
+            batch=8,
+            seq=128,
+            source=128,
+            contenders=("zoo", "hf", "torch"),
+        ),
+        TrainWorkload("t5-small-shaped train step", "encoder-decoder", T5, batch=8, seq=128, source=128),
+    ]
+    dtypes = ["float32", "bfloat16"]
+    generate = [
+        GenerateWorkload(
+            f"gpt2-shaped greedy, batch {batch}, {dtype}", "decoder", GPT, batch=batch, prompt=32, dtype=dtype
+        )
+        for dtype in dtypes
+        for batch in (1, 8)
+    ]
+    generate += [
+        GenerateWorkload(
+            f"marian-shaped greedy, batch {batch}, {dtype}",
+            "encoder-decoder",
+            MARIAN,
+            batch=batch,
+            prompt=64,
+            dtype=dtype,
+        )
+        for dtype in (["float32"] if quick else dtypes)
+        for batch in (1, 8)
+    ]
+    if device == "cuda":
+        train.append(
+            TrainWorkload(
+                "gpt2-medium-shaped train step, seq 1024",
+                "decoder",
+                {
+                    **GPT,
+                    "d_model": 1024,
+                    "num_layers": 24,
+                    "attention": {"num_heads": 16},
+                    "ffn": {"d_ff": 4096, "activation": "gelu_tanh"},
+                    "max_positions": 1024,
+                    "vocab_size": 50304,
+                },
+                batch=8,
+                seq=1024,
+            )
+        )
+    return Suite(train=train, generate=generate)
