@@ -6,7 +6,9 @@ from typing import Any
 
 from torch import nn
 
+from zoo.blocks import TokenEmbedding
 from zoo.spec import ModelSpec
+from zoo.stacks import Stack
 
 
 class ZooModel(nn.Module):
@@ -26,6 +28,22 @@ class ZooModel(nn.Module):
 
     def extra_repr(self) -> str:
         return f"spec={self.spec.name or self.spec.family!r}"
+
+
+def build_stack(spec: ModelSpec, name: str) -> Stack:
+    """The ``name`` stack ("encoder" or "decoder") of ``spec``, with the model-level context it needs."""
+    return Stack(
+        spec.stacks()[name],
+        embedding=spec.embedding,
+        d_model=spec.d_model,
+        max_positions=spec.max_positions,
+        dropout=spec.dropout,
+    )
+
+
+def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenEmbedding:
+    """Token embeddings for ``spec`` (its target vocabulary unless ``vocab_size`` says otherwise)."""
+    return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
 
 
 class GenerationMixin:

@@ -6,26 +6,18 @@ from typing import Any
 
 import torch
 
-from zoo.blocks import TokenEmbedding
-from zoo.models.base import GenerationMixin, ZooModel
+from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
 from zoo.models.heads import LMHead, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
-from zoo.stacks import Stack
 
 
 class DecoderModel(GenerationMixin, ZooModel):
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
-        self.decoder = Stack(
-            spec.stacks()["decoder"],
-            embedding=spec.embedding,
-            d_model=spec.d_model,
-            max_positions=spec.max_positions,
-            dropout=spec.dropout,
-        )
+        self.embed = build_embedding(spec)
+        self.decoder = build_stack(spec, "decoder")
         head = spec.lm_head
         self.lm_head = (
             LMHead(

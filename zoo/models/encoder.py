@@ -6,26 +6,18 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from zoo.blocks import TokenEmbedding
-from zoo.models.base import ZooModel
+from zoo.models.base import ZooModel, build_embedding, build_stack
 from zoo.models.heads import ClassificationHead, MLMHead, Pooler, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
-from zoo.stacks import Stack
 
 
 class EncoderModel(ZooModel):
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
-        self.encoder = Stack(
-            spec.stacks()["encoder"],
-            embedding=spec.embedding,
-            d_model=spec.d_model,
-            max_positions=spec.max_positions,
-            dropout=spec.dropout,
-        )
+        self.embed = build_embedding(spec)
+        self.encoder = build_stack(spec, "encoder")
         heads = spec.heads
         self.pooler = Pooler(d_model=spec.d_model) if heads.pooler else None
         self.mlm_head = (

@@ -15,33 +15,23 @@ from typing import Any
 
 import torch
 
-from zoo.blocks import TokenEmbedding
-from zoo.models.base import GenerationMixin, ZooModel
+from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
 from zoo.models.heads import IGNORE_INDEX, LMHead, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
-from zoo.stacks import Stack, StackOutput
+from zoo.stacks import StackOutput
 
 
 class EncoderDecoderModel(GenerationMixin, ZooModel):
     def __init__(self, spec: EncoderDecoderSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = TokenEmbedding(spec.embedding, vocab_size=spec.vocab_size, d_model=spec.d_model)
+        self.embed = build_embedding(spec)
         self.source_embed = (
-            TokenEmbedding(spec.embedding, vocab_size=spec.source_vocab_size, d_model=spec.d_model)
-            if spec.source_vocab_size
-            else None
+            build_embedding(spec, vocab_size=spec.source_vocab_size) if spec.source_vocab_size else None
         )
-        stacks = spec.stacks()
-        common = dict(
-            embedding=spec.embedding,
-            d_model=spec.d_model,
-            max_positions=spec.max_positions,
-            dropout=spec.dropout,
-        )
-        self.encoder = Stack(stacks["encoder"], **common)
-        self.decoder = Stack(stacks["decoder"], **common)
+        self.encoder = build_stack(spec, "encoder")
+        self.decoder = build_stack(spec, "decoder")
         head = spec.lm_head
         self.lm_head = LMHead(
             head,
