@@ -29,6 +29,8 @@ _LAZY = {
     "save": "zoo.io.checkpoint:save",
     "load": "zoo.io.checkpoint:load",
     "load_tokenizer": "zoo.io.checkpoint:load_tokenizer",
+    "read_spec": "zoo.io.checkpoint:read_spec",
+    "CheckpointError": "zoo.io.checkpoint_files:CheckpointError",
     "from_hf": "zoo.io.hf:from_hf",
     "to_hf": "zoo.io.hf:to_hf",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",

@@ -1,0 +1,79 @@
+"""``zoo convert``: Hugging Face -> zoo, zoo -> Hugging Face, or zoo -> zoo (another dtype or shard size).
+
+    zoo convert --from-hf hf_gpt2/ --out runs/gpt2            # zoo.from_hf, then zoo.save
+    zoo convert --to-hf runs/gpt2 --out hf_out/               # zoo.load, then zoo.to_hf
+    zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bfloat16 --max-shard-size 500MB
+
+A ``tokenizer.json`` beside the source checkpoint is carried over to the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint: Hugging Face -> zoo, zoo -> Hugging Face, or zoo -> zoo",
+        description="Convert a checkpoint between Hugging Face's layout and zoo's own format.",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-hf", metavar="DIR", help="Hugging Face checkpoint directory to import")
+    source.add_argument("--to-hf", metavar="DIR", help="zoo checkpoint to export for transformers")
+    source.add_argument(
+        "--from-zoo", metavar="DIR", help="zoo checkpoint to save again (--dtype, --max-shard-size)"
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--dtype", choices=DTYPES, help="cast floating-point weights (default: keep theirs)")
+    parser.add_argument(
+        "--max-shard-size", metavar="SIZE", help="zoo output: shard above this size, e.g. 500MB (default 2GB)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    import zoo
+    from zoo.cli import console
+    from zoo.io.checkpoint import CheckpointError
+    from zoo.io.tokenizer import Tokenizer
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    source = Path(args.from_hf or args.to_hf or args.from_zoo).expanduser()
+    out = Path(args.out).expanduser()
+    if args.to_hf and args.max_shard_size:
+        raise CheckpointError("--max-shard-size applies to zoo output (--from-hf, --from-zoo), not --to-hf")
+    tokenizer_file = (source if source.is_dir() else source.parent) / "tokenizer.json"
+    tokenizer = (
+        Tokenizer.from_file(tokenizer_file) if tokenizer_file.is_file() else None
+    )  # fail before the weights
+
+    if args.to_hf:
+        from zoo.io.hf import to_hf
+
+        model = zoo.load(source, dtype=dtype)
+        to_hf(model, out)
+        if tokenizer is not None and not (out / "tokenizer.json").exists():
+            tokenizer.save(out / "tokenizer.json")
+        kind = "Hugging Face"
+    else:
+        if args.from_hf:
+            from zoo.io.hf import from_hf
+
+            model = from_hf(source, dtype=dtype)
+        else:
+            model = zoo.load(source, dtype=dtype)
+        zoo.save(model, out, tokenizer=tokenizer, max_shard_size=args.max_shard_size or "2GB")
+        kind = "zoo"
+    files = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
+    name = model.spec.name or model.spec.family
+    console.print(
+        f"wrote [bold]{out}[/] ({kind}): {name}, {model.num_parameters():,} parameters", highlight=False
+    )
+    console.print(f"[dim]{', '.join(files)}[/]", highlight=False)
+    return 0

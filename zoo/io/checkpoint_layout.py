@@ -1,0 +1,238 @@
+"""Finding and checking a zoo checkpoint on disk, headers only: which files, which spec, which tensors.
+
+`open_checkpoint` accepts a checkpoint directory, its ``model.safetensors``, or its
+``model.safetensors.index.json``; a directory holding both an index and a single file is read through the
+index (while `zoo.save` replaces one layout by the other, the index is the commit point). Every problem
+is a `CheckpointError` naming the file: nothing here reads tensor data, so a bad checkpoint fails before
+any memory is spent on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+
+from zoo.io.checkpoint_files import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_NAME,
+    SHARD_PATTERN,
+    WEIGHTS_NAME,
+    CheckpointError,
+    CheckpointNotFoundError,
+    TensorInfo,
+    read_header,
+)
+from zoo.spec import ModelSpec, parse_spec
+from zoo.spec.presets import format_validation_error
+
+_HF_HINT = "a Hugging Face checkpoint? import it with zoo.from_hf or `zoo convert --from-hf`"
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What did not fit when loading: tensor names, sorted. Returned by ``zoo.load(..., return_report=True)``."""
+
+    missing: tuple[str, ...] = ()  # the spec's model has them, the checkpoint does not
+    unexpected: tuple[str, ...] = ()  # the checkpoint has them, the spec's model does not
+    mismatched: tuple[
+        tuple[str, tuple[int, ...], tuple[int, ...]], ...
+    ] = ()  # (name, file shape, model shape)
+
+    @property
+    def ok(self) -> bool:
+        """True when every tensor was loaded and none was left over."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    @property
+    def mismatched_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.mismatched)
+
+    def __str__(self) -> str:
+        lines = []
+        if self.missing:
+            lines.append(f"  missing from the checkpoint ({len(self.missing)}): {', '.join(self.missing)}")
+        if self.unexpected:
+            lines.append(f"  not in the model ({len(self.unexpected)}): {', '.join(self.unexpected)}")
+        for name, file_shape, model_shape in self.mismatched:
+            lines.append(
+                f"  shape mismatch: {name}: checkpoint {list(file_shape)}, model {list(model_shape)}"
+            )
+        return "\n".join(lines) or "  every tensor loaded"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checked checkpoint: its spec and where each stored tensor lives. No tensor data is read."""
+
+    source: Path  # the weights file or the index: what messages name
+    spec: ModelSpec
+    tensors: dict[str, tuple[Path, TensorInfo]]  # stored name -> (file, dtype and shape)
+    aliases: dict[str, str]  # a name saved once under another: alias -> stored name
+
+    def compare(self, expected: Mapping[str, tuple[int, ...]]) -> LoadReport:
+        """Names and shapes of the checkpoint against ``expected`` (a model's state-dict shapes)."""
+        shapes = {name: info.shape for name, (_, info) in self.tensors.items()}
+        shapes |= {alias: shapes[kept] for alias, kept in self.aliases.items() if kept in shapes}
+        return LoadReport(
+            missing=tuple(sorted(set(expected) - set(shapes))),
+            unexpected=tuple(sorted(set(shapes) - set(expected))),
+            mismatched=tuple(
+                (name, shapes[name], shape)
+                for name, shape in sorted(expected.items())
+                if name in shapes and shapes[name] != shape
+            ),
+        )
+
+    def floating_dtype(self) -> torch.dtype | None:
+        """The dtype of the first floating-point tensor (what the model was saved in), if any."""
+        return next((info.dtype for _, info in self.tensors.values() if info.dtype.is_floating_point), None)
+
+
+def checkpoint_metadata(spec: ModelSpec, *, checkpoint_id: str, aliases: Mapping[str, str]) -> dict[str, str]:
+    """The safetensors metadata of every weights file of one save. ``checkpoint_id`` ties shards together."""
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "checkpoint_id": checkpoint_id,
+        "spec": spec.to_json(),
+    }
+    return metadata | ({"aliases": json.dumps(dict(aliases))} if aliases else {})
+
+
+def index_document(
+    spec: ModelSpec, metadata: Mapping[str, str], weight_map: dict[str, str], *, total_size: int
+) -> dict[str, Any]:
+    """``model.safetensors.index.json`` as Hugging Face writes it, plus the spec (readable) and our metadata."""
+    index_metadata: dict[str, Any] = {k: v for k, v in metadata.items() if k not in ("spec", "aliases")}
+    index_metadata["total_size"] = total_size  # bytes of tensor data, as in Hugging Face's index
+    if "aliases" in metadata:
+        index_metadata["aliases"] = json.loads(metadata["aliases"])
+    index_metadata["spec"] = spec.model_dump(mode="json")
+    return {"metadata": index_metadata, "weight_map": weight_map}
+
+
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Find and check the checkpoint at ``path`` (directory, ``.safetensors`` file or index)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise CheckpointNotFoundError(f"{path}: no such checkpoint (file or directory not found)")
+    if path.is_dir():
+        for name, opener in ((INDEX_NAME, _open_sharded), (WEIGHTS_NAME, _open_single)):
+            if (path / name).is_file():
+                return opener(path / name)
+        hint = f"; it has a config.json: {_HF_HINT}" if (path / "config.json").is_file() else ""
+        raise CheckpointNotFoundError(
+            f"{path}: no weights here (expected {WEIGHTS_NAME} or {INDEX_NAME}){hint}"
+        )
+    if path.name.endswith(".json"):
+        return _open_sharded(path)
+    if SHARD_PATTERN.fullmatch(path.name):
+        raise CheckpointError(
+            f"{path}: one shard of a sharded checkpoint; load its directory or {INDEX_NAME}"
+        )
+    return _open_single(path)
+
+
+def _open_single(file: Path) -> Checkpoint:
+    metadata, infos = _read_header(file)
+    return Checkpoint(
+        source=file,
+        spec=_spec(file, metadata),
+        tensors={name: (file, info) for name, info in infos.items()},
+        aliases=_aliases(file, metadata.get("aliases")),
+    )
+
+
+def _open_sharded(index: Path) -> Checkpoint:
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{index}: not a valid index: not JSON ({error})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(shard, str) and shard == Path(shard).name for shard in weight_map.values()
+    ):
+        raise CheckpointError(f"{index}: not a valid index: 'weight_map' must map tensor names to file names")
+    metadata = data.get("metadata") or {}
+    spec = _spec(index, metadata)
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(name)
+    tensors: dict[str, tuple[Path, TensorInfo]] = {}
+    for shard, names in by_shard.items():
+        file = index.parent / shard
+        if not file.is_file():
+            raise CheckpointNotFoundError(
+                f"{index}: the shard {shard} it names is missing ({len(names)} tensors, e.g. {names[0]})"
+            )
+        shard_metadata, infos = _read_header(file)
+        if shard_metadata.get("checkpoint_id") != metadata.get("checkpoint_id"):
+            raise CheckpointError(
+                f"{file}: this shard was written by another save than {index} (checkpoint_id differs): "
+                "an overwrite was interrupted; save the model again"
+            )
+        if set(infos) != set(names):
+            extra, absent = sorted(set(infos) - set(names)), sorted(set(names) - set(infos))
+            raise CheckpointError(
+                f"{file}: holds other tensors than {index} says: missing {absent or 'none'}, extra {extra or 'none'}"
+            )
+        tensors |= {name: (file, infos[name]) for name in names}
+    return Checkpoint(
+        source=index, spec=spec, tensors=tensors, aliases=_aliases(index, metadata.get("aliases"))
+    )
+
+
+def _read_header(file: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
+    try:
+        return read_header(file)
+    except IsADirectoryError:
+        raise CheckpointError(f"{file}: a directory where a safetensors file was expected") from None
+    except OSError as error:
+        raise CheckpointError(f"{file}: cannot read: {error.strerror or error}") from None
+
+
+def _spec(source: Path, metadata: Mapping[str, Any]) -> ModelSpec:
+    """The spec in a file's metadata, validated; errors name the file and the failing fields."""
+    fmt = metadata.get("format")
+    if fmt != FORMAT_NAME or "spec" not in metadata:
+        raise CheckpointError(
+            f"{source}: not a zoo checkpoint: no zoo spec in its metadata (format {fmt!r}); {_HF_HINT}"
+        )
+    version = metadata.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{source}: format_version {version!r}; this zoo reads version {FORMAT_VERSION} (a newer zoo wrote it?)"
+        )
+    raw = metadata["spec"]
+    try:
+        data = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{source}: the spec in the metadata is not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{source}: the spec in the metadata must be a JSON object")
+    try:
+        return parse_spec(data)
+    except ValidationError as error:
+        raise CheckpointError(
+            f"{source}: the spec in the metadata is invalid:\n{format_validation_error(error)}"
+        ) from None
+
+
+def _aliases(source: Path, raw: Any) -> dict[str, str]:
+    try:
+        aliases = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except json.JSONDecodeError:
+        aliases = None
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise CheckpointError(
+            f"{source}: corrupted metadata: 'aliases' must map tensor names to tensor names"
+        )
+    return aliases
