@@ -3,17 +3,28 @@
 One `FamilyMapping` per family module (``gpt2.py``, ``bert.py``, ``t5.py``, ...): declarative name maps plus
 the explicit list of tensors that are transposed, fused or split. Nothing outside `zoo.io.hf` knows about
 Hugging Face names.
+
+The helpers below let a family say its tensor map as a table of `Rule` rows, one per zoo tensor:
+
+    Rule("decoder.layers.0.self_attn.qkv_proj.weight", ("h.0.attn.c_attn.weight",), transpose=True)
+    Rule("decoder.layers.0.ffn.up_proj.weight",
+         ("layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"), sizes=(F, F))
+
+and `rules_to_zoo` / `rules_to_hf` apply the same table in either direction: a fused row is concatenated
+on import and split by ``sizes`` on export; a transposed row (GPT-2's ``Conv1D`` stores (in, out)) is
+transposed both ways.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from zoo.spec import ModelSpec
+from zoo.spec import ModelSpec, ResolvedStack
 
 StateDict = dict[str, torch.Tensor]
 
@@ -24,7 +35,7 @@ class FamilyMapping:
 
     config_to_spec(config, tensor_names): the HF ``config.json`` dict and the checkpoint's tensor names (to
         tell e.g. a headless ``BertModel`` from ``BertForMaskedLM``) -> a zoo `ModelSpec`.
-    spec_to_config(spec): a zoo spec -> an HF ``config.json`` dict (with ``model_type`` and ``architectures``).
+    spec_to_config(spec): a zoo spec -> an HF ``config.json`` dict (``model_type``, ``architectures``, ...).
     hf_to_zoo(tensors, spec): HF state dict -> zoo state dict (every zoo tensor, tied ones once).
     zoo_to_hf(tensors, spec): zoo state dict -> HF state dict that ``from_pretrained`` loads with no missing
         or unexpected keys.
@@ -35,3 +46,198 @@ class FamilyMapping:
     spec_to_config: Callable[[ModelSpec], dict[str, Any]]
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
+
+
+class HFError(ValueError):
+    """A Hugging Face checkpoint, config or spec zoo cannot convert; the message names the field or tensor."""
+
+
+# -- activations -------------------------------------------------------------------------------------------
+
+ACTIVATIONS_FROM_HF = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",  # GPT-2's tanh approximation, written out in Python
+    "gelu_pytorch_tanh": "gelu_tanh",  # the same function through torch's kernel
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+
+def activation_from_hf(name: Any, *, field: str) -> str:
+    """zoo's name for the HF activation ``name`` read from config field ``field``."""
+    if name not in ACTIVATIONS_FROM_HF:
+        known = ", ".join(sorted(ACTIVATIONS_FROM_HF))
+        raise HFError(f"config.json {field}={name!r} is not supported; supported activations: {known}")
+    return ACTIVATIONS_FROM_HF[name]
+
+
+# -- config helpers ----------------------------------------------------------------------------------------
+
+
+def architecture(config: Mapping[str, Any]) -> str | None:
+    """The first entry of ``architectures`` (the head class that saved the checkpoint), if any."""
+    names = config.get("architectures") or []
+    return names[0] if names else None
+
+
+def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int | None = None) -> int | None:
+    """A special-token id from the config, or None when absent or outside the vocabulary.
+
+    Small test configs often keep a family's default id (GPT-2's 50256) with a tiny vocabulary; such an id
+    names no row of the embedding, so it is dropped rather than failing spec validation. A list (Llama 3's
+    several end-of-turn ids) keeps its first entry.
+    """
+    value = config.get(key, default)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, int) and 0 <= value < vocab_size else None
+
+
+def reject(config: Mapping[str, Any], key: str, default: Any, *, why: str) -> None:
+    """Fail when config field ``key`` holds anything but ``default`` (a feature zoo's spec cannot express)."""
+    value = config.get(key, default)
+    if value != default:
+        raise HFError(f"config.json {key}={value!r} is not supported ({why}); zoo needs {default!r}")
+
+
+def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:
+    """Raise naming the first spec field whose value the HF ``family`` cannot express.
+
+    ``checks`` holds ``(dotted field, value, wanted)``; ``wanted`` is a value or a tuple of allowed values.
+    """
+    for field, value, wanted in checks:
+        allowed = wanted if isinstance(wanted, tuple) else (wanted,)
+        if value not in allowed:
+            expected = " or ".join(repr(w) for w in allowed)
+            raise HFError(
+                f"{family} cannot express {field}={value!r}: Hugging Face {family} needs {expected}"
+            )
+
+
+# -- tensor tables -----------------------------------------------------------------------------------------
+
+# Buffers some checkpoints carry that hold nothing learned: rotary inverse frequencies and position-id ranges.
+COMMON_IGNORED = (r"(.+\.)?position_ids", r"(.+\.)?rotary_emb\.inv_freq")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One zoo tensor and the Hugging Face tensor(s) it is made of.
+
+    hf: one name, or several whose rows are concatenated (fused) in this order, e.g. q, k, v.
+    transpose: HF stores the matrix as (in, out) (GPT-2's Conv1D); zoo's nn.Linear wants (out, in).
+    sizes: rows of each fused part, to split the zoo tensor on export (one entry per ``hf`` name).
+    """
+
+    zoo: str
+    hf: tuple[str, ...]
+    transpose: bool = False
+    sizes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.hf) > 1 and (self.sizes is None or len(self.sizes) != len(self.hf)):
+            raise ValueError(f"Rule {self.zoo}: a fused tensor needs one size per part, got {self.sizes}")
+
+
+def rename(zoo: str, hf: str) -> Rule:
+    """A tensor that only changes its name."""
+    return Rule(zoo, (hf,))
+
+
+def linear(zoo: str, hf: str, *, bias: bool = True, transpose: bool = False) -> list[Rule]:
+    """The weight (and bias) of one linear layer: ``zoo``/``hf`` are module paths without ``.weight``."""
+    weight = Rule(f"{zoo}.weight", (f"{hf}.weight",), transpose=transpose)
+    return [weight, rename(f"{zoo}.bias", f"{hf}.bias")] if bias else [weight]
+
+
+def layernorm(zoo: str, hf: str, *, bias: bool = True) -> list[Rule]:
+    """A norm's weight (and bias)."""
+    return linear(zoo, hf, bias=bias)
+
+
+def fused(zoo: str, hf: Sequence[str], sizes: Sequence[int]) -> Rule:
+    """A zoo tensor whose rows are the HF tensors ``hf`` stacked in order (fused q/k/v, gate/up)."""
+    return Rule(zoo, tuple(hf), sizes=tuple(sizes))
+
+
+def fused_linear(zoo: str, hf: Sequence[str], sizes: Sequence[int], *, bias: bool = True) -> list[Rule]:
+    """zoo's fused linear ``zoo`` from the separate HF linears ``hf`` (module paths), rows in that order."""
+    params = ("weight", "bias") if bias else ("weight",)
+    return [fused(f"{zoo}.{p}", [f"{module}.{p}" for module in hf], sizes) for p in params]
+
+
+def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
+    """`require` checks for GPT-2/BERT-style attention: full multi-head, biased, scaled, default head_dim."""
+    attention, path = stack.attention, stack.sources["attention"]
+    return [
+        (f"{path}.num_kv_heads", attention.kv_heads, attention.num_heads),
+        (f"{path}.head_dim", attention.resolved_head_dim(d_model), d_model // attention.num_heads),
+        (f"{path}.bias", attention.bias, True),
+        (f"{path}.scaled", attention.scaled, True),
+        (f"{path}.qk_norm", attention.qk_norm, False),
+    ]
+
+
+def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:
+    """Drop ``prefix`` (a head class's base-model attribute, e.g. ``"bert."``) from names that carry it."""
+    return {name.removeprefix(prefix): tensor for name, tensor in tensors.items()}
+
+
+def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[str] = ()) -> StateDict:
+    """Apply a table to HF tensors -> zoo tensors. Every HF tensor must be used or match an ``ignore`` regex
+    (or `COMMON_IGNORED`); every rule's HF tensors must exist."""
+    out: StateDict = {}
+    used: set[str] = set()
+    missing: list[str] = []
+    for rule in rules:
+        absent = [name for name in rule.hf if name not in tensors]
+        if absent:
+            missing += [f"{name} (for zoo's {rule.zoo})" for name in absent]
+            continue
+        parts = [tensors[name] for name in rule.hf]
+        if len(parts) > 1:
+            widths = {part.shape[1:] for part in parts}
+            if len(widths) > 1:
+                shapes = ", ".join(f"{n} {tuple(p.shape)}" for n, p in zip(rule.hf, parts))
+                raise HFError(f"cannot fuse {shapes} into {rule.zoo}: their trailing shapes differ")
+            tensor = torch.cat(parts, dim=0)
+        else:
+            tensor = parts[0]
+        out[rule.zoo] = tensor.t().contiguous() if rule.transpose else tensor
+        used.update(rule.hf)
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise HFError(f"the checkpoint lacks tensors: {', '.join(missing[:5])}{more}")
+    patterns = [re.compile(p) for p in (*COMMON_IGNORED, *ignore)]
+    unused = [n for n in tensors if n not in used and not any(p.fullmatch(n) for p in patterns)]
+    if unused:
+        more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
+        raise HFError(
+            f"the checkpoint has tensors zoo's spec has no place for: {', '.join(sorted(unused)[:5])}{more}"
+        )
+    return out
+
+
+def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
+    """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage."""
+    out: StateDict = {}
+    for rule in rules:
+        if rule.zoo not in tensors:
+            raise HFError(f"the model has no tensor {rule.zoo}")
+        tensor = tensors[rule.zoo].detach()
+        if rule.sizes is not None:
+            if sum(rule.sizes) != tensor.shape[0]:
+                raise HFError(
+                    f"{rule.zoo} has {tensor.shape[0]} rows, expected {' + '.join(map(str, rule.sizes))}"
+                )
+            parts = tensor.split(list(rule.sizes), dim=0)
+        else:
+            parts = (tensor,)
+        for name, part in zip(rule.hf, parts):
+            part = part.t() if rule.transpose else part
+            out[name] = (
+                part.contiguous() if len(parts) == 1 else part.clone(memory_format=torch.contiguous_format)
+            )
+    return out

@@ -1,0 +1,263 @@
+"""Hugging Face interop: `from_hf` reads a transformers checkpoint folder, `to_hf` writes one.
+
+    config.json ──config_to_spec──> ModelSpec ──build on meta──> model ──strict load──> model
+    model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
+
+Each family module (gpt2, llama, bert [+ roberta], albert, t5, bart [+ marian]) holds one declarative
+`FamilyMapping`; this module only reads and writes files and picks the mapping by ``model_type``. Weights
+are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.models import ZooModel, build_model
+from zoo.spec.presets import format_validation_error
+
+__all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
+
+FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart")
+CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
+_PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+@cache
+def family_mappings() -> tuple[FamilyMapping, ...]:
+    """Every family mapping, in `FAMILY_MODULES` order (the order `to_hf` tries them in)."""
+    found: list[FamilyMapping] = []
+    for name in FAMILY_MODULES:
+        try:
+            module = importlib.import_module(f"zoo.io.hf.{name}")
+        except ModuleNotFoundError as error:
+            if error.name == f"zoo.io.hf.{name}":  # a family module not written yet
+                continue
+            raise
+        found += getattr(module, "MAPPINGS", None) or [module.MAPPING]
+    return tuple(found)
+
+
+def _mapping_for(model_type: Any, where: str) -> FamilyMapping:
+    by_type = {t: m for m in family_mappings() for t in m.model_types}
+    if model_type not in by_type:
+        raise HFError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(by_type)}")
+    return by_type[model_type]
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+
+
+def read_config(root: Path) -> dict[str, Any]:
+    """The parsed ``config.json`` of a checkpoint folder."""
+    path = root / CONFIG
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a directory (expected a Hugging Face checkpoint folder)")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found; a Hugging Face checkpoint folder needs its config.json")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise HFError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise HFError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+def weight_files(root: Path) -> list[Path]:
+    """The safetensors files of a checkpoint: the shards its index names, else ``model.safetensors``."""
+    index = root / INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise HFError(f"{index}: not a safetensors index with a weight_map ({error})") from None
+        shards = [root / name for name in dict.fromkeys(weight_map.values())]
+        for shard in shards:
+            if not shard.is_file():
+                raise FileNotFoundError(f"{shard}: shard listed in {index} is missing")
+        return shards
+    if (root / WEIGHTS).is_file():
+        return [root / WEIGHTS]
+    pickles = [name for name in _PICKLES if (root / name).is_file()]
+    if pickles:
+        raise FileNotFoundError(
+            f"{root}: only {pickles[0]} found; zoo reads safetensors only and never unpickles weights "
+            "(convert with transformers: model.save_pretrained(dir, safe_serialization=True))"
+        )
+    raise FileNotFoundError(f"{root}: no {WEIGHTS} or {INDEX} (the checkpoint has no safetensors weights)")
+
+
+def read_tensors(files: list[Path], *, names_only: bool = False) -> StateDict:
+    """Every tensor of the given safetensors files, on the CPU (``names_only``: headers only, values None);
+    a name in two files is an error."""
+    tensors: StateDict = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as handle:
+                for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    if name in tensors:
+                        raise HFError(f"{file}: tensor {name} also appears in another shard")
+                    tensors[name] = None if names_only else handle.get_tensor(name)  # type: ignore[assignment]
+        except SafetensorError as error:
+            raise HFError(f"{file}: not a readable safetensors file: {error}") from None
+    return tensors
+
+
+# -- loading -----------------------------------------------------------------------------------------------
+
+
+def from_hf(
+    path: str | os.PathLike[str],
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> ZooModel:
+    """Load a Hugging Face checkpoint folder (``config.json`` + safetensors, sharded or not) as a zoo model.
+
+    The spec comes from ``config.json``, the weights are renamed, fused or transposed by the family's
+    mapping and loaded strictly: every zoo tensor must come from the file, and every file tensor must be
+    used (buffers such as ``position_ids`` and pretraining-only heads aside). ``dtype=None`` keeps the
+    stored dtype. The model is returned in eval mode, as transformers' ``from_pretrained`` does.
+
+    >>> model = zoo.from_hf("~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>")
+    """
+    root = Path(path).expanduser()
+    config = read_config(root)
+    mapping = _mapping_for(config.get("model_type"), str(root / CONFIG))
+    files = weight_files(root)
+    names = set(read_tensors(files, names_only=True))  # headers only: config errors come before the read
+    name = _checkpoint_name(root)
+    with _naming_errors(root):
+        spec = mapping.config_to_spec(config, names)
+        source = f"Hugging Face {architecture(config) or config['model_type']} ({name})"
+        spec = spec.override(name=name, source=source)
+    hf_tensors = read_tensors(files)
+    with _naming_errors(root):
+        tensors = mapping.hf_to_zoo(hf_tensors, spec)
+    model = build_model(spec, device="meta", init=False)
+    load_strict(model, tensors, source=str(root), device=torch.device(device or "cpu"), dtype=dtype)
+    return model.eval()
+
+
+def load_strict(
+    model: ZooModel, tensors: StateDict, *, source: str, device: torch.device, dtype: torch.dtype | None
+) -> None:
+    """Load ``tensors`` into a (meta-built) model: names and shapes must match exactly; then make the fixed
+    tables (rotary angles, sinusoids) on ``device``."""
+    expected = model.state_dict()
+    problems = [f"missing {n}" for n in expected if n not in tensors]
+    problems += [f"unexpected {n}" for n in tensors if n not in expected]
+    problems += [
+        f"{n}: expected shape {tuple(expected[n].shape)}, got {tuple(t.shape)}"
+        for n, t in tensors.items()
+        if n in expected and t.shape != expected[n].shape
+    ]
+    if problems:
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        raise HFError(
+            f"{source}: the converted tensors do not fit the model: {'; '.join(problems[:8])}{more}"
+        )
+
+    def place(tensor: torch.Tensor) -> torch.Tensor:
+        cast = dtype is not None and tensor.is_floating_point()
+        return tensor.to(device=device, dtype=dtype if cast else tensor.dtype)
+
+    model.load_state_dict({n: place(t) for n, t in tensors.items()}, strict=True, assign=True)
+    for module in model.modules():  # non-persistent buffers are not in the file: give them real storage
+        for key, buffer in module.named_buffers(recurse=False):
+            if buffer.is_meta:
+                module._buffers[key] = torch.empty_like(buffer, device=device)
+    model.reset_buffers()
+
+
+@contextmanager
+def _naming_errors(root: Path) -> Iterator[None]:
+    """Re-raise a family's errors (HFError, a plain ValueError, an invalid spec) naming the checkpoint."""
+    try:
+        yield
+    except ValidationError as error:
+        raise HFError(
+            f"{root / CONFIG}: gives an invalid zoo spec:\n{format_validation_error(error)}"
+        ) from None
+    except ValueError as error:
+        raise HFError(f"{root}: {error}") from None
+
+
+def _checkpoint_name(root: Path) -> str:
+    """``gpt2`` for a hub cache snapshot ``models--gpt2/snapshots/<rev>``, else the folder's name."""
+    root = root.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root.parent.parent.name.removeprefix("models--").replace("--", "/")
+    return root.name
+
+
+# -- writing -----------------------------------------------------------------------------------------------
+
+
+def to_hf(model: ZooModel, out_dir: str | os.PathLike[str], *, model_type: str | None = None) -> Path:
+    """Write ``model`` as a Hugging Face checkpoint: ``config.json`` + ``model.safetensors``.
+
+    The family is the first whose format can express the spec (gpt2, llama, bert, roberta, albert, ...),
+    or ``model_type``. Files are written atomically. transformers' ``AutoModel*.from_pretrained(out_dir)``
+    loads the result. Returns the folder.
+
+    >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
+    """
+    spec = model.spec
+    mapping, config = _export_config(spec, model_type)
+    state = model.state_dict()
+    if any(t.is_meta for t in state.values()):
+        raise HFError("to_hf: the model has meta tensors (built on the meta device and never loaded)")
+    tensors = {n: t.detach().to("cpu").contiguous() for n, t in mapping.zoo_to_hf(state, spec).items()}
+    floats = Counter(t.dtype for t in tensors.values() if t.is_floating_point())
+    if floats:
+        dtype = str(floats.most_common(1)[0][0]).removeprefix("torch.")
+        config |= {"torch_dtype": dtype, "dtype": dtype}  # transformers 4.x reads torch_dtype, 5.x dtype
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out / WEIGHTS, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    _atomic_write(out / CONFIG, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return out
+
+
+def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, dict[str, Any]]:
+    """The mapping that can express ``spec`` and its config.json; errors list why each family cannot."""
+    if model_type is not None:
+        mapping = _mapping_for(model_type, "to_hf")
+        return mapping, mapping.spec_to_config(spec)
+    reasons = []
+    for mapping in family_mappings():
+        try:
+            return mapping, mapping.spec_to_config(spec)
+        except ValueError as error:
+            reasons.append(f"  {'/'.join(mapping.model_types)}: {error}")
+    raise HFError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
+
+
+def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write through a temporary file in the same folder, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a checkpoint is ordinary data
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
