@@ -1,0 +1,277 @@
+"""Hugging Face BART and Marian <-> zoo: ``BartForConditionalGeneration`` and ``MarianMTModel`` checkpoints.
+
+Both are the post-norm 2017 Transformer with biases everywhere; they differ only around the embeddings:
+
+                        BART (Lewis et al. 2020)                 Marian (Junczys-Dowmunt et al. 2018)
+    positions           learned, offset 2: (max_pos + 2, C)      sinusoidal, sines then cosines ("half")
+    embedding norm      layernorm_embedding                      none
+    scale_embedding     usually false                            usually true
+    vocabularies        one (``shared``)                         one, or source/target apart when
+                                                                 share_encoder_decoder_embeddings is false
+
+    HF name (s = encoder | decoder; base model under ``model.``)   zoo name
+    model.shared.weight (= model.{s}.embed_tokens.weight)            embed.tokens.weight
+    model.encoder.embed_tokens.weight (Marian, separate vocabs)      source_embed.tokens.weight
+    model.decoder.embed_tokens.weight (Marian, separate vocabs)      embed.tokens.weight
+    model.{s}.embed_positions.weight (BART)                          {s}.positions.weight
+    model.{s}.layernorm_embedding.* (BART)                           {s}.embed_norm.*
+    model.{s}.layers.{i}.self_attn.{q,k,v}_proj.*                    {s}.layers.{i}.self_attn.qkv_proj.*  fused [q; k; v]
+    model.{s}.layers.{i}.self_attn.out_proj.*                        {s}.layers.{i}.self_attn.out_proj.*
+    model.{s}.layers.{i}.self_attn_layer_norm.*                      {s}.layers.{i}.self_attn_norm.*
+    model.decoder.layers.{i}.encoder_attn.q_proj.*                   decoder.layers.{i}.cross_attn.q_proj.*
+    model.decoder.layers.{i}.encoder_attn.{k,v}_proj.*               decoder.layers.{i}.cross_attn.kv_proj.*  fused [k; v]
+    model.decoder.layers.{i}.encoder_attn.out_proj.*                 decoder.layers.{i}.cross_attn.out_proj.*
+    model.decoder.layers.{i}.encoder_attn_layer_norm.*               decoder.layers.{i}.cross_attn_norm.*
+    model.{s}.layers.{i}.fc1.* / fc2.*                               {s}.layers.{i}.ffn.up_proj.* / down_proj.*
+    model.{s}.layers.{i}.final_layer_norm.*                          {s}.layers.{i}.ffn_norm.*
+    final_logits_bias (1, V)                                         lm_head.final_logits_bias
+    lm_head.weight (untied only)                                     lm_head.weight
+
+A headless ``BartModel`` checkpoint (no ``model.`` prefix, no final_logits_bias) imports too: its logits bias
+is zero. Marian's sinusoid table is not trained: a stored copy is ignored on import and none is written on
+export (transformers recomputes it). transformers counts BART/Marian positions from 0 with ``arange``; zoo
+counts them over the attention mask, which is the same for right-padded batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from zoo.io.hf.common import (
+    ACTIVATIONS_TO_HF,
+    FamilyMapping,
+    HFError,
+    Rule,
+    StateDict,
+    activation_from_hf,
+    fused_linear,
+    layernorm,
+    linear,
+    plain_attention,
+    rename,
+    require,
+    rules_to_hf,
+    rules_to_zoo,
+    token_id,
+)
+from zoo.spec import EncoderDecoderSpec, ModelSpec, parse_spec
+
+_LAYERNORM_EPS = 1e-5  # nn.LayerNorm's default; BART and Marian configs have no eps field
+_TOP_LEVEL = ("final_logits_bias", "lm_head.weight")  # outside the ``model.`` base model
+_IGNORED = (r"model\.(encoder|decoder)\.version",)
+_SINUSOIDS = r"model\.(encoder|decoder)\.embed_positions\.weight"  # Marian's fixed table
+
+
+# -- config <-> spec ------------------------------------------------------------------------------------
+
+
+def _config_to_spec(config: dict[str, Any], names: set[str], *, marian: bool) -> ModelSpec:
+    activation = activation_from_hf(config.get("activation_function", "gelu"), field="activation_function")
+
+    def stack(side: str) -> dict[str, Any]:
+        return {
+            "num_layers": config.get(f"{side}_layers", 12),
+            "attention": {
+                "num_heads": config.get(f"{side}_attention_heads", 16),
+                "dropout": config.get("attention_dropout", 0.0),
+            },
+            "ffn": {
+                "d_ff": config.get(f"{side}_ffn_dim", 4096),
+                "activation": activation,
+                "dropout": config.get("activation_dropout", 0.0),
+            },
+        }
+
+    # model-level blocks from the encoder; the decoder overrides only what differs (a small spec stays small)
+    encoder, decoder = stack("encoder"), stack("decoder")
+    source_vocab = config.get("vocab_size", 58101 if marian else 50265)
+    separate = marian and config.get("share_encoder_decoder_embeddings", True) is False
+    # apart, vocab_size is the source's and decoder_vocab_size the target's (decoder embeddings and head)
+    vocab = (config.get("decoder_vocab_size") or source_vocab) if separate else source_vocab
+    position = {"kind": "sinusoidal", "layout": "half"} if marian else {"kind": "learned", "offset": 2}
+    return parse_spec({
+        "family": "encoder-decoder",
+        "vocab_size": vocab,
+        "source_vocab_size": source_vocab if separate else None,
+        "d_model": config.get("d_model", 1024),
+        "max_positions": config.get("max_position_embeddings", 1024),
+        **encoder,
+        "decoder": {key: value for key, value in decoder.items() if value != encoder[key]},
+        "norm": {"kind": "layernorm", "eps": _LAYERNORM_EPS, "placement": "post"},
+        "position": position,
+        "embedding": {"scale": bool(config.get("scale_embedding", False)), "norm": not marian},
+        "lm_head": {"tied": config.get("tie_word_embeddings", True) is not False, "logits_bias": True},
+        "dropout": config.get("dropout", 0.1),
+        "init": {"scheme": "normal", "std": config.get("init_std", 0.02)},
+        "pad_token_id": token_id(config, "pad_token_id", vocab, 58100 if marian else 1),
+        "bos_token_id": token_id(config, "bos_token_id", vocab, None if marian else 0),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, 0 if marian else 2),
+        "decoder_start_token_id": token_id(config, "decoder_start_token_id", vocab, 58100 if marian else 2),
+    })  # fmt: skip
+
+
+def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
+    family = "marian" if marian else "bart"
+    require(family, [("family", spec.family, "encoder-decoder")])
+    assert isinstance(spec, EncoderDecoderSpec)
+    encoder, decoder = spec.stacks().values()
+    position = {"kind": "sinusoidal", "layout": "half"} if marian else {"kind": "learned", "offset": 2}
+    checks: list[tuple[str, Any, Any]] = []
+    for stack in (encoder, decoder):
+        src, norm = stack.sources, stack.norm
+        checks += [
+            (f"{src['norm']}.kind", norm.kind, "layernorm"),
+            (f"{src['norm']}.placement", norm.placement, "post"),
+            (f"{src['norm']}.final", norm.has_final, False),
+            (f"{src['norm']}.bias", norm.bias, True),
+            (f"{src['norm']}.eps", norm.eps, _LAYERNORM_EPS),
+            *plain_attention(stack, spec.d_model),
+            (f"{src['ffn']}.gated", stack.ffn.gated, False),
+            (f"{src['ffn']}.bias", stack.ffn.bias, True),
+            (f"{src['ffn']}.activation", stack.ffn.activation, encoder.ffn.activation),  # one per model
+            (src["position"], stack.position.model_dump(), position),
+            (f"{stack.name}.share_layers", stack.share_layers, False),
+        ]
+    cross = decoder.cross_attention
+    emb = spec.embedding
+    require(family, [
+        *checks,
+        ("decoder.cross_attention", cross, decoder.attention),  # HF: the decoder's heads, biased, scaled
+        ("embedding.norm", emb.norm, not marian),
+        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
+        ("embedding.factorized_dim", emb.factorized_dim, None),
+        ("lm_head.rescale_tied", spec.lm_head.rescale_tied, False),
+        # Marian keeps a separate source vocabulary apart (share_encoder_decoder_embeddings: false)
+        *([] if marian else [("source_vocab_size", spec.source_vocab_size, None)]),
+    ])  # fmt: skip
+    config: dict[str, Any] = {
+        "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
+        "model_type": family,
+        "vocab_size": spec.source_vocab_size or spec.vocab_size,
+        "d_model": spec.d_model,
+        "max_position_embeddings": spec.max_positions,
+        "encoder_layers": encoder.num_layers,
+        "decoder_layers": decoder.num_layers,
+        "encoder_attention_heads": encoder.attention.num_heads,
+        "decoder_attention_heads": decoder.attention.num_heads,
+        "encoder_ffn_dim": encoder.ffn.d_ff,
+        "decoder_ffn_dim": decoder.ffn.d_ff,
+        "activation_function": ACTIVATIONS_TO_HF[encoder.ffn.activation],
+        # HF has one rate of each kind for both stacks: the encoder's is written
+        "dropout": spec.dropout,
+        "attention_dropout": encoder.attention.dropout,
+        "activation_dropout": encoder.ffn.dropout,
+        "init_std": spec.init.std,
+        "scale_embedding": emb.scale,
+        "tie_word_embeddings": spec.lm_head.tied,
+        "is_encoder_decoder": True,
+        "pad_token_id": spec.pad_token_id,
+        "bos_token_id": spec.bos_token_id,
+        "eos_token_id": spec.eos_token_id,
+        "decoder_start_token_id": spec.start_token_id,
+    }
+    if marian:
+        config["decoder_vocab_size"] = spec.vocab_size
+        config["share_encoder_decoder_embeddings"] = spec.source_vocab_size is None
+    return config
+
+
+# -- tensors ------------------------------------------------------------------------------------------
+
+
+def _rules(spec: EncoderDecoderSpec, *, marian: bool) -> list[Rule]:
+    """One row per zoo tensor: the HF tensor(s) it is made of (full ``*ForConditionalGeneration`` names)."""
+    if spec.source_vocab_size:
+        rules = [
+            rename("source_embed.tokens.weight", "model.encoder.embed_tokens.weight"),
+            rename("embed.tokens.weight", "model.decoder.embed_tokens.weight"),
+        ]
+    else:
+        rules = [rename("embed.tokens.weight", "model.shared.weight")]
+    for name, stack in spec.stacks().items():
+        width = stack.attention.num_heads * stack.attention.resolved_head_dim(spec.d_model)
+        if not marian:
+            rules += [rename(f"{name}.positions.weight", f"model.{name}.embed_positions.weight")]
+            rules += layernorm(f"{name}.embed_norm", f"model.{name}.layernorm_embedding")
+        for i in range(stack.num_layers):
+            hf, zoo = f"model.{name}.layers.{i}", f"{name}.layers.{i}"
+            qkv = [f"{hf}.self_attn.{x}_proj" for x in "qkv"]
+            rules += fused_linear(f"{zoo}.self_attn.qkv_proj", qkv, (width, width, width))
+            rules += linear(f"{zoo}.self_attn.out_proj", f"{hf}.self_attn.out_proj")
+            rules += layernorm(f"{zoo}.self_attn_norm", f"{hf}.self_attn_layer_norm")
+            if stack.cross_attention is not None:
+                kv = [f"{hf}.encoder_attn.{x}_proj" for x in "kv"]
+                rules += linear(f"{zoo}.cross_attn.q_proj", f"{hf}.encoder_attn.q_proj")
+                rules += fused_linear(f"{zoo}.cross_attn.kv_proj", kv, (width, width))
+                rules += linear(f"{zoo}.cross_attn.out_proj", f"{hf}.encoder_attn.out_proj")
+                rules += layernorm(f"{zoo}.cross_attn_norm", f"{hf}.encoder_attn_layer_norm")
+            rules += linear(f"{zoo}.ffn.up_proj", f"{hf}.fc1")
+            rules += linear(f"{zoo}.ffn.down_proj", f"{hf}.fc2")
+            rules += layernorm(f"{zoo}.ffn_norm", f"{hf}.final_layer_norm")
+    if spec.lm_head.logits_bias:
+        rules += [rename("lm_head.final_logits_bias", "final_logits_bias")]
+    if not spec.lm_head.tied:
+        rules += linear("lm_head", "lm_head", bias=False)
+    return rules
+
+
+def _drop_copies(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
+    """Check and drop the copies of the target table: a shared table's per-stack aliases (some files keep
+    only those, then one stands in for it) and a tied head. A copy that differs is an error."""
+    separate = bool(spec.source_vocab_size)
+    table = "model.decoder.embed_tokens.weight" if separate else "model.shared.weight"
+    aliases = [] if separate else [f"model.{side}.embed_tokens.weight" for side in ("encoder", "decoder")]
+    copies = [name for name in aliases if name in tensors]
+    if table not in tensors and copies:
+        tensors[table] = tensors[copies[0]]
+    if spec.lm_head.tied and "lm_head.weight" in tensors:
+        copies.append("lm_head.weight")
+    for name in copies:
+        if table in tensors and not torch.equal(tensors.pop(name), tensors[table]):
+            raise HFError(
+                f"{name} differs from {table}, but config.json ties them "
+                "(set tie_word_embeddings / share_encoder_decoder_embeddings to false if they are separate)"
+            )
+
+
+def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
+    assert isinstance(spec, EncoderDecoderSpec)
+    # full names, also for a headless checkpoint (BartModel) saved without the ``model.`` prefix
+    tensors = {
+        k if k.startswith("model.") or k in _TOP_LEVEL else f"model.{k}": v for k, v in tensors.items()
+    }
+    if spec.lm_head.logits_bias and "final_logits_bias" not in tensors:
+        dtype = next((t.dtype for t in tensors.values() if t.is_floating_point()), torch.float32)
+        tensors["final_logits_bias"] = torch.zeros(1, spec.vocab_size, dtype=dtype)  # transformers' start
+    _drop_copies(tensors, spec)
+    ignore = (*_IGNORED, _SINUSOIDS) if marian else _IGNORED  # the sinusoids are recomputed, never read
+    return rules_to_zoo(_rules(spec, marian=marian), tensors, ignore=ignore)
+
+
+def _zoo_to_hf(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
+    assert isinstance(spec, EncoderDecoderSpec)
+    out = rules_to_hf(_rules(spec, marian=marian), tensors)
+    table = out["model.decoder.embed_tokens.weight" if spec.source_vocab_size else "model.shared.weight"]
+    out.setdefault("final_logits_bias", table.new_zeros(1, spec.vocab_size))  # HF's head always has one
+    return out
+
+
+def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
+    def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+        return _config_to_spec(config, names, marian=marian)
+
+    def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+        return _spec_to_config(spec, marian=marian)
+
+    def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
+        return _hf_to_zoo(tensors, spec, marian=marian)
+
+    def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
+        return _zoo_to_hf(tensors, spec, marian=marian)
+
+    return FamilyMapping((model_type,), config_to_spec, spec_to_config, hf_to_zoo, zoo_to_hf)
+
+
+MAPPINGS: list[FamilyMapping] = [_mapping("bart", marian=False), _mapping("marian", marian=True)]

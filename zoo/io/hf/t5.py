@@ -1,0 +1,287 @@
+"""Hugging Face T5 (v1.0 and v1.1) <-> zoo: ``T5ForConditionalGeneration`` checkpoints (Raffel et al. 2020).
+
+    HF name (s = encoder | decoder)                          zoo name
+    shared.weight (= {s}.embed_tokens.weight)                embed.tokens.weight
+    {s}.block.0.layer.0.SelfAttention.relative_attention_bias.weight
+                                                             {s}.positions.weight          (buckets, H)
+    {s}.block.{i}.layer.0.SelfAttention.{q,k,v}.weight       {s}.layers.{i}.self_attn.qkv_proj.weight  fused [q; k; v]
+    {s}.block.{i}.layer.0.SelfAttention.o.weight             {s}.layers.{i}.self_attn.out_proj.weight
+    {s}.block.{i}.layer.0.layer_norm.weight                  {s}.layers.{i}.self_attn_norm.weight
+    decoder.block.{i}.layer.1.EncDecAttention.q.weight       decoder.layers.{i}.cross_attn.q_proj.weight
+    decoder.block.{i}.layer.1.EncDecAttention.{k,v}.weight   decoder.layers.{i}.cross_attn.kv_proj.weight  fused [k; v]
+    decoder.block.{i}.layer.1.EncDecAttention.o.weight       decoder.layers.{i}.cross_attn.out_proj.weight
+    decoder.block.{i}.layer.1.layer_norm.weight              decoder.layers.{i}.cross_attn_norm.weight
+    {s}.block.{i}.layer.{f}.DenseReluDense.wi.weight         {s}.layers.{i}.ffn.up_proj.weight    (f = 1 enc, 2 dec)
+    {s}.block.{i}.layer.{f}.DenseReluDense.wi_{0,1}.weight   {s}.layers.{i}.ffn.up_proj.weight    fused [gate; up]
+    {s}.block.{i}.layer.{f}.DenseReluDense.wo.weight         {s}.layers.{i}.ffn.down_proj.weight
+    {s}.block.{i}.layer.{f}.layer_norm.weight                {s}.layers.{i}.ffn_norm.weight
+    {s}.final_layer_norm.weight                              {s}.final_norm.weight
+    lm_head.weight (v1.1 only)                               lm_head.weight
+
+v1.0 and v1.1 differ in the FFN (ReLU vs gated-GELU with ``gelu_new`` = our ``gelu_tanh``) and the head:
+v1.0 ties it to ``shared`` and scales the last hidden state by d_model**-0.5 (our ``lm_head.rescale_tied``);
+v1.1 has its own ``lm_head`` and no rescale. transformers 5.x always ties T5 in the config and records the
+rescale as ``scale_decoder_outputs`` (from ``tie_word_embeddings`` in older configs); whether the head is its
+own tensor is read from the checkpoint. T5 does not scale attention logits (``attention.scaled: false``) and
+its ``d_kv`` is independent of d_model / num_heads. Only layer 0 of each stack holds the relative bias table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from zoo.io.hf.common import (
+    FamilyMapping,
+    HFError,
+    Rule,
+    StateDict,
+    activation_from_hf,
+    fused_linear,
+    layernorm,
+    linear,
+    rename,
+    require,
+    rules_to_hf,
+    rules_to_zoo,
+    token_id,
+)
+from zoo.spec import EncoderDecoderSpec, ModelSpec, ResolvedStack, parse_spec
+
+# ours -> feed_forward_proj. "gated-gelu" means gelu_new (tanh) in transformers, so exact GELU is gelu_python.
+_PLAIN_FFN = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
+_GATED_FFN = {
+    "relu": "gated-relu",
+    "gelu": "gated-gelu_python",
+    "gelu_tanh": "gated-gelu",
+    "silu": "gated-silu",
+}
+_ALIASES = {"gelu_python": "gelu", "gelu_fast": "gelu_new"}  # same functions as these, other kernels
+
+_EMBED_ALIASES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+# Present in some old checkpoints, never read by transformers either.
+_UNUSED = (r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",)
+
+
+# -- config <-> spec ------------------------------------------------------------------------------------
+
+
+def _activation(config: dict[str, Any]) -> tuple[str, bool]:
+    proj = config.get("feed_forward_proj", "relu")
+    parts = proj.split("-")
+    gated = parts[0] == "gated"
+    if len(parts) > 2 or (len(parts) == 2 and not gated):
+        raise HFError(f"config.json feed_forward_proj={proj!r} is not '<act>' or 'gated-<act>'")
+    name = "gelu_new" if proj == "gated-gelu" else parts[-1]  # transformers' own special case
+    return activation_from_hf(_ALIASES.get(name, name), field="feed_forward_proj"), gated
+
+
+def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+    """A T5 ``config.json`` (v1.0 or v1.1) -> an encoder-decoder spec."""
+    activation, gated = _activation(config)
+    dropout = config.get("dropout_rate", 0.1)
+    vocab = config.get("vocab_size", 32128)
+    # transformers: rescale unless the config says tie_word_embeddings=false (5.x saves the result).
+    rescale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False)
+    num_layers = config.get("num_layers", 6)
+    decoder_layers = config.get("num_decoder_layers") or num_layers
+    return parse_spec({
+        "family": "encoder-decoder",
+        "vocab_size": vocab,
+        "d_model": config.get("d_model", 512),
+        "num_layers": num_layers,
+        "decoder": {"num_layers": decoder_layers} if decoder_layers != num_layers else {},
+        "max_positions": config.get("n_positions", 512),
+        "attention": {
+            "num_heads": config.get("num_heads", 8),
+            "head_dim": config.get("d_kv", 64),
+            "bias": False,
+            "scaled": False,
+            "dropout": dropout,
+        },
+        "ffn": {
+            "d_ff": config.get("d_ff", 2048),
+            "activation": activation,
+            "gated": gated,
+            "bias": False,
+            "dropout": dropout,
+        },
+        "norm": {"kind": "rmsnorm", "eps": config.get("layer_norm_epsilon", 1e-6), "placement": "pre"},
+        "position": {
+            "kind": "relative_bias",
+            "num_buckets": config.get("relative_attention_num_buckets", 32),
+            "max_distance": config.get("relative_attention_max_distance", 128),
+        },
+        # an lm_head tensor of its own means untied (v1.1); a v1.0 copy must equal shared (checked on load)
+        "lm_head": {"tied": rescale or "lm_head.weight" not in names, "rescale_tied": rescale},
+        "dropout": dropout,
+        "init": {"scheme": "t5"},
+        "pad_token_id": token_id(config, "pad_token_id", vocab, 0),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, 1),
+        "decoder_start_token_id": token_id(config, "decoder_start_token_id", vocab, 0),
+    })  # fmt: skip
+
+
+def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
+    src, norm, attention = stack.sources, stack.norm, stack.attention
+    checks = [
+        (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
+        (f"{src['norm']}.placement", norm.placement, "pre"),
+        (f"{src['norm']}.final", norm.has_final, True),
+        (f"{src['position']}.kind", stack.position.kind, "relative_bias"),
+        (f"{src['ffn']}.bias", stack.ffn.bias, False),
+        (f"{stack.name}.share_layers", stack.share_layers, False),
+    ]
+    for field in ("attention", "cross_attention"):
+        spec = getattr(stack, field)
+        if spec is not None:
+            checks += [
+                (f"{src[field]}.bias", spec.bias, False),
+                (f"{src[field]}.scaled", spec.scaled, False),  # T5 folds 1/sqrt(d) into its init
+                (f"{src[field]}.qk_norm", spec.qk_norm, False),
+                (f"{src[field]}.num_kv_heads", spec.kv_heads, spec.num_heads),
+                (f"{src[field]}.num_heads", spec.num_heads, attention.num_heads),
+                (
+                    f"{src[field]}.head_dim",
+                    spec.resolved_head_dim(d_model),
+                    attention.resolved_head_dim(d_model),
+                ),
+            ]
+    return checks
+
+
+def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+    """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` config.json dict.
+
+    Raises naming the first spec field T5 cannot express. HF T5 has one ``dropout_rate`` for everything:
+    the spec's top-level ``dropout`` is written.
+    """
+    require("t5", [("family", spec.family, "encoder-decoder")])
+    assert isinstance(spec, EncoderDecoderSpec)
+    encoder, decoder = spec.stacks().values()
+    emb, head = spec.embedding, spec.lm_head
+    no_dropout = {"dropout": 0.0}  # dropouts may differ between stacks: HF T5 has one rate anyway
+    require("t5", [
+        *_stack_checks(encoder, spec.d_model),
+        *_stack_checks(decoder, spec.d_model),
+        ("decoder.attention", decoder.attention.model_copy(update=no_dropout),
+         encoder.attention.model_copy(update=no_dropout)),
+        ("decoder.ffn", decoder.ffn.model_copy(update=no_dropout), encoder.ffn.model_copy(update=no_dropout)),
+        ("decoder.position", decoder.position, encoder.position),
+        ("decoder.norm.eps", decoder.norm.eps, encoder.norm.eps),
+        ("source_vocab_size", spec.source_vocab_size, None),
+        ("embedding.scale", emb.scale, False),
+        ("embedding.norm", emb.norm, False),
+        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
+        ("embedding.factorized_dim", emb.factorized_dim, None),
+        ("lm_head.logits_bias", head.logits_bias, False),
+    ])  # fmt: skip
+    ffn, attention, position = encoder.ffn, encoder.attention, encoder.position
+    return {
+        "architectures": ["T5ForConditionalGeneration"],
+        "model_type": "t5",
+        "vocab_size": spec.vocab_size,
+        "d_model": spec.d_model,
+        "d_kv": attention.resolved_head_dim(spec.d_model),
+        "d_ff": ffn.d_ff,
+        "num_layers": encoder.num_layers,
+        "num_decoder_layers": decoder.num_layers,
+        "num_heads": attention.num_heads,
+        "relative_attention_num_buckets": position.num_buckets,
+        "relative_attention_max_distance": position.max_distance,
+        "dropout_rate": spec.dropout,
+        "layer_norm_epsilon": encoder.norm.eps,
+        "feed_forward_proj": (_GATED_FFN if ffn.gated else _PLAIN_FFN)[ffn.activation],
+        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs.
+        "tie_word_embeddings": head.rescale_tied,
+        "scale_decoder_outputs": head.rescale_tied,
+        "is_encoder_decoder": True,
+        "n_positions": spec.max_positions,
+        "pad_token_id": spec.pad_token_id,
+        "eos_token_id": spec.eos_token_id,
+        "decoder_start_token_id": spec.start_token_id,
+    }
+
+
+# -- tensors ------------------------------------------------------------------------------------------
+
+
+def _rules(spec: EncoderDecoderSpec) -> list[Rule]:
+    """One row per zoo tensor: the HF tensor(s) it is made of."""
+    rules = [rename("embed.tokens.weight", "shared.weight")]
+    for name, stack in spec.stacks().items():
+        H, K = stack.attention.num_heads, stack.attention.kv_heads
+        D, F = stack.attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
+        bias_table = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        rules += [rename(f"{name}.positions.weight", bias_table)]
+        rules += layernorm(f"{name}.final_norm", f"{name}.final_layer_norm", bias=False)
+        for i in range(stack.num_layers):
+            hf, zoo = f"{name}.block.{i}.layer", f"{name}.layers.{i}"
+            attn = f"{hf}.0.SelfAttention"
+            rules += fused_linear(
+                f"{zoo}.self_attn.qkv_proj", [f"{attn}.{x}" for x in "qkv"], (H * D, K * D, K * D), bias=False
+            )
+            rules += linear(f"{zoo}.self_attn.out_proj", f"{attn}.o", bias=False)
+            rules += layernorm(f"{zoo}.self_attn_norm", f"{hf}.0.layer_norm", bias=False)
+            ffn_index = 1
+            if stack.cross_attention is not None:
+                cross = f"{hf}.1.EncDecAttention"
+                rules += linear(f"{zoo}.cross_attn.q_proj", f"{cross}.q", bias=False)
+                rules += fused_linear(
+                    f"{zoo}.cross_attn.kv_proj", [f"{cross}.k", f"{cross}.v"], (K * D, K * D), bias=False
+                )
+                rules += linear(f"{zoo}.cross_attn.out_proj", f"{cross}.o", bias=False)
+                rules += layernorm(f"{zoo}.cross_attn_norm", f"{hf}.1.layer_norm", bias=False)
+                ffn_index = 2
+            ff = f"{hf}.{ffn_index}.DenseReluDense"
+            if stack.ffn.gated:  # zoo's up_proj rows: [gate (wi_0); up (wi_1)]
+                rules += fused_linear(f"{zoo}.ffn.up_proj", [f"{ff}.wi_0", f"{ff}.wi_1"], (F, F), bias=False)
+            else:
+                rules += linear(f"{zoo}.ffn.up_proj", f"{ff}.wi", bias=False)
+            rules += linear(f"{zoo}.ffn.down_proj", f"{ff}.wo", bias=False)
+            rules += layernorm(f"{zoo}.ffn_norm", f"{hf}.{ffn_index}.layer_norm", bias=False)
+    if not spec.lm_head.tied:
+        rules += linear("lm_head", "lm_head", bias=False)
+    return rules
+
+
+def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
+    """A T5 state dict -> zoo's. Raises naming a missing, unexpected or inconsistent tensor."""
+    assert isinstance(spec, EncoderDecoderSpec)
+    present = [name for name in _EMBED_ALIASES if name in tensors]
+    if not present:
+        raise HFError(f"the checkpoint has no token embedding (expected one of {', '.join(_EMBED_ALIASES)})")
+    tensors = dict(tensors)
+    embed = tensors["shared.weight"] = tensors[present[0]]
+    # copies of the one table: the stacks' aliases, and a tied head's (older files store it)
+    copies = [*_EMBED_ALIASES[1:], *(["lm_head.weight"] if spec.lm_head.tied else [])]
+    for name in copies:
+        if name in tensors and not torch.equal(tensors.pop(name), embed):
+            raise HFError(
+                f"{name} differs from {present[0]}, but config.json describes one shared table "
+                "(a v1.1 model with its own lm_head needs tie_word_embeddings: false)"
+            )
+    return rules_to_zoo(_rules(spec), tensors, ignore=_UNUSED)
+
+
+def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
+    """zoo's state dict -> what ``T5ForConditionalGeneration.from_pretrained`` loads with nothing missing."""
+    assert isinstance(spec, EncoderDecoderSpec)
+    out = rules_to_hf(_rules(spec), tensors)
+    if spec.lm_head.tied and not spec.lm_head.rescale_tied:
+        # A tied head without the rescale is tie_word_embeddings=false in the config, which transformers 4.x
+        # reads as untied: store the head too (equal values, so 5.x ties it again).
+        out["lm_head.weight"] = out["shared.weight"].clone()
+    return out
+
+
+MAPPINGS: list[FamilyMapping] = [
+    FamilyMapping(
+        model_types=("t5",),
+        config_to_spec=config_to_spec,
+        spec_to_config=spec_to_config,
+        hf_to_zoo=hf_to_zoo,
+        zoo_to_hf=zoo_to_hf,
+    )
+]
