@@ -1,0 +1,152 @@
+"""`zoo show`, `zoo diff` and `zoo plot`: what they print, the JSON they emit, the PNGs they write."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+import zoo
+from zoo.cli import main
+from zoo.io.tokenizer import train_tokenizer
+from zoo.viz import panel_inches
+
+LINES = ["나는 학생이다", "i am a student", "고양이가 생선을 먹는다", "the cat eats fish"] * 3
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = Path(path).read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", header[16:24])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, zoo.Tokenizer]:
+    """A tiny encoder-decoder (transformer-tiny shrunk) saved with a Korean/English tokenizer."""
+    tokenizer = train_tokenizer(iter(LINES), kind="bpe", vocab_size=80, min_frequency=1)
+    spec = zoo.preset(
+        "transformer-tiny",
+        vocab_size=tokenizer.vocab_size,
+        d_model=32,
+        num_layers=1,
+        max_positions=32,
+        **{"attention.num_heads": 2, "ffn.d_ff": 32},
+    )
+    directory = tmp_path_factory.mktemp("ckpt")
+    zoo.save(zoo.build(spec), directory, tokenizer=tokenizer)
+    return directory, tokenizer
+
+
+def test_show_json_parses_and_counts_the_model(capsys) -> None:
+    code, out, _ = run(capsys, "show", "gpt2-tiny", "--json", "--seq-len", "64", "--dtype", "bf16")
+    data = json.loads(out)
+    assert code == 0
+    assert data["parameters"]["total"] == zoo.build("gpt2-tiny", device="meta").num_parameters()
+    assert data["settings"]["dtype_bytes"] == 2 and data["settings"]["seq_len"] == 64
+    assert data["memory_bytes"]["kv_cache_per_token"] == 2 * 2 * 64 * 2
+    assert data["flops"]["training_per_token"] == 3 * data["flops"]["forward_per_token"]
+
+
+def test_show_draws_the_tree_with_sharing_and_tying(capsys) -> None:
+    code, out, _ = run(capsys, "show", "albert-base", "--seq-len", "128")
+    assert code == 0
+    assert "layers.0" in out and "run ×12" in out and "tied" in out
+    assert "11,221,680" in out  # the total
+    assert "KV cache" in out and "assumptions" in out
+
+
+def test_show_reads_a_checkpoint_directory(capsys, checkpoint) -> None:
+    directory, _ = checkpoint
+    code, out, _ = run(capsys, "show", str(directory), "--json")
+    assert code == 0 and json.loads(out)["family"] == "encoder-decoder"
+
+
+def test_show_of_an_unknown_preset_is_a_one_line_error(capsys) -> None:
+    code, _, err = run(capsys, "show", "gpt5")
+    assert code == 2 and "unknown preset 'gpt5'" in err and "Traceback" not in err
+
+
+def test_diff_lists_fields_with_both_values(capsys) -> None:
+    code, out, _ = run(capsys, "diff", "gpt2", "gpt2-medium")
+    assert code == 0
+    assert "decoder.num_layers" in out and "24" in out and "d_model" in out and "1024" in out
+    code, out, _ = run(capsys, "diff", "gpt2", "gpt2-medium", "--json")
+    rows = {row["field"]: row for row in json.loads(out)}
+    assert rows["decoder.attention.num_heads"] == {"field": "decoder.attention.num_heads", "a": 12, "b": 16}
+
+
+def test_diff_of_a_preset_with_itself_says_identical(capsys) -> None:
+    code, out, _ = run(capsys, "diff", "t5-small", "t5-small")
+    assert code == 0 and "identical" in out
+
+
+def test_plot_attention_writes_heads_by_layer_panels(capsys, checkpoint, tmp_path) -> None:
+    directory, tokenizer = checkpoint
+    source, target = "고양이가 생선을 먹는다", "the cat eats fish"
+    out = tmp_path / "att.png"
+    code, printed, _ = run(
+        capsys,
+        "plot",
+        "attention",
+        str(directory),
+        source,
+        "--target",
+        target,
+        "--out",
+        str(out),
+        "--dpi",
+        "20",
+    )
+    assert code == 0 and str(out) in printed
+    longest = max(len(tokenizer.encode(source)), len(tokenizer.encode(target)))
+    side = panel_inches(longest) * 20
+    assert png_size(out) == (round(2 * side), round(3 * side))  # 2 heads; 3 kinds × 1 layer
+
+
+def test_plot_attention_generates_a_target_when_none_is_given(capsys, checkpoint, tmp_path) -> None:
+    directory, _ = checkpoint
+    out = tmp_path / "gen.png"
+    code, _, _ = run(
+        capsys, "plot", "attention", str(directory), "나는 학생이다", "--max-new-tokens", "4",
+        "--out", str(out), "--dpi", "20",
+    )  # fmt: skip
+    width, height = png_size(out)
+    assert code == 0 and abs(height / width - 3 / 2) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("argv", "size"),
+    [
+        (["masks", "transformer-tiny"], (3 * 64, 2 * 64 + 8)),
+        (["masks", "gpt2-tiny"], (64, 2 * 64 + 8)),
+        (["positions", "--d-model", "32", "--length", "10"], (180, 100)),
+        (["schedule", "--d-model", "128", "--warmup", "50"], (160, 90)),
+    ],
+)
+def test_plot_commands_write_pngs_of_the_stated_size(capsys, tmp_path, argv, size) -> None:
+    out = tmp_path / "plot.png"
+    code, printed, _ = run(capsys, "plot", *argv, "--out", str(out), "--dpi", "20")
+    assert code == 0 and f"wrote {out}" in printed.replace("\n", "")
+    assert png_size(out) == size
+
+
+def test_plot_training_defaults_into_the_run_folder_and_reports_skipped_lines(capsys, tmp_path) -> None:
+    records = [{"step": s, "loss": 5 - s, "lr": 1e-3} for s in range(1, 5)] + [{"step": 4, "val_bleu": 3.0}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(map(json.dumps, records)) + "\nnot json\n")
+    code, _, err = run(capsys, "plot", "training", str(tmp_path), "--dpi", "20")
+    assert code == 0 and "skipped 1" in err
+    assert png_size(tmp_path / "training.png") == (200, 140)
+
+
+def test_plot_without_matplotlib_says_what_to_install(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    code, _, err = run(capsys, "plot", "positions", "--out", str(tmp_path / "p.png"))
+    assert code == 2 and "pip install 'zoo[viz]'" in err and not (tmp_path / "p.png").exists()

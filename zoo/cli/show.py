@@ -1,0 +1,149 @@
+"""``zoo show NAME|SPEC_FILE|DIR``: the module tree with parameter counts, and cost estimates.
+
+A preset or spec is built on the meta device (instant, no memory); a checkpoint directory is read for its
+spec.json only. ``--json`` prints the same as JSON (`zoo.analysis.ModelSummary.to_dict`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "show", help="a model's tree, parameter counts, FLOPs, training memory and KV-cache size"
+    )
+    parser.add_argument("target", metavar="NAME|SPEC_FILE|DIR", help="preset, spec file or checkpoint dir")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: max_positions)")
+    parser.add_argument("--batch", type=int, default=1, help="batch size of a training step (default: 1)")
+    parser.add_argument("--dtype", default="float32", help="float32, bf16 or fp16 (default: float32)")
+    parser.add_argument("--depth", type=int, default=None, help="show the tree this many levels deep")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a tree and tables")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import zoo
+
+    result = zoo.summary(args.target, seq_len=args.seq_len, batch=args.batch, dtype=args.dtype)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    render(result, title=result.name or str(args.target), depth=args.depth)
+    return 0
+
+
+def render(s: Any, *, title: str, depth: int | None = None) -> None:
+    """Print a `ModelSummary`: header, tree, parameters, estimates, notes and assumptions."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.tree import Tree
+
+    from zoo.cli import console
+
+    console.print(
+        f"[bold]{escape(title)}[/] ({s.family})" + (f"  [dim]{escape(s.source)}[/]" if s.source else "")
+    )
+    tree = Tree(_label(s.tree, title))
+    _grow(tree, s.tree, depth=depth)
+    console.print(tree)
+
+    p = s.parameters
+    params = Table(title="parameters", show_header=False)
+    params.add_column("what")
+    params.add_column("count", justify="right")
+    rows = [
+        ("total (distinct tensors)", p.total),
+        ("trainable", p.trainable),
+        ("embedding tables (lookups)", p.embedding),
+        ("body (non-embedding: the stacks' matmuls and norms)", p.body),
+        ("heads (own output matrix, MLM head, pooler, classifier)", p.head),
+    ]
+    if p.tied:
+        rows.append(("tied: embedding reused as output matrix (counted once)", p.tied))
+    if p.body_as_run != p.body:
+        rows.append(("body as run (shared layers once per run)", p.body_as_run))
+    for what, count in rows:
+        params.add_row(what, f"{count:,}")
+    console.print(params)
+
+    states = s.training_states
+    est = Table(title=f"estimates at seq_len {s.seq_len}, batch {s.batch}, {s.dtype}", show_header=False)
+    est.add_column("what")
+    est.add_column("value", justify="right")
+    est.add_column("how", style="dim")
+    f = s.flops
+    est.add_row(
+        "forward FLOPs / token",
+        si(f.forward),
+        f"dense {si(f.dense)} + attention {si(f.attention)} + head {si(f.head)}",
+    )
+    est.add_row("training FLOPs / token", si(f.training), "3 × forward")
+    est.add_row("training FLOPs / step", si(s.training_flops_per_step), f"× {s.batch} × {s.seq_len} tokens")
+    est.add_row("weights", binary(states.weights), f"{p.total:,} × {s.dtype_bytes} bytes")
+    extra = f" + fp32 master {binary(states.master_weights)}" if states.master_weights else ""
+    est.add_row(
+        "weights + gradients + Adam",
+        binary(states.total),
+        f"grads {binary(states.gradients)} + 2 fp32 moments {binary(states.optimizer)}{extra}",
+    )
+    est.add_row(
+        "activations / step",
+        binary(s.activations),
+        f"of which attention matrices {binary(s.attention_matrices)} (not kept by fused SDPA kernels)",
+    )
+    est.add_row("training step total", binary(s.training_step_bytes), "states + activations")
+    est.add_row("KV cache / token", binary(s.kv_cache_per_token), "2 × layers × kv heads × head dim × bytes")
+    if s.cross_kv_cache_per_source_token:
+        est.add_row(
+            "cross KV cache / source token", binary(s.cross_kv_cache_per_source_token), "once per source"
+        )
+    console.print(est)
+    for note in s.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    console.print("[dim]assumptions:[/]")
+    for assumption in s.assumptions:
+        console.print(f"[dim]  - {escape(assumption)}[/]")
+
+
+def _label(node: Any, root_title: str | None = None) -> str:
+    from rich.markup import escape
+
+    name = root_title if root_title is not None else node.name
+    text = f"[bold]{escape(name)}[/] [cyan]{node.kind}[/]"
+    if node.detail:
+        text += f" [dim]{escape(node.detail)}[/]"
+    if node.params:
+        text += f"  [green]{node.params:,}[/]"
+        if node.copies > 1:
+            text += f" [green]({node.params // node.copies:,} each)[/]"
+    if node.runs > node.copies:
+        text += f" [yellow]run ×{node.runs}[/]"
+    elif node.copies > 1:
+        text += f" [yellow]×{node.copies}[/]"
+    return text
+
+
+def _grow(branch: Any, node: Any, *, depth: int | None) -> None:
+    if depth is not None and depth <= 0:
+        return
+    for child in node.children:
+        _grow(branch.add(_label(child)), child, depth=None if depth is None else depth - 1)
+
+
+def si(value: float) -> str:
+    """1234567 -> '1.23 M' (FLOPs)."""
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f}"
+
+
+def binary(value: float) -> str:
+    """Bytes in binary units: 1536 -> '1.50 KiB'."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
