@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import LMHead, token_cross_entropy
+from zoo.models.heads import LMHead, shift_labels_left, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 
@@ -52,5 +52,5 @@ class DecoderModel(GenerationMixin, ZooModel):
         logits = self.lm_head(out.hidden) if self.lm_head is not None else None
         loss = None
         if labels is not None and logits is not None:
-            loss = token_cross_entropy(logits[:, :-1], labels[:, 1:])
+            loss = token_cross_entropy(logits, shift_labels_left(labels))
         return ModelOutput(logits=logits, last_hidden_state=out.hidden, loss=loss, attentions=out.attentions)

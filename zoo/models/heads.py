@@ -105,3 +105,11 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
     )
+
+
+def shift_labels_left(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B, T): position t is scored against token t + 1; the last position against nothing.
+
+    Shifting the labels rather than slicing ``logits[:, :-1]`` avoids copying the whole (B, T, V) logits.
+    """
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
