@@ -34,7 +34,7 @@ _LAZY = {
     "from_hf": "zoo.io.hf:from_hf",
     "to_hf": "zoo.io.hf:to_hf",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
-    "summary": "zoo.summary:summary",
+    "summary": "zoo.analysis:summary",
 }
 
 __all__ = [
