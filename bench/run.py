@@ -21,6 +21,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import contenders, report
+from bench.memory import measure
 from bench.timing import alternate
 from bench.workloads import GenerateWorkload, TrainWorkload, suite
 
@@ -34,7 +35,11 @@ def run_train(workload: TrainWorkload, args: argparse.Namespace) -> list[dict[st
     batch = contenders.train_batch(workload, args.device)
     runs = {name: contenders.train_step_fn(name, workload, model, batch) for name, model in models.items()}
     timings = alternate(runs, device=args.device, warmup=args.warmup, repeats=args.repeats)
-    return _rows("train", workload.name, timings, workload.tokens_per_step, parameters)
+    rows = _rows("train", workload.name, timings, workload.tokens_per_step, parameters)
+    if not args.no_memory:
+        for row in rows:
+            row["peak_mib"] = measure("train", workload.name, row["contender"], device=args.device)
+    return rows
 
 
 def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -69,7 +74,6 @@ def _rows(kind: str, workload: str, timings: dict, units: int, parameters: int) 
                 "fastest": fastest,
                 "seconds": timing.seconds,
                 "vs_hf": hf.median / timing.median if hf is not None else None,
-                "peak_mib": timing.peak_bytes / 2**20 if timing.peak_bytes else None,
                 "parameters": parameters if name != "floor" else None,
             }
         )
@@ -86,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--match", default="", help="only workloads whose name contains this text")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (3 if args.quick else 5)

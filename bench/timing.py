@@ -15,7 +15,6 @@ import torch
 @dataclass
 class Timing:
     seconds: list[float] = field(default_factory=list)
-    peak_bytes: int = 0
 
     @property
     def median(self) -> float:
@@ -33,7 +32,8 @@ def _sync(device: str) -> None:
 
 class PeakMemory:
     """Peak memory of one call: CUDA allocator peak, or on Linux CPU the resident-set high-water mark (VmHWM),
-    reset before the call through /proc/self/clear_refs, minus the resident set before it."""
+    reset before the call through /proc/self/clear_refs, minus the resident set before it (meaningful in a
+    process whose allocator returns freed memory: see `bench.memory`)."""
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -67,7 +67,8 @@ def _status_bytes(key: str) -> int:
 def alternate(
     runs: dict[str, Callable[[], object]], *, device: str, warmup: int, repeats: int
 ) -> dict[str, Timing]:
-    """Time each closure ``repeats`` times after ``warmup`` untimed calls, interleaving contenders."""
+    """Time each closure ``repeats`` times after ``warmup`` untimed calls, interleaving contenders.
+    (Peak memory is measured apart, in `bench.memory`, so it cannot disturb the timings.)"""
     timings = {name: Timing() for name in runs}
     for _ in range(warmup):
         for run in runs.values():
@@ -75,11 +76,8 @@ def alternate(
     for _ in range(repeats):
         for name, run in runs.items():
             _sync(device)
-            with PeakMemory(device) as memory:
-                start = time.perf_counter()
-                run()
-                _sync(device)
-                elapsed = time.perf_counter() - start
-            timings[name].seconds.append(elapsed)
-            timings[name].peak_bytes = max(timings[name].peak_bytes, memory.peak)
+            start = time.perf_counter()
+            run()
+            _sync(device)
+            timings[name].seconds.append(time.perf_counter() - start)
     return timings
