@@ -8,12 +8,20 @@ import importlib
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 # One line per subcommand module, in the order `zoo --help` lists them.
 COMMANDS = (
     "presets",
     "schema",
     "demo",
+    "train",
+    "tokenizer",
+    "show",
+    "diff",
+    "plot",
+    "convert",
+    "generate",
 )
 
 console = Console()
@@ -37,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except (ValueError, FileNotFoundError, OSError) as error:
         # zoo's errors already name the file, field or tensor: show the message, not a traceback.
-        err_console.print(f"[bold red]error:[/] {error}", highlight=False, markup=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")

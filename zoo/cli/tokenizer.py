@@ -1,0 +1,66 @@
+"""``zoo tokenizer``: train a subword tokenizer on text files, or look at how one splits a sentence.
+
+zoo tokenizer train --kind bpe --vocab-size 8000 data/*.txt --out tok.json
+zoo tokenizer encode tok.json "the cat eats fish"
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("tokenizer", help="train a tokenizer, or encode text with one")
+    commands = parser.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
+
+    train = commands.add_parser(
+        "train", help="train a BPE / WordPiece / Unigram tokenizer (ids 0-4: pad bos eos unk mask)"
+    )
+    train.add_argument("files", nargs="+", type=Path, help="UTF-8 text files (TSV works: tabs are spaces)")
+    train.add_argument("--kind", choices=("bpe", "wordpiece", "unigram"), default="bpe")
+    train.add_argument("--vocab-size", type=int, default=8000)
+    train.add_argument("--min-frequency", type=int, default=2, help="bpe / wordpiece: rarest merge kept")
+    train.add_argument("--lowercase", action="store_true")
+    train.add_argument("--out", type=Path, required=True, help="where to write tokenizer.json")
+    train.set_defaults(run=run_train)
+
+    encode = commands.add_parser("encode", help="show the tokens and ids of a text")
+    encode.add_argument("tokenizer", type=Path, help="a tokenizer.json, or a directory holding one")
+    encode.add_argument("text")
+    encode.set_defaults(run=run_encode)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from zoo.cli import console
+    from zoo.io.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(
+        [str(f) for f in args.files],
+        kind=args.kind,
+        vocab_size=args.vocab_size,
+        min_frequency=args.min_frequency,
+        lowercase=args.lowercase,
+    )
+    tokenizer.save(args.out)
+    specials = "  ".join(f"{name}={i}" for name, i in tokenizer.special_ids().items())
+    console.print(
+        f"{args.kind} tokenizer, {tokenizer.vocab_size:,} tokens ({specials}) -> [bold]{args.out}[/]"
+    )
+    if tokenizer.vocab_size < args.vocab_size:
+        console.print(f"[dim]the text holds fewer distinct pieces than --vocab-size {args.vocab_size}[/]")
+    return 0
+
+
+def run_encode(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from zoo.cli import console
+    from zoo.io.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_file(args.tokenizer)
+    ids = tokenizer.encode(args.text, add_eos=False)
+    tokens = [tokenizer.id_to_token(i) for i in ids]
+    console.print(" ".join(f"{escape(str(t))}[dim]/{i}[/]" for t, i in zip(tokens, ids)), highlight=False)
+    console.print(f"[dim]{len(ids)} tokens[/]")
+    return 0

@@ -1,0 +1,275 @@
+"""The training config: one pydantic model, read from YAML, that says everything a run needs.
+
+    model:     {preset: transformer-tiny, overrides: {dropout: 0.1}}   # or {file: spec.yaml} / {spec: {...}}
+    task:      seq2seq                                                  # default: from the model's family
+    data:      {train: data/train.tsv, valid: data/valid.tsv}
+    tokenizer: {kind: bpe, vocab_size: 8000}                            # or {path: tok.json}
+    schedule:  {kind: noam, warmup_steps: 4000}
+    batch:     {max_tokens: 4096}
+    epochs:    10
+
+Relative paths are taken from the current directory, as a shell would. Every section forbids unknown
+keys, so a typo is an error that names the field instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+from zoo.spec.model import _set_dotted
+from zoo.spec.presets import format_validation_error
+
+Task = Literal["seq2seq", "causal_lm", "masked_lm"]
+TASK_OF_FAMILY: dict[str, Task] = {
+    "encoder-decoder": "seq2seq",
+    "decoder": "causal_lm",
+    "encoder": "masked_lm",
+}
+
+
+class ConfigError(ValueError):
+    """A training config that cannot be read or does not validate; the message names the file and field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSource(Section):
+    """Where the model spec comes from: exactly one of ``preset``, ``file`` or ``spec``, plus overrides.
+
+    A bare string is shorthand: ``model: transformer-tiny`` (a preset) or ``model: my_spec.yaml`` (a file).
+    """
+
+    preset: str | None = None
+    file: Path | None = None
+    spec: dict[str, Any] | None = None
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted spec fields to change, e.g. {'attention.num_heads': 8}."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str | Path):
+            is_file = str(data).endswith((".yaml", ".yml", ".json"))
+            return {"file": data} if is_file else {"preset": data}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        given = [name for name in ("preset", "file", "spec") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of preset, file or spec (got {', '.join(given) or 'none'})")
+        return self
+
+
+class ParallelFiles(Section):
+    """Two line-aligned files: line i of ``source`` translates to line i of ``target``."""
+
+    source: Path
+    target: Path
+
+
+DataFiles = Path | ParallelFiles
+
+
+class DataConfig(Section):
+    """Training text. seq2seq: a TSV file (``source<TAB>target``) or {source, target} files; language
+    modelling: a plain text file, one example a line (blank lines are skipped)."""
+
+    train: DataFiles
+    valid: DataFiles | None = None
+    max_length: PositiveInt | None = Field(
+        None, description="Longest sequence in tokens, special tokens included; default: model max_positions."
+    )
+    too_long: Literal["truncate", "skip", "error"] = Field(
+        "truncate",
+        description="What to do with a longer sequence: cut it (with a warning), drop it, or stop.",
+    )
+
+
+class TokenizerConfig(Section):
+    """Load a tokenizer (``path``) or train one on the training data (``kind``, ``vocab_size``)."""
+
+    path: Path | None = Field(None, description="An existing tokenizer.json (the target side if not shared).")
+    source_path: Path | None = Field(None, description="An existing source tokenizer (shared: false).")
+    kind: Literal["bpe", "wordpiece", "unigram"] = "bpe"
+    vocab_size: PositiveInt = 8000
+    min_frequency: PositiveInt = 2
+    lowercase: bool = False
+    shared: bool = Field(
+        True, description="seq2seq: one vocabulary for both sides; false gives the source its own embedding."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TokenizerConfig:
+        if self.source_path is not None and self.shared:
+            raise ValueError("source_path needs shared: false (a shared vocabulary has one tokenizer)")
+        return self
+
+
+class OptimConfig(Section):
+    """The optimizer; the learning rate itself comes from ``schedule``."""
+
+    name: Literal["adam", "adamw"] = "adam"
+    betas: tuple[float, float] = (0.9, 0.98)  # section 5.3 of the paper
+    eps: PositiveFloat = 1e-9
+    weight_decay: float = Field(0.0, ge=0.0, description="Applied to matrices only, never biases or norms.")
+    clip_grad_norm: PositiveFloat | None = Field(1.0, description="Max global gradient norm; null: no clip.")
+
+
+class NoamSchedule(Section):
+    """lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Vaswani et al. 2017, eq. 3)."""
+
+    kind: Literal["noam"] = "noam"
+    warmup_steps: PositiveInt = 4000
+    scale: PositiveFloat = 1.0
+
+
+class WarmupSchedule(Section):
+    """Linear warmup to ``lr``, then constant, linear or cosine decay to ``min_lr_ratio * lr``."""
+
+    kind: Literal["constant", "linear", "cosine"]
+    lr: PositiveFloat = 3e-4
+    warmup_steps: NonNegativeInt = 0
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+
+Schedule = Annotated[NoamSchedule | WarmupSchedule, Field(discriminator="kind")]
+
+
+class BatchConfig(Section):
+    """Length-bucketed batches of at most ``max_tokens`` padded tokens (source + target) per process."""
+
+    max_tokens: PositiveInt = 4096
+    max_sentences: PositiveInt | None = None
+    grad_accum: PositiveInt = Field(1, description="Batches per process summed into one optimizer step.")
+    shuffle: bool = True
+
+
+class LossConfig(Section):
+    label_smoothing: float | None = Field(
+        None, ge=0.0, lt=1.0, description="Default: 0.1 for seq2seq (the paper, section 5.4), else 0."
+    )
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="masked_lm: share of tokens predicted.")
+
+
+class EvalConfig(Section):
+    every_steps: PositiveInt | None = Field(None, description="Validate every N steps; always at the end.")
+    bleu: bool = Field(True, description="seq2seq: greedy-decode the validation sources and score BLEU.")
+    bleu_samples: PositiveInt | None = Field(None, description="Decode only the first N pairs; null: all.")
+    num_beams: PositiveInt = 1
+    max_new_tokens: PositiveInt | None = Field(None, description="Decode length cap; default: max length.")
+
+
+class CheckpointConfig(Section):
+    every_steps: PositiveInt | None = Field(None, description="Save a resumable checkpoint every N steps.")
+    keep_last: PositiveInt = 2
+
+
+class DistributedConfig(Section):
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="Under torchrun: replicate (DDP) or shard (FSDP2 fully_shard per layer)."
+    )
+
+
+class TrainConfig(Section):
+    """Everything a training run needs; `zoo.training.train(config)` runs it."""
+
+    model: ModelSource
+    task: Task | None = Field(None, description="Default: seq2seq, causal_lm or masked_lm by model family.")
+    data: DataConfig
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    optim: OptimConfig = OptimConfig()
+    schedule: Schedule = NoamSchedule()
+    batch: BatchConfig = BatchConfig()
+    loss: LossConfig = LossConfig()
+    eval: EvalConfig = EvalConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    epochs: PositiveInt | None = None
+    max_steps: PositiveInt | None = Field(None, description="Stop after this many optimizer steps.")
+    output_dir: Path = Path("runs/train")
+    seed: int = 0
+    device: str = Field("auto", description="auto (cuda when available), cpu, cuda, cuda:1, mps.")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA.")
+    num_threads: PositiveInt | None = Field(
+        None, description="CPU threads for PyTorch (torch.set_num_threads); default: PyTorch's choice."
+    )
+    activation_checkpointing: bool = Field(False, description="Recompute each layer in backward.")
+    compile: bool = Field(False, description="torch.compile the model.")
+    distributed: DistributedConfig = DistributedConfig()
+    log_every: PositiveInt = 10
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_schedule_kind(cls, data: Any) -> Any:
+        # `schedule: {warmup_steps: 400}` means the paper's schedule; the union needs its tag to pick.
+        if (
+            isinstance(data, dict)
+            and isinstance(data.get("schedule"), dict)
+            and "kind" not in data["schedule"]
+        ):
+            data = {**data, "schedule": {"kind": "noam", **data["schedule"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.epochs is None and self.max_steps is None:
+            raise ValueError("give epochs or max_steps (or both: training stops at whichever comes first)")
+        parallel = isinstance(self.data.train, ParallelFiles) or isinstance(self.data.valid, ParallelFiles)
+        if self.task is not None and self.task != "seq2seq" and parallel:
+            raise ValueError(f"data: {{source, target}} files are for seq2seq, not {self.task}")
+        return self
+
+    # -- reading and changing ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str = "training config") -> TrainConfig:
+        """Validate a mapping; errors become one `ConfigError` listing ``dotted.field: problem`` lines."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError(
+                f"{where}: invalid training config:\n{format_validation_error(error)}"
+            ) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
+        """Read a YAML (or JSON) file; ``overrides`` are dotted keys, e.g. ``**{"optim.eps": 1e-8}``."""
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: training config not found")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a training config must be a mapping, got {type(data).__name__}")
+        for key, value in overrides.items():
+            _set_dotted(data, key, value)
+        return cls.from_dict(data, where=str(path))
+
+    def override(self, **changes: Any) -> TrainConfig:
+        """A validated copy with dotted keys changed: ``config.override(**{"batch.max_tokens": 512})``."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        for key, value in changes.items():
+            _set_dotted(data, key, value)
+        return TrainConfig.from_dict(data)
+
+    def to_yaml(self) -> str:
+        """The full config, every default explicit (what a run writes to ``<output_dir>/train_config.yaml``)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

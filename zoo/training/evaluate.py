@@ -1,0 +1,111 @@
+"""Validation: loss and perplexity over a split, and BLEU of greedy (or beam) translations.
+
+Validation loss is the plain negative log-likelihood per target token (no label smoothing), so
+``val_ppl = exp(val_loss)`` is a true perplexity. Translation goes through ``model.generate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+from torch import nn
+
+from zoo.io.tokenizer import Tokenizer
+from zoo.training.batching import Batch
+from zoo.training.bleu import corpus_bleu
+from zoo.training.losses import label_smoothed_cross_entropy
+
+
+@torch.no_grad()
+def validation_loss(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    device: torch.device,
+    autocast: AbstractContextManager | None = None,
+) -> tuple[float, float]:
+    """(mean NLL per target token, perplexity) over ``batches``; restores the model's train/eval mode."""
+    was_training = model.training
+    model.eval()
+    nll, tokens = 0.0, 0
+    try:
+        for batch in batches:
+            batch = batch.to(device)
+            with autocast or nullcontext():
+                logits = model(**batch.inputs).logits
+            sums = label_smoothed_cross_entropy(logits, batch.targets)
+            nll += float(sums.nll)
+            tokens += int(sums.tokens)
+    finally:
+        model.train(was_training)
+    mean = nll / max(tokens, 1)
+    return mean, math.exp(min(mean, 100.0))  # capped: an untrained model's ppl is huge, never inf
+
+
+def translate(
+    model: nn.Module,
+    sources: Sequence[str],
+    *,
+    source_tokenizer: Tokenizer,
+    target_tokenizer: Tokenizer,
+    batch_size: int = 64,
+    num_beams: int = 1,
+    max_new_tokens: int | None = None,
+    device: torch.device | str | None = None,
+) -> list[str]:
+    """Translate ``sources`` with ``model.generate`` (greedy unless ``num_beams > 1``), in input order.
+
+    Sentences are batched by length so little padding is decoded; each output stops at its first eos.
+    """
+    spec = model.spec  # type: ignore[attr-defined]
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    limit = spec.max_positions
+    encoded = [ids[:limit] for ids in source_tokenizer.encode_batch(list(sources), add_eos=True)]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    outputs: list[str] = [""] * len(encoded)
+    eos, pad = spec.eos_token_id, spec.pad_token_id or 0
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(encoded[i]) for i in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for r, i in enumerate(rows):
+            input_ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
+            attention_mask[r, : len(encoded[i])] = 1
+        new_tokens = max_new_tokens or min(limit - 1, 2 * width + 10)
+        generated = model.generate(  # type: ignore[attr-defined]
+            input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            max_new_tokens=new_tokens,
+            num_beams=num_beams,
+        )
+        for r, i in enumerate(rows):
+            ids = generated[r, 1:].tolist()  # drop the decoder start token
+            if eos is not None and eos in ids:
+                ids = ids[: ids.index(eos)]
+            outputs[i] = target_tokenizer.decode(ids)
+    return outputs
+
+
+def bleu(
+    model: nn.Module,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    source_tokenizer: Tokenizer,
+    target_tokenizer: Tokenizer,
+    num_beams: int = 1,
+    max_new_tokens: int | None = None,
+) -> float:
+    """Corpus BLEU (0-100) of the model's translations of ``pairs`` (source, reference)."""
+    hypotheses = translate(
+        model,
+        [source for source, _ in pairs],
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+    )
+    return corpus_bleu(hypotheses, [reference for _, reference in pairs])

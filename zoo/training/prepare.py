@@ -1,0 +1,213 @@
+"""Everything resolved before the first step: task, tokenizers, the model spec, and the encoded data.
+
+The tokenizer decides the vocabulary, so it is wired into the spec: ``vocab_size`` becomes the
+tokenizer's size (and ``source_vocab_size`` the source tokenizer's, with separate vocabularies). Special
+ids follow the tokenizer too when zoo trained it (pad 0, bos 1, eos 2). A tokenizer loaded from a file
+must agree with the special ids the spec sets (it fills those the spec leaves unset); fields given in
+``model.overrides`` always win and are checked. Disagreement is an error naming both ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
+from zoo.spec import ModelSpec, load_spec, parse_spec, preset
+from zoo.training.config import TASK_OF_FAMILY, ConfigError, Task, TrainConfig
+from zoo.training.data import EncodedExamples, TextExamples, corpus_lines, encode_examples, read_examples
+from zoo.training.distributed import Runtime, barrier
+
+log = logging.getLogger(__name__)
+
+TOKENIZER_NAME = "tokenizer.json"
+SOURCE_TOKENIZER_NAME = "source_tokenizer.json"
+
+
+def base_spec(config: TrainConfig) -> ModelSpec:
+    """The spec the config names, before the tokenizer is wired in (overrides applied)."""
+    source = config.model
+    if source.preset is not None:
+        spec = preset(source.preset)
+    elif source.file is not None:
+        spec = load_spec(source.file)
+    else:
+        spec = parse_spec(source.spec)  # type: ignore[arg-type]
+    return spec.override(**source.overrides) if source.overrides else spec
+
+
+def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:
+    """The config's task, or the natural one for the family; a task the model cannot do is an error."""
+    natural = TASK_OF_FAMILY[spec.family]
+    task = config.task or natural
+    if task != natural:
+        raise ConfigError(f"task {task} needs a {_family_for(task)} model, but the model is {spec.family}")
+    if task == "causal_lm" and spec.lm_head is None:  # type: ignore[union-attr]
+        raise ConfigError("task causal_lm needs an LM head; the spec has lm_head: null")
+    if task == "masked_lm" and spec.heads.mlm is None:  # type: ignore[union-attr]
+        raise ConfigError("task masked_lm needs an MLM head; set heads.mlm in the spec (model.overrides)")
+    return task
+
+
+def _family_for(task: Task) -> str:
+    return next(family for family, t in TASK_OF_FAMILY.items() if t == task)
+
+
+@dataclass
+class Tokenizers:
+    target: Tokenizer  # the shared one, or the target side
+    source: Tokenizer | None = None  # only with separate vocabularies
+    trained: bool = False  # zoo trained them for this run (so their special ids define the spec's)
+
+    @property
+    def for_source(self) -> Tokenizer:
+        return self.source or self.target
+
+
+def load_or_train_tokenizers(
+    config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None = None
+) -> Tokenizers:
+    """From ``saved_dir`` (a resumed run), from ``tokenizer.path``, or trained on the training split."""
+    cfg = config.tokenizer
+    separate = task == "seq2seq" and not cfg.shared
+    if saved_dir is not None and (saved_dir / TOKENIZER_NAME).is_file():
+        source = Tokenizer.from_file(saved_dir / SOURCE_TOKENIZER_NAME) if separate else None
+        return Tokenizers(Tokenizer.from_file(saved_dir / TOKENIZER_NAME), source, trained=cfg.path is None)
+    if cfg.path is not None:
+        source = None
+        if separate:
+            if cfg.source_path is None:
+                raise ConfigError(
+                    "tokenizer.shared is false: give tokenizer.source_path too, or neither path"
+                )
+            source = Tokenizer.from_file(cfg.source_path)
+        return Tokenizers(Tokenizer.from_file(cfg.path), source)
+
+    def train(side: str) -> Tokenizer:
+        lines = corpus_lines(train_text, side=side)  # type: ignore[arg-type]
+        return train_tokenizer(
+            lines,
+            kind=cfg.kind,
+            vocab_size=cfg.vocab_size,
+            min_frequency=cfg.min_frequency,
+            lowercase=cfg.lowercase,
+        )
+
+    if separate:
+        return Tokenizers(train("target"), train("source"), trained=True)
+    return Tokenizers(train("both"), trained=True)
+
+
+def shared_tokenizers(
+    config: TrainConfig,
+    train_text: TextExamples,
+    *,
+    task: Task,
+    output_dir: Path,
+    resumed: bool,
+    runtime: Runtime,
+) -> Tokenizers:
+    """The run's tokenizers on every process: rank 0 loads or trains them and writes them to
+    ``output_dir``; the other processes read what it wrote (one training, identical vocabularies)."""
+    if runtime.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        saved = output_dir if resumed else None
+        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=saved)
+        save_tokenizers(tokenizers, output_dir)
+    barrier(runtime)
+    if not runtime.is_main:
+        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=output_dir)
+    return tokenizers
+
+
+def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
+    tokenizers.target.save(directory / TOKENIZER_NAME)
+    if tokenizers.source is not None:
+        tokenizers.source.save(directory / SOURCE_TOKENIZER_NAME)
+
+
+def wire_spec(spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig, *, task: Task) -> ModelSpec:
+    """The spec with the tokenizer's vocabulary size(s) and special ids, checked against each other."""
+    explicit = set(config.model.overrides)
+    tok = tokenizers.target
+    changes: dict[str, object] = {}
+    if "vocab_size" not in explicit:
+        changes["vocab_size"] = tok.vocab_size
+    for name in ("pad", "bos", "eos"):
+        field, tok_id = f"{name}_token_id", tok.special_ids()[name]
+        if (
+            field not in explicit
+            and tok_id is not None
+            and (tokenizers.trained or getattr(spec, field) is None)
+        ):
+            changes[field] = tok_id
+    if tokenizers.source is not None and "source_vocab_size" not in explicit:
+        changes["source_vocab_size"] = tokenizers.source.vocab_size
+    where = f"model ({config.model.preset or config.model.file or 'inline spec'})"
+    try:
+        wired = spec.override(**changes) if changes else spec
+    except ValueError as error:
+        raise ConfigError(f"{where}: the tokenizer does not fit the spec: {error}") from None
+    check_special_tokens(
+        tok,
+        pad_token_id=wired.pad_token_id,
+        bos_token_id=wired.bos_token_id,
+        eos_token_id=wired.eos_token_id,
+        vocab_size=wired.vocab_size,
+        where=where,
+    )
+    if tokenizers.source is not None:
+        if tokenizers.source.pad_id != wired.pad_token_id:
+            raise ConfigError(
+                f"{where}: the source tokenizer's pad id ({tokenizers.source.pad_id}) differs from "
+                f"pad_token_id ({wired.pad_token_id})"
+            )
+        if tokenizers.source.vocab_size > (wired.source_vocab_size or 0):  # type: ignore[union-attr]
+            raise ConfigError(
+                f"{where}: the source tokenizer has {tokenizers.source.vocab_size} tokens but "
+                f"source_vocab_size is {wired.source_vocab_size}"  # type: ignore[union-attr]
+            )
+    _check_task_tokens(wired, tokenizers, task=task, where=where)
+    return wired
+
+
+def _check_task_tokens(spec: ModelSpec, tokenizers: Tokenizers, *, task: Task, where: str) -> None:
+    missing = []
+    if spec.pad_token_id is None:
+        missing.append("a pad token (batches are padded)")
+    if task == "seq2seq" and tokenizers.for_source.eos_id is None:
+        missing.append("an eos token (sources and targets end with it)")
+    if task == "masked_lm" and tokenizers.target.mask_id is None:
+        missing.append("a mask token ([MASK] or <mask>)")
+    if missing:
+        raise ConfigError(f"{where}: training needs {' and '.join(missing)}; the tokenizer/spec has none")
+
+
+def max_length(config: TrainConfig, spec: ModelSpec) -> int:
+    """The longest sequence a batch may hold: data.max_length, at most the model's max_positions."""
+    limit = config.data.max_length
+    if limit is not None and limit > spec.max_positions:
+        raise ConfigError(
+            f"data.max_length ({limit}) exceeds the model's max_positions ({spec.max_positions})"
+        )
+    return limit or spec.max_positions
+
+
+def encode_split(text: TextExamples, tokenizers: Tokenizers, config: TrainConfig, *, task: Task, limit: int
+                 ) -> EncodedExamples:  # fmt: skip
+    return encode_examples(
+        text,
+        task=task,
+        target_tokenizer=tokenizers.target,
+        source_tokenizer=tokenizers.source,
+        max_length=limit,
+        too_long=config.data.too_long,
+    )
+
+
+def read_splits(config: TrainConfig, *, task: Task) -> tuple[TextExamples, TextExamples | None]:
+    """Read and check both splits before anything else happens."""
+    train = read_examples(config.data.train, task=task)
+    valid = read_examples(config.data.valid, task=task) if config.data.valid is not None else None
+    return train, valid
