@@ -76,13 +76,14 @@ class Attention(nn.Module):
         """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
         (B, H, T, S). Returns the output (B, T, C) and, when asked, the weights (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
+        dtype, q = q.dtype, q.to(k.dtype)  # a KV cache may keep k/v in float32 (zoo.generation.cache)
         if output_attentions:
             out, weights = self._eager(q, k, v, mask, is_causal)
         else:
             out, weights = self._sdpa(q, k, v, mask, is_causal), None
         B, _, T, _ = q.shape
         out = out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
-        return self.out_proj(out), weights
+        return self.out_proj(out.to(dtype)), weights
 
     def _project(
         self,

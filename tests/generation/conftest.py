@@ -1,0 +1,102 @@
+"""Tiny models of every position scheme, for the generation tests."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import zoo
+
+
+def _with_position(name: str, position: dict) -> zoo.ModelSpec:
+    """A preset with its position scheme replaced (``override`` would deep-merge the old scheme's fields)."""
+    data = zoo.preset(name).model_dump()
+    data["position"] = position
+    return zoo.parse_spec(data)
+
+
+# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, and ALBERT-style shared layers.
+DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
+    "gpt2-tiny": lambda: zoo.preset("gpt2-tiny"),
+    "llama-tiny": lambda: zoo.preset("llama-tiny"),
+    "alibi": lambda: _with_position("gpt2-tiny", {"kind": "alibi"}),
+    "sinusoidal": lambda: _with_position("gpt2-tiny", {"kind": "sinusoidal"}),
+    "shared-layers": lambda: zoo.preset("llama-tiny").override(num_layers=3, decoder={"share_layers": True}),
+}
+# Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
+ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
+    "t5-tiny": lambda: zoo.preset("t5-tiny"),
+    "bart-tiny": lambda: zoo.preset("bart-tiny"),
+    "transformer-tiny": lambda: zoo.preset("transformer-tiny").override(num_layers=2, vocab_size=600),
+}
+ALL_MODELS = {**DECODERS, **ENCODER_DECODERS}
+
+
+def liven(model: zoo.ZooModel) -> zoo.ZooModel:
+    """Re-draw a model's matrices large enough that its greedy path depends on the whole context.
+
+    At the presets' small init a tied model mostly echoes its last token, so a broken position or cache
+    would go unnoticed; matrices with std 2/sqrt(fan_in) and embeddings with std 0.3 avoid that.
+    """
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                lookup = "embed" in name or "positions" in name
+                param.normal_(0.0, 0.3 if lookup else 2.0 / math.sqrt(param.shape[-1]))
+    return model
+
+
+def build_tiny(name: str, **overrides: object) -> zoo.ZooModel:
+    """A seeded tiny model of `ALL_MODELS` in eval mode, with lively random weights (`liven`)."""
+    spec = ALL_MODELS[name]()
+    if overrides:
+        spec = spec.override(**overrides)
+    torch.manual_seed(0)
+    return liven(zoo.build(spec).eval())
+
+
+@pytest.fixture
+def tiny() -> Callable[..., zoo.ZooModel]:
+    """``tiny(name, **overrides)``: a seeded tiny model of one of `ALL_MODELS`."""
+    return build_tiny
+
+
+@pytest.fixture
+def lively() -> Callable[[zoo.ZooModel], zoo.ZooModel]:
+    """`liven`, for tests that build their own models."""
+    return liven
+
+
+@pytest.fixture(params=list(DECODERS))
+def decoder(request: pytest.FixtureRequest) -> zoo.ZooModel:
+    return build_tiny(request.param)
+
+
+@pytest.fixture(params=list(ENCODER_DECODERS))
+def encoder_decoder(request: pytest.FixtureRequest) -> zoo.ZooModel:
+    return build_tiny(request.param)
+
+
+@pytest.fixture(params=list(ALL_MODELS))
+def any_model(request: pytest.FixtureRequest) -> zoo.ZooModel:
+    return build_tiny(request.param)
+
+
+def left_padded(
+    vocab_size: int, lengths: list[int], *, pad: int = 0, seed: int = 1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (B, max(lengths)) prompt ids (``pad`` where masked) and the 1/0 mask."""
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    mask = torch.tensor([[0] * (T - n) + [1] * n for n in lengths])
+    ids = torch.randint(3, vocab_size, (len(lengths), T), generator=g).masked_fill(mask == 0, pad)
+    return ids, mask
+
+
+@pytest.fixture
+def prompts() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """``prompts(vocab_size, lengths)``: left-padded ids and mask (decoder prompts or encoder sources)."""
+    return left_padded

@@ -1,0 +1,106 @@
+"""`zoo generate` and `zoo translate` end to end, on tiny models saved with a trained tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.cli import main
+from zoo.io.tokenizer import train_tokenizer
+
+CORPUS = [
+    "the cat sat on the mat",
+    "the dog sat on the log",
+    "a cat and a dog met on the mat",
+    "the bird sang on the log",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(iter(CORPUS), kind="bpe", vocab_size=60, min_frequency=1)
+
+
+def _save(tmp_path: Path, name: str, spec: zoo.ModelSpec, tokenizer, lively, seed: int = 0):
+    torch.manual_seed(seed)
+    model = lively(zoo.build(spec).eval())
+    directory = tmp_path / name
+    zoo.save(model, directory, tokenizer=tokenizer)
+    return directory, model
+
+
+@pytest.fixture
+def gpt(tmp_path: Path, tokenizer, lively):
+    return _save(tmp_path, "gpt", zoo.preset("gpt2-tiny").override(vocab_size=64), tokenizer, lively)
+
+
+@pytest.fixture
+def translator(tmp_path: Path, tokenizer, lively):
+    spec = zoo.preset("transformer-tiny").override(vocab_size=64, num_layers=2, max_positions=64)
+    return _save(tmp_path, "mt", spec, tokenizer, lively, seed=4)  # a seed whose translation is not empty
+
+
+def test_zoo_generate_prints_the_prompt_and_its_greedy_continuation(gpt, tokenizer, capsys):
+    directory, model = gpt
+    assert main(["generate", str(directory), "--prompt", "the cat", "--max-new-tokens", "6"]) == 0
+    captured = capsys.readouterr()
+    prompt = tokenizer.encode("the cat", add_bos=True, add_eos=False)
+    new = model.generate(torch.tensor([prompt]), max_new_tokens=6)[0, len(prompt) :].tolist()
+    expected = tokenizer.decode(new).strip()
+    assert len(expected) > 3 and captured.out.startswith("the cat")
+    assert " ".join(captured.out[len("the cat") :].split()) == " ".join(expected.split())
+    assert "tokens in" in captured.err and "tokens/s" in captured.err
+
+
+def test_zoo_generate_sampling_with_a_seed_is_reproducible(gpt, capsys):
+    directory, _ = gpt
+    argv = ["generate", str(directory), "--prompt", "a dog", "--max-new-tokens", "8", "--sample"]
+    outputs = []
+    for seed in ("1", "1", "2"):
+        assert main([*argv, "--seed", seed, "--top-k", "20", "--temperature", "1.5"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert outputs[0] != outputs[2]
+
+
+def test_zoo_generate_with_beams_prints_the_best_hypothesis(gpt, tokenizer, capsys):
+    directory, model = gpt
+    assert (
+        main(["generate", str(directory), "--prompt", "the dog", "--max-new-tokens", "5", "--beams", "3"])
+        == 0
+    )
+    prompt = tokenizer.encode("the dog", add_bos=True, add_eos=False)
+    best = model.generate(torch.tensor([prompt]), max_new_tokens=5, num_beams=3)[0, len(prompt) :].tolist()
+    out = capsys.readouterr().out
+    assert " ".join(out[len("the dog") :].split()) == " ".join(tokenizer.decode(best).split())
+
+
+def test_zoo_translate_streams_the_translation(translator, tokenizer, capsys):
+    directory, model = translator
+    assert main(["translate", str(directory), "the cat sat", "--max-new-tokens", "7"]) == 0
+    source = tokenizer.encode("the cat sat", add_eos=True)
+    new = model.generate(torch.tensor([source]), max_new_tokens=7)[0, 1:].tolist()
+    expected = " ".join(tokenizer.decode(new).split())
+    assert len(expected) > 3 and " ".join(capsys.readouterr().out.split()) == expected
+
+
+def test_zoo_translate_refuses_a_decoder_checkpoint(gpt, capsys):
+    directory, _ = gpt
+    assert main(["translate", str(directory), "the cat"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds a decoder model" in err and "zoo generate" in err
+
+
+def test_zoo_generate_reports_bad_settings_without_a_traceback(gpt, capsys):
+    directory, _ = gpt
+    assert main(["generate", str(directory), "--prompt", "the", "--sample", "--top-p", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "top_p must be in (0, 1]" in " ".join(err.split()) and "Traceback" not in err
+
+
+def test_zoo_generate_names_a_missing_checkpoint(tmp_path, capsys):
+    assert main(["generate", str(tmp_path / "nope"), "--prompt", "hi"]) == 2
+    assert "nope" in capsys.readouterr().err

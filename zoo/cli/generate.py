@@ -1,0 +1,173 @@
+"""``zoo generate`` and ``zoo translate``: text from a saved model and its tokenizer, streamed as it comes.
+
+    zoo generate runs/gpt/ --prompt "Once upon a time" --max-new-tokens 40 --sample --top-p 0.9 --seed 0
+    zoo translate runs/ko-en/ "안녕하세요" --beams 4
+
+Both read ``DIR/model.safetensors`` (+ spec) and ``DIR/tokenizer.json`` (as written by ``zoo.save(model,
+DIR, tokenizer=...)``). Greedy search and sampling print each piece of text as soon as its token is
+chosen; beam search prints the best hypothesis at the end. A summary (tokens, tokens/s) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterable
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    generate = subparsers.add_parser(
+        "generate",
+        help="continue a prompt with a saved decoder model (tokens stream as they are chosen)",
+        description="Continue a prompt with a saved decoder-only model and its tokenizer.",
+    )
+    generate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
+    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument(
+        "--no-bos", action="store_true", help="do not start the prompt with the bos token (default: add it)"
+    )
+    _search_options(generate, default_new_tokens=32)
+    generate.set_defaults(run=run_generate)
+
+    translate = subparsers.add_parser(
+        "translate",
+        help="translate a sentence with a saved encoder-decoder model",
+        description="Translate one sentence with a saved encoder-decoder model and its tokenizer.",
+    )
+    translate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
+    translate.add_argument("sentence", help="the source sentence")
+    _search_options(translate, default_new_tokens=None)
+    translate.set_defaults(run=run_translate)
+
+
+def _search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int | None) -> None:
+    search = parser.add_argument_group("search")
+    search.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=default_new_tokens,
+        metavar="N",
+        help=f"most tokens to generate (default: {default_new_tokens or 'twice the source length + 10'})",
+    )
+    search.add_argument("--sample", action="store_true", help="sample instead of greedy search")
+    search.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K likeliest")
+    search.add_argument(
+        "--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass, in (0, 1]"
+    )
+    search.add_argument("--seed", type=int, default=None, help="random seed, for reproducible sampling")
+    search.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams")
+    search.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats")
+    search.add_argument(
+        "--no-repeat-ngram-size", type=int, default=0, metavar="N", help="forbid repeated n-grams"
+    )
+    run = parser.add_argument_group("model")
+    run.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    run.add_argument("--dtype", choices=DTYPES, default=None, help="cast the weights (default: as saved)")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    model, tokenizer = _load(args, family="decoder", other="translate")
+    add_bos = not args.no_bos and tokenizer.bos_id is not None
+    prompt = tokenizer.encode(args.prompt, add_bos=add_bos, add_eos=False)
+    if not prompt:
+        raise ValueError("--prompt is empty after tokenization; give some text to continue")
+    return _run(model, tokenizer, prompt, args, echo=args.prompt)
+
+
+def run_translate(args: argparse.Namespace) -> int:
+    model, tokenizer = _load(args, family="encoder-decoder", other="generate")
+    source = tokenizer.encode(args.sentence, add_eos=tokenizer.eos_id is not None)
+    if args.max_new_tokens is None:  # as zoo.training's translate: room for a longer target, within limits
+        args.max_new_tokens = min(model.spec.max_positions - 1, 2 * len(source) + 10)
+    return _run(model, tokenizer, source, args, echo=None)
+
+
+def _load(args: argparse.Namespace, *, family: str, other: str) -> tuple[Any, Any]:
+    import torch
+
+    import zoo
+
+    model = zoo.load(
+        args.checkpoint, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None
+    )
+    if model.spec.family != family:
+        raise ValueError(
+            f"{args.checkpoint}: holds a {model.spec.family} model; `zoo {args.command}` needs a {family} model"
+            + (f" (try `zoo {other}`)" if model.spec.family in ("decoder", "encoder-decoder") else "")
+        )
+    return model, zoo.load_tokenizer(args.checkpoint)
+
+
+def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *, echo: str | None) -> int:
+    import torch
+
+    from zoo.cli import console, err_console
+    from zoo.generation import generate, stream
+
+    settings = dict(
+        max_new_tokens=args.max_new_tokens,
+        do_sample=args.sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        num_beams=args.beams,
+        repetition_penalty=args.repetition_penalty,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
+    )
+    input_ids = torch.tensor([ids], device=args.device)
+    eos = model.spec.eos_token_id
+    start = time.perf_counter()
+    if echo is not None:
+        console.out(echo, end="", highlight=False, style="bold")
+    if args.beams > 1:
+        out = generate(model, input_ids, **settings)[0, (len(ids) if echo is not None else 1) :].tolist()
+        new = out[: out.index(eos) + 1] if eos is not None and eos in out else out
+        console.out(_text(tokenizer, new, after_prompt=echo is not None), highlight=False)
+    else:
+        new = _stream_text(
+            (int(tokens[0]) for tokens in stream(model, input_ids, **settings)),
+            tokenizer,
+            after_prompt=echo is not None,
+        )
+        console.out("", highlight=False)
+    seconds = time.perf_counter() - start
+    err_console.print(
+        f"[dim]{len(new)} tokens in {seconds:.2f} s ({len(new) / max(seconds, 1e-9):.1f} tokens/s)[/]",
+        highlight=False,
+    )
+    return 0
+
+
+def _stream_text(tokens: Iterable[int], tokenizer: Any, *, after_prompt: bool) -> list[int]:
+    """Print the text of ``tokens`` piece by piece as they arrive; return the tokens."""
+    from zoo.cli import console
+
+    ids: list[int] = []
+    shown = ""
+    for token in tokens:
+        ids.append(token)
+        text = _text(tokenizer, ids, after_prompt=after_prompt)
+        # Hold back a trailing partial character (byte-level BPE) until the next token completes it.
+        stable = text.rstrip("\ufffd")
+        if stable.startswith(shown) and len(stable) > len(shown):
+            console.out(stable[len(shown) :], end="", highlight=False)
+            shown = stable
+    return ids
+
+
+def _text(tokenizer: Any, ids: list[int], *, after_prompt: bool) -> str:
+    """Decoded text; a continuation of a prompt keeps its leading space (decoders strip it from a start)."""
+    text = tokenizer.decode(ids)
+    if (
+        after_prompt
+        and ids
+        and tokenizer.id_to_token(ids[0])
+        and tokenizer.id_to_token(ids[0]).startswith("▁")
+    ):
+        text = " " + text.lstrip(" ")
+    return text

@@ -1,0 +1,143 @@
+"""Logits processors and token selection, as pure functions of (B, V) scores; Hugging Face semantics.
+
+The order follows ``transformers``: repetition penalty, no-repeat n-grams, min-new-tokens, then (when
+sampling) temperature, top-k, top-p. `LogitsProcessors` composes only the processors a call enables, so a
+plain greedy run touches none of them. Removed tokens get -inf, as in Hugging Face.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+Scores = torch.Tensor  # (B, V) float
+
+
+def seen_tokens(ids: torch.Tensor, valid: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """(B, V) bool: which tokens occur in ``ids`` (B, T) at positions where ``valid`` (B, T) is true."""
+    counts = torch.zeros(ids.shape[0], vocab_size, dtype=torch.int32, device=ids.device)
+    ones = torch.ones_like(ids, dtype=torch.int32) if valid is None else valid.to(torch.int32)
+    return counts.scatter_add_(1, ids, ones) > 0  # scatter_add: deterministic with repeated ids
+
+
+def repetition_penalty(scores: Scores, seen: torch.Tensor, penalty: float) -> Scores:
+    """CTRL's penalty (Keskar et al. 2019) on tokens already in the sequence: a positive score is divided by
+    ``penalty``, a negative one multiplied, so a penalty > 1 always makes a repeat less likely."""
+    penalized = torch.where(scores < 0, scores * penalty, scores / penalty)
+    return torch.where(seen, penalized, scores)
+
+
+def ban_repeated_ngrams(scores: Scores, ids: torch.Tensor, valid: torch.Tensor | None, n: int) -> Scores:
+    """Forbid every token that would complete an n-gram already present in ``ids`` (B, L).
+
+    The last n-1 tokens are compared against every earlier (n-1)-token window at once (no Python loop
+    over positions); windows that touch padding (``valid`` false) do not count.
+    """
+    B, L = ids.shape
+    if ids.shape[1] < n:
+        return scores
+    if n == 1:  # every token seen so far is banned
+        return scores.masked_fill(seen_tokens(ids, valid, scores.shape[-1]), float("-inf"))
+    prefixes = ids.unfold(1, n - 1, 1)[:, : L - n + 1]  # (B, W, n-1), W = L - n + 1 windows
+    matches = (prefixes == ids[:, None, L - n + 1 :]).all(-1)  # (B, W): window prefix == last n-1 tokens
+    if valid is not None:
+        matches &= valid.unfold(1, n, 1).all(-1)
+    followers = ids[:, n - 1 :]  # (B, W): the token that completed each window
+    banned = torch.zeros(B, scores.shape[-1], dtype=torch.int32, device=ids.device)
+    banned.scatter_add_(1, followers, matches.to(torch.int32))
+    return scores.masked_fill(banned > 0, float("-inf"))
+
+
+def block_tokens(scores: Scores, token_ids: torch.Tensor) -> Scores:
+    """Make ``token_ids`` (E,) impossible, e.g. end-of-sequence before ``min_new_tokens``."""
+    return scores.index_fill(1, token_ids, float("-inf"))
+
+
+def top_k_filter(scores: Scores, k: int) -> Scores:
+    """Keep the k highest scores of each row (ties with the k-th are kept, as in Hugging Face)."""
+    k = min(k, scores.shape[-1])
+    kth = torch.topk(scores, k, dim=-1).values[:, -1:]  # (B, 1)
+    return scores.masked_fill(scores < kth, float("-inf"))
+
+
+def top_p_filter(scores: Scores, p: float) -> Scores:
+    """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
+    probability reaches ``p``; the most likely token always stays."""
+    sorted_scores, order = torch.sort(scores, dim=-1)  # ascending
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+    remove_sorted = cumulative <= 1 - p
+    remove_sorted[:, -1] = False
+    remove = remove_sorted.scatter(1, order, remove_sorted)
+    return scores.masked_fill(remove, float("-inf"))
+
+
+def sample(scores: Scores, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row (B,) drawn from softmax(scores)."""
+    probs = scores.float().softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+class LogitsProcessors:
+    """The processors one generate call enables, composed once; tracks the tokens seen so far per row
+    (for the repetition penalty) incrementally instead of rescanning the sequence every step."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
+        min_new_tokens: int = 0,
+        eos_ids: torch.Tensor | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.penalty = repetition_penalty
+        self.ngram = no_repeat_ngram_size
+        self.min_new_tokens = min_new_tokens if eos_ids is not None and eos_ids.numel() else 0
+        self.eos_ids = eos_ids
+        self.seen: torch.Tensor | None = None  # (B, V) bool, only with a repetition penalty
+        warpers: list[Callable[[Scores], Scores]] = []
+        if do_sample and temperature != 1.0:
+            warpers.append(lambda s: s / temperature)
+        if do_sample and top_k:
+            warpers.append(lambda s: top_k_filter(s, top_k))
+        if do_sample and top_p is not None and top_p < 1.0:
+            warpers.append(lambda s: top_p_filter(s, top_p))
+        self.warpers = warpers
+
+    @property
+    def active(self) -> bool:
+        """Whether any processor runs (a plain greedy search skips the float32 copy of the logits)."""
+        return self.penalty != 1.0 or self.ngram > 0 or self.min_new_tokens > 0 or bool(self.warpers)
+
+    def start(self, ids: torch.Tensor, valid: torch.Tensor | None) -> None:
+        """The prompt (B, T) and its padding mask, before the first step."""
+        if self.penalty != 1.0:
+            self.seen = seen_tokens(ids, valid, self.vocab_size)
+
+    def __call__(self, scores: Scores, ids: torch.Tensor, valid: torch.Tensor | None, num_new: int) -> Scores:
+        """scores (B, V) for the next token of ``ids`` (B, L), of which ``num_new`` were generated."""
+        if self.seen is not None:
+            scores = repetition_penalty(scores, self.seen, self.penalty)
+        if self.ngram:
+            scores = ban_repeated_ngrams(scores, ids, valid, self.ngram)
+        if num_new < self.min_new_tokens:
+            scores = block_tokens(scores, self.eos_ids)
+        for warper in self.warpers:
+            scores = warper(scores)
+        return scores
+
+    def observe(self, tokens: torch.Tensor) -> None:
+        """Record the tokens (B,) just appended."""
+        if self.seen is not None:
+            self.seen.scatter_(1, tokens[:, None], True)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Beam search: row i now continues old row ``rows[i]``."""
+        if self.seen is not None:
+            self.seen = self.seen.index_select(0, rows)
