@@ -99,7 +99,7 @@ class TorchTransformer(nn.Module):
 
 def build(contender: str, spec: dict[str, Any], device: str, dtype: torch.dtype) -> nn.Module:
     torch.manual_seed(0)
-    if contender == "zoo":
+    if contender in ("zoo", "zoo-compiled"):
         model = zoo.build(spec, device=device)
     elif contender == "hf":
         model = hf_model(spec).to(device)
@@ -167,8 +167,11 @@ def generate_fn(
     ids = torch.randint(3, V, (workload.batch, workload.prompt), generator=g).to(device)
     mask = torch.ones_like(ids)
     model.eval()
-    if contender == "zoo":
-        return lambda: model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n)
+    if contender in ("zoo", "zoo-compiled"):
+        compile = contender == "zoo-compiled"  # torch.compile'd decode step; compiled during the warm-up call
+        return lambda: model.generate(
+            ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, compile=compile
+        )
     if contender == "hf":
         kwargs = dict(
             do_sample=False, num_beams=1, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, use_cache=True

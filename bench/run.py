@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
-    args.repeats = args.repeats or (3 if args.quick else 5)
+    args.repeats = args.repeats or (2 if args.quick else 5)
+    args.no_memory = args.no_memory or args.quick
     torch.manual_seed(0)
     workloads = suite(quick=args.quick, device=args.device)
     record: dict[str, Any] = {

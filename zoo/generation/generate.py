@@ -13,6 +13,7 @@ when there is an end-of-sequence token to look for.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -237,7 +238,7 @@ def _prepare(
         config=config,
         eos=torch.tensor(eos, dtype=torch.long, device=device) if eos else None,
         generator=generator,
-        step=compiled_decode_step() if compile else decode_step,
+        step=compiled_decode_step(model) if compile else decode_step,
     )
 
 
@@ -247,15 +248,39 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-_COMPILED: dict[str, StepFn] = {}
+_COMPILED: dict[bool, StepFn] = {}
+_FROZEN_WEIGHTS: weakref.WeakKeyDictionary[nn.Module, tuple[int, ...]] = weakref.WeakKeyDictionary()
 
 
-def compiled_decode_step() -> StepFn:
-    """`decode_step` through ``torch.compile`` (dynamic shapes: the attended length grows every step),
-    compiled once per process and reused by every call."""
-    if "step" not in _COMPILED:
-        _COMPILED["step"] = torch.compile(decode_step, dynamic=True)
-    return _COMPILED["step"]
+def compiled_decode_step(model: nn.Module) -> StepFn:
+    """`decode_step` through ``torch.compile`` (dynamic shapes: the attended length grows every step).
+
+    Half-precision models are compiled with Inductor's weight *freezing*: the weights become constants of
+    the compiled graph, prepacked for oneDNN, which is where most of the speed comes from on CPU (bf16 decode
+    ~1.4x faster than compiling without it). Constants go stale if the weights change, so the weights'
+    versions are recorded and any in-place update since (an optimizer step, ``load_state_dict``) resets
+    torch.compile's caches and compiles anew. float32 is compiled without freezing: prepacked float32
+    weights measured slower than the default kernels at batch 8.
+    """
+    freeze = next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
+    if freeze:
+        versions = tuple(p._version for p in model.parameters())
+        if model in _FROZEN_WEIGHTS and _FROZEN_WEIGHTS[model] != versions:
+            torch._dynamo.reset()  # the frozen constants are stale: drop every compiled graph
+            _COMPILED.clear()
+        _FROZEN_WEIGHTS[model] = versions
+    if freeze not in _COMPILED:
+        from torch._inductor import config as inductor_config  # heavy: only when compiling
+
+        compiled = torch.compile(decode_step, dynamic=True)
+
+        def step(*args: Any) -> torch.Tensor:
+            # Compilation is lazy (first call, and any recompile), so the setting must hold around the call.
+            with inductor_config.patch(freezing=freeze):
+                return compiled(*args)
+
+        _COMPILED[freeze] = step
+    return _COMPILED[freeze]
 
 
 @contextmanager
