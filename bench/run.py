@@ -43,6 +43,9 @@ def run_train(workload: TrainWorkload, args: argparse.Namespace) -> list[dict[st
 
 
 def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
+    # Each workload compiles its own models during warm-up; drop the previous workloads' graphs so dynamo's
+    # per-function recompile limit (8) is never reached in a process that builds this many models.
+    torch._dynamo.reset()
     dtype = DTYPES[workload.dtype]
     models = {
         name: contenders.build(name, workload.spec, args.device, dtype)
