@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import LMHead, shift_labels_left, token_cross_entropy
+from zoo.models.heads import LMHead, select_labels, select_positions, shift_labels_left, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 
@@ -38,10 +38,16 @@ class DecoderModel(GenerationMixin, ZooModel):
         *,
         position_ids: torch.Tensor | None = None,
         cache: Any = None,
+        logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
     ) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, cached + T); labels (B, T) are the inputs themselves:
-        the loss predicts token t + 1 from tokens <= t (shifted here, as in Hugging Face)."""
+        the loss predicts token t + 1 from tokens <= t (shifted here, as in Hugging Face).
+
+        ``logits_mask`` (B, T) bool runs the LM head only where it is True: logits are then (N, V) and the
+        loss counts only those positions (position t is scored against label t + 1, so pass
+        ``shift_labels_left(labels) != -100`` to skip padding and the last position).
+        """
         out = self.decoder(
             self.embed(input_ids),
             attention_mask=attention_mask,
@@ -49,8 +55,10 @@ class DecoderModel(GenerationMixin, ZooModel):
             cache=cache,
             output_attentions=output_attentions,
         )
-        logits = self.lm_head(out.hidden) if self.lm_head is not None else None
+        if self.lm_head is None and logits_mask is not None:
+            raise ValueError("logits_mask selects positions for the LM head; this model has none")
+        logits = self.lm_head(select_positions(out.hidden, logits_mask)) if self.lm_head is not None else None
         loss = None
         if labels is not None and logits is not None:
-            loss = token_cross_entropy(logits, shift_labels_left(labels))
+            loss = token_cross_entropy(logits, select_labels(shift_labels_left(labels), logits_mask))
         return ModelOutput(logits=logits, last_hidden_state=out.hidden, loss=loss, attentions=out.attentions)

@@ -7,7 +7,14 @@ import torch
 from torch.nn import functional as F
 
 from zoo.models.base import ZooModel, build_embedding, build_stack
-from zoo.models.heads import ClassificationHead, MLMHead, Pooler, token_cross_entropy
+from zoo.models.heads import (
+    ClassificationHead,
+    MLMHead,
+    Pooler,
+    select_labels,
+    select_positions,
+    token_cross_entropy,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
 
@@ -45,10 +52,16 @@ class EncoderModel(ZooModel):
         token_type_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         *,
+        logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
     ) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, T) 1 = token; labels (B, T) for MLM (-100 = ignore) or
-        (B,) for classification. logits: (B, T, V) from the MLM head or (B, num_labels)."""
+        (B,) for classification. logits: (B, T, V) from the MLM head or (B, num_labels).
+
+        ``logits_mask`` (B, T) bool runs the MLM head only where it is True (e.g. ``labels != -100``):
+        logits are then (N, V) for those N positions and the loss counts only them. MLM labels ~15% of
+        the positions, so this skips most of the vocabulary-wide projection and its softmax.
+        """
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
             attention_mask=attention_mask,
@@ -57,8 +70,11 @@ class EncoderModel(ZooModel):
         pooled = self.pooler(out.hidden) if self.pooler is not None else None
         logits = loss = None
         if self.mlm_head is not None:
-            logits = self.mlm_head(out.hidden)
-            loss = token_cross_entropy(logits, labels) if labels is not None else None
+            logits = self.mlm_head(select_positions(out.hidden, logits_mask))  # (B, T, V) or (N, V)
+            if labels is not None:
+                loss = token_cross_entropy(logits, select_labels(labels, logits_mask))
+        elif logits_mask is not None:
+            raise ValueError("logits_mask selects positions for the MLM head; this model has none")
         elif self.classifier is not None:
             logits = self.classifier(pooled if pooled is not None else out.hidden[:, 0])
             loss = F.cross_entropy(logits.float(), labels) if labels is not None else None

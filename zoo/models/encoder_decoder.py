@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import IGNORE_INDEX, LMHead, token_cross_entropy
+from zoo.models.heads import IGNORE_INDEX, LMHead, select_labels, select_positions, token_cross_entropy
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
 from zoo.stacks import StackOutput
@@ -62,9 +62,11 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: Any = None,
+        logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
     ) -> tuple[StackOutput, torch.Tensor]:
-        """Target ids (B, T) attending to ``memory`` (B, S, C) -> (decoder output, logits (B, T, V))."""
+        """Target ids (B, T) attending to ``memory`` (B, S, C) -> (decoder output, logits (B, T, V)), or
+        logits (N, V) at the N positions where ``logits_mask`` (B, T) is True."""
         out = self.decoder(
             self.embed(decoder_input_ids),
             attention_mask=attention_mask,
@@ -74,7 +76,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             cache=cache,
             output_attentions=output_attentions,
         )
-        return out, self.lm_head(out.hidden)
+        return out, self.lm_head(select_positions(out.hidden, logits_mask))
 
     def forward(
         self,
@@ -84,10 +86,15 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         decoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         *,
+        logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
     ) -> ModelOutput:
         """input_ids (B, S) source; decoder_input_ids (B, T) target inputs, or made from labels (B, T) by
-        shifting right behind the decoder start token (teacher forcing, as in Hugging Face)."""
+        shifting right behind the decoder start token (teacher forcing, as in Hugging Face).
+
+        ``logits_mask`` (B, T) bool (e.g. ``labels != -100``) runs the LM head only where it is True:
+        logits are then (N, V) and the loss counts only those positions.
+        """
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("EncoderDecoderModel.forward needs decoder_input_ids or labels")
@@ -98,9 +105,10 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             memory=encoded.hidden,
             memory_mask=attention_mask,
             attention_mask=decoder_attention_mask,
+            logits_mask=logits_mask,
             output_attentions=output_attentions,
         )
-        loss = token_cross_entropy(logits, labels) if labels is not None else None
+        loss = token_cross_entropy(logits, select_labels(labels, logits_mask)) if labels is not None else None
         return ModelOutput(
             logits=logits,
             last_hidden_state=decoded.hidden,

@@ -96,8 +96,33 @@ class ClassificationHead(nn.Module):
         return self.out_proj(self.dropout(pooled))  # (B, num_labels)
 
 
+def select_positions(hidden: torch.Tensor, logits_mask: torch.Tensor | None) -> torch.Tensor:
+    """hidden (B, T, C) -> (N, C): the rows where ``logits_mask`` (B, T) is True, in row-major order.
+
+    A head run on these rows alone skips the positions no loss reads (BERT labels ~15% of them; padding).
+    The mask may live on the CPU while ``hidden`` is on a GPU: the indices are found on the CPU and no
+    device sync is needed.
+    """
+    if logits_mask is None:
+        return hidden
+    if logits_mask.dtype != torch.bool or tuple(logits_mask.shape) != tuple(hidden.shape[:2]):
+        raise ValueError(
+            f"logits_mask must be a bool tensor of shape {tuple(hidden.shape[:2])} (batch, positions); "
+            f"got {logits_mask.dtype} of shape {tuple(logits_mask.shape)}"
+        )
+    rows = logits_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)  # (N,)
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)  # (N, C)
+
+
+def select_labels(labels: torch.Tensor, logits_mask: torch.Tensor | None) -> torch.Tensor:
+    """labels (B, T) -> (N,) at the positions `select_positions` keeps (or unchanged without a mask)."""
+    if logits_mask is None:
+        return labels
+    return labels[logits_mask.to(labels.device)]
+
+
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the positions whose label is not -100.
+    """Mean cross-entropy over the positions whose label is not -100: logits (..., V), labels (...).
 
     Padding is excluded from both the sum and the count (the course notes divide by every position,
     padding included, which shrinks the loss of short sentences).
