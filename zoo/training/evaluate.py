@@ -16,7 +16,7 @@ from torch import nn
 from zoo.io.tokenizer import Tokenizer
 from zoo.training.batching import Batch
 from zoo.training.bleu import corpus_bleu
-from zoo.training.losses import label_smoothed_cross_entropy
+from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 
 
 @torch.no_grad()
@@ -33,10 +33,12 @@ def validation_loss(
     nll, tokens = 0.0, 0
     try:
         for batch in batches:
+            scored = batch.targets != IGNORE_INDEX  # (B, T) on the CPU; the head runs only there
+            targets = batch.targets[scored].to(device, non_blocking=True)  # (N,)
             batch = batch.to(device)
             with autocast or nullcontext():
-                logits = model(**batch.inputs).logits
-            sums = label_smoothed_cross_entropy(logits, batch.targets)
+                logits = model(**batch.inputs, logits_mask=scored).logits  # (N, V)
+            sums = label_smoothed_cross_entropy(logits, targets)
             nll += float(sums.nll)
             tokens += int(sums.tokens)
     finally:

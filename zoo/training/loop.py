@@ -222,14 +222,15 @@ class Trainer:
         set_learning_rate(self.optimizer, lr)
         self.lr = lr
         for k, batch in enumerate(batches):
+            # The head runs only where a target is (skipping padding, and MLM's ~85% unscored positions).
+            scored = batch.targets != IGNORE_INDEX  # (B, T), on the CPU: selecting needs no device sync
+            targets = batch.targets[scored].to(self.runtime.device, non_blocking=True)  # (N,)
             batch = batch.to(self.runtime.device)
             last = k == len(batches) - 1
             with dist_.no_gradient_sync(self.wrapped, enabled=self.runtime.distributed and not last):
                 with self.autocast():
-                    logits = self.wrapped(**batch.inputs).logits
-                sums = label_smoothed_cross_entropy(
-                    logits, batch.targets, label_smoothing=self.label_smoothing
-                )
+                    logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V)
+                sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
                 (sums.loss * scale).backward()
             # Summed on the device and read at log time: no host sync per micro-batch.
             self._loss_sum += sums.loss.detach()

@@ -32,7 +32,8 @@ class LossSums:
 def label_smoothed_cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, *, label_smoothing: float = 0.0
 ) -> LossSums:
-    """logits (B, T, V) and targets (B, T) aligned position by position, -100 = ignore."""
+    """logits (..., V) and targets (...) aligned position by position, -100 = ignore: (B, T, V) with (B, T), or
+    (N, V) with (N,) from a model run with ``logits_mask``."""
     lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)  # (B*T, V), fp32 for range
     targets = targets.reshape(-1)  # (B*T,)
     real = targets != IGNORE_INDEX
