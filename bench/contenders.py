@@ -18,6 +18,8 @@ from torch.nn import functional as F
 import zoo
 from bench.workloads import GenerateWorkload, TrainWorkload
 from zoo.blocks.position import sinusoidal_table
+from zoo.models.heads import shift_labels_left
+from zoo.training.losses import IGNORE_INDEX, mask_tokens
 
 
 def trainable(model: nn.Module) -> int:
@@ -120,12 +122,24 @@ def check_same_size(models: dict[str, nn.Module]) -> int:
 # -- one unit of work per contender --------------------------------------------------------------------------
 
 
+MASK_ID = 3  # the [MASK] token of the MLM workload; ids 0-2 are pad/bos/eos
+
+
 def train_batch(workload: TrainWorkload, device: str) -> dict[str, torch.Tensor]:
+    """Random full-length sequences. MLM is BERT's recipe (and `transformers`' data collator's): 15% of the
+    positions are predicted, their inputs masked 80/10/10; every other workload predicts every position."""
     g = torch.Generator().manual_seed(1)
     V = workload.spec["vocab_size"]
-    ids = torch.randint(3, V, (workload.batch, workload.seq), generator=g).to(device)
+    ids = torch.randint(4, V, (workload.batch, workload.seq), generator=g)
+    labels = ids.clone()
+    if workload.family == "encoder":
+        ids, labels = mask_tokens(
+            ids, maskable=torch.ones_like(ids, dtype=torch.bool), mask_token_id=MASK_ID,
+            replacement_ids=torch.arange(4, V), probability=0.15, generator=g,
+        )  # fmt: skip
+    ids, labels = ids.to(device), labels.to(device)
     mask = torch.ones_like(ids)
-    batch = {"ids": ids, "mask": mask, "labels": ids.clone()}
+    batch = {"ids": ids, "mask": mask, "labels": labels}
     if workload.family == "encoder-decoder":
         src = torch.randint(3, V, (workload.batch, workload.source), generator=g).to(device)
         batch |= {"src": src, "src_mask": torch.ones_like(src)}
@@ -138,15 +152,19 @@ def train_step_fn(
     """A closure running forward + backward + optimizer step; returns the loss."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
+    labels = batch["labels"]
+    # zoo runs its head only where a label is, as its trainer does (`logits_mask`); the others everywhere.
+    scored = shift_labels_left(labels) if workload.family == "decoder" else labels
+    extra = {"logits_mask": scored != IGNORE_INDEX} if contender == "zoo" else {}
 
     def loss() -> torch.Tensor:
         if workload.family == "encoder-decoder":
             if contender == "torch":
-                dec_in = torch.cat([torch.zeros_like(batch["labels"][:, :1]), batch["labels"][:, :-1]], dim=1)
+                dec_in = torch.cat([torch.zeros_like(labels[:, :1]), labels[:, :-1]], dim=1)
                 logits = model(batch["src"], batch["src_mask"], dec_in)
-                return F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
-            return model(batch["src"], attention_mask=batch["src_mask"], labels=batch["labels"]).loss
-        return model(batch["ids"], attention_mask=batch["mask"], labels=batch["labels"]).loss
+                return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+            return model(batch["src"], attention_mask=batch["src_mask"], labels=labels, **extra).loss
+        return model(batch["ids"], attention_mask=batch["mask"], labels=labels, **extra).loss
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)

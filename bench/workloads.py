@@ -2,6 +2,7 @@
 
 Shapes follow the issue: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
 encoder-decoder and a T5-small-shaped model, all 6 layers (T5: 6+6), width 512, 8 heads, vocab 8192.
+The MLM workload scores 15% of the positions, as BERT's recipe does; every other one scores every position.
 """
 
 from __future__ import annotations
