@@ -151,7 +151,8 @@ def train_step_fn(
 ) -> Callable[[], float]:
     """A closure running forward + backward + optimizer step; returns the loss."""
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=False, foreach=True)
+    # The same optimizer for every contender: fused AdamW, the default of zoo's trainer and of HF's Trainer.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     labels = batch["labels"]
     # zoo runs its head only where a label is, as its trainer does (`logits_mask`); the others everywhere.
     scored = shift_labels_left(labels) if workload.family == "decoder" else labels

@@ -52,7 +52,7 @@ def markdown(record: dict[str, Any]) -> str:
         if not rows:
             continue
         title = (
-            "Training step (forward + backward + AdamW)"
+            "Training step (forward + backward + fused AdamW)"
             if section == "train"
             else "Greedy generation, 128 new tokens, KV cache"
         )
