@@ -40,7 +40,7 @@ def test_fused_update_equals_the_reference_implementation():
             optimizer.step()
             optimizer.zero_grad()
     for (name, a), b in zip(fused_model.named_parameters(), reference_model.parameters(), strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def _groups(model, weight_decay):
