@@ -7,7 +7,14 @@ from typing import Any
 import torch
 
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import LMHead, select_labels, select_positions, shift_labels_left, token_cross_entropy
+from zoo.models.heads import (
+    LMHead,
+    check_logits_mask,
+    select_labels,
+    select_positions,
+    shift_labels_left,
+    token_cross_entropy,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 
@@ -48,6 +55,7 @@ class DecoderModel(GenerationMixin, ZooModel):
         loss counts only those positions (position t is scored against label t + 1, so pass
         ``shift_labels_left(labels) != -100`` to skip padding and the last position).
         """
+        check_logits_mask(logits_mask, input_ids, head="LM head", has_head=self.lm_head is not None)
         out = self.decoder(
             self.embed(input_ids),
             attention_mask=attention_mask,
@@ -55,8 +63,6 @@ class DecoderModel(GenerationMixin, ZooModel):
             cache=cache,
             output_attentions=output_attentions,
         )
-        if self.lm_head is None and logits_mask is not None:
-            raise ValueError("logits_mask selects positions for the LM head; this model has none")
         logits = self.lm_head(select_positions(out.hidden, logits_mask)) if self.lm_head is not None else None
         loss = None
         if labels is not None and logits is not None:

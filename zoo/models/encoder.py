@@ -11,6 +11,7 @@ from zoo.models.heads import (
     ClassificationHead,
     MLMHead,
     Pooler,
+    check_logits_mask,
     select_labels,
     select_positions,
     token_cross_entropy,
@@ -62,6 +63,7 @@ class EncoderModel(ZooModel):
         logits are then (N, V) for those N positions and the loss counts only them. MLM labels ~15% of
         the positions, so this skips most of the vocabulary-wide projection and its softmax.
         """
+        check_logits_mask(logits_mask, input_ids, head="MLM head", has_head=self.mlm_head is not None)
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
             attention_mask=attention_mask,
@@ -73,8 +75,6 @@ class EncoderModel(ZooModel):
             logits = self.mlm_head(select_positions(out.hidden, logits_mask))  # (B, T, V) or (N, V)
             if labels is not None:
                 loss = token_cross_entropy(logits, select_labels(labels, logits_mask))
-        elif logits_mask is not None:
-            raise ValueError("logits_mask selects positions for the MLM head; this model has none")
         elif self.classifier is not None:
             logits = self.classifier(pooled if pooled is not None else out.hidden[:, 0])
             loss = F.cross_entropy(logits.float(), labels) if labels is not None else None

@@ -16,7 +16,14 @@ from typing import Any
 import torch
 
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import IGNORE_INDEX, LMHead, select_labels, select_positions, token_cross_entropy
+from zoo.models.heads import (
+    IGNORE_INDEX,
+    LMHead,
+    check_logits_mask,
+    select_labels,
+    select_positions,
+    token_cross_entropy,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
 from zoo.stacks import StackOutput
@@ -67,6 +74,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
     ) -> tuple[StackOutput, torch.Tensor]:
         """Target ids (B, T) attending to ``memory`` (B, S, C) -> (decoder output, logits (B, T, V)), or
         logits (N, V) at the N positions where ``logits_mask`` (B, T) is True."""
+        check_logits_mask(logits_mask, decoder_input_ids, head="LM head")
         out = self.decoder(
             self.embed(decoder_input_ids),
             attention_mask=attention_mask,
@@ -99,6 +107,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             if labels is None:
                 raise ValueError("EncoderDecoderModel.forward needs decoder_input_ids or labels")
             decoder_input_ids = self.shift_right(labels)
+        check_logits_mask(logits_mask, decoder_input_ids, head="LM head")
         encoded = self.encode(input_ids, attention_mask, output_attentions=output_attentions)
         decoded, logits = self.decode(
             decoder_input_ids,
