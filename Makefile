@@ -15,8 +15,9 @@ $(VENV)/.torch: | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install "torch==$(TORCH_VERSION)"
 	touch $@
 
+# The demo's install carries the plotting extra, so the README's `zoo plot ...` commands work after it.
 $(VENV)/.installed: pyproject.toml $(VENV)/.torch
-	$(PY) -m pip install -e .
+	$(PY) -m pip install -e ".[viz]"
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
@@ -25,6 +26,7 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/zoo demo
+	@echo "The zoo command is in $(VENV): run 'source $(VENV)/bin/activate' to use it (zoo --help)."
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest

@@ -19,7 +19,7 @@ def test_wheel_carries_presets_and_an_installed_zoo_finds_them(tmp_path):
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-2000:]
-    wheel = next((tmp_path / "dist").glob("zoo-*.whl"))
+    wheel = next((tmp_path / "dist").glob("transformer_zoo-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "zoo/presets/transformer-base.yaml" in names and "zoo/presets/gpt2.yaml" in names
 

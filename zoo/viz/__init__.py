@@ -1,4 +1,4 @@
-"""Plots (matplotlib, the ``viz`` extra: ``pip install 'zoo[viz]'``), written as PNG files.
+"""Plots (matplotlib, the ``viz`` extra: ``pip install matplotlib``), written as PNG files.
 
     zoo.viz.plot_attention(zoo.viz.attention_maps(model, tokenizer, "나는 학생이다"), "attention.png")
     zoo.viz.plot_masks(zoo.viz.example_masks(zoo.preset("transformer-tiny")), "masks.png")

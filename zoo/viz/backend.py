@@ -14,7 +14,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = "pip install 'zoo[viz]'"
+# The package's own name on PyPI is unrelated ("zoo" is an RPC framework there), so the hint names what
+# the extra installs; `make demo` and `make test` install it already.
+INSTALL_HINT = "pip install matplotlib (the 'viz' extra)"
 
 CJK_FONTS = (
     "Noto Sans CJK KR",
