@@ -1,4 +1,4 @@
-"""The built-in corpus BLEU against hand-computed values (never against sacrebleu)."""
+"""BLEU: the built-in whitespace definition against hand-computed values; the default is sacrebleu's."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import math
 
 import pytest
 
-from zoo.training.bleu import corpus_bleu
+import sacrebleu
+
+from zoo.training.bleu import bleu_signature, corpus_bleu
 
 
 def bleu(hyps: list[str], refs: list[str]) -> float:
-    return corpus_bleu(hyps, refs, prefer_sacrebleu=False)
+    return corpus_bleu(hyps, refs, metric="whitespace")
 
 
 def test_identical_hypotheses_score_100() -> None:
@@ -63,3 +65,20 @@ def test_empty_input_scores_zero() -> None:
 def test_length_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         bleu(["a", "b"], ["a"])
+
+
+def test_the_default_is_sacrebleu_with_its_signature() -> None:
+    hyps = ["the cat eats the big dog.", "a b"]
+    refs = ["the cat eats the big fish.", "a c"]
+    expected = sacrebleu.corpus_bleu(hyps, [refs]).score
+    assert corpus_bleu(hyps, refs) == pytest.approx(expected)
+    # Smoothing and 13a tokenization make it differ from the built-in definition on the same text.
+    assert corpus_bleu(hyps, refs) != pytest.approx(bleu(hyps, refs))
+    signature = bleu_signature()
+    assert signature.startswith("nrefs:1|") and "tok:13a" in signature and "smooth:exp" in signature
+    assert "whitespace" in bleu_signature("whitespace")
+
+
+def test_unknown_metric_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown BLEU metric 'chrf'"):
+        corpus_bleu(["a"], ["a"], metric="chrf")  # type: ignore[arg-type]

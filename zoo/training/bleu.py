@@ -1,14 +1,18 @@
 """Corpus BLEU (Papineni et al., 2002, "BLEU: a Method for Automatic Evaluation of Machine Translation").
 
+The reported metric is ``sacrebleu``'s (Post, 2018, "A Call for Clarity in Reporting BLEU Scores"): its
+13a tokenizer, exponential smoothing, one reference per hypothesis. :func:`bleu_signature` gives the
+signature that identifies the exact definition, so a score can be compared with others.
+
+A second, built-in definition exists only when asked for by name, ``metric="whitespace"``, for text that
+is already tokenized and for checking scores by hand:
+
     BLEU = 100 * BP * exp(mean_n log p_n),   n = 1..4
     p_n  = sum over sentences of clipped n-gram matches / sum over sentences of hypothesis n-grams
     BP   = 1 if c > r else exp(1 - r / c)    (c, r: total hypothesis / reference length in tokens)
 
 Counts are pooled over the corpus before dividing, as in the paper (not an average of sentence scores).
-One reference per hypothesis.
-
-The built-in version deliberately differs from ``sacrebleu``'s defaults, which :func:`corpus_bleu` uses
-instead when it is installed (``prefer_sacrebleu=True``):
+It differs from sacrebleu's defaults on purpose:
 
 * tokenization is ``str.split()``: the text is assumed already tokenized (sacrebleu applies its ``13a``
   tokenizer, which splits off punctuation);
@@ -24,6 +28,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
+
+BleuMetric = Literal["sacrebleu", "whitespace"]
 
 MAX_ORDER = 4
 
@@ -32,7 +39,7 @@ def _ngrams(tokens: list[str], n: int) -> Counter[tuple[str, ...]]:
     return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
-def _builtin_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+def _whitespace_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     matches = [0] * MAX_ORDER
     totals = [0] * MAX_ORDER
     hyp_len = ref_len = 0
@@ -56,22 +63,35 @@ def _builtin_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float
 
 
 def corpus_bleu(
-    hypotheses: Sequence[str], references: Sequence[str], *, prefer_sacrebleu: bool = True
+    hypotheses: Sequence[str], references: Sequence[str], *, metric: BleuMetric = "sacrebleu"
 ) -> float:
     """Corpus BLEU in [0, 100] of ``hypotheses`` against one reference each.
 
-    Uses ``sacrebleu.corpus_bleu(hypotheses, [references]).score`` when ``prefer_sacrebleu`` and sacrebleu
-    is installed, otherwise the built-in implementation described in the module docstring.
+    ``metric="sacrebleu"`` (the default, and what zoo reports) is ``sacrebleu.corpus_bleu`` with its
+    defaults; ``metric="whitespace"`` is the built-in definition in the module docstring.
     """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references; need one each")
     if not hypotheses:
         return 0.0
-    if prefer_sacrebleu:
-        try:
-            import sacrebleu  # optional dependency
-        except ImportError:
-            pass
-        else:
-            return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
-    return _builtin_bleu(hypotheses, references)
+    if metric == "sacrebleu":
+        import sacrebleu  # a runtime dependency; imported here to keep `import zoo` light
+
+        return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+    if metric == "whitespace":
+        return _whitespace_bleu(hypotheses, references)
+    raise ValueError(f"unknown BLEU metric {metric!r}; expected 'sacrebleu' or 'whitespace'")
+
+
+def bleu_signature(metric: BleuMetric = "sacrebleu") -> str:
+    """What a reported score means: sacrebleu's signature, or the name of the built-in definition."""
+    if metric == "sacrebleu":
+        from sacrebleu.metrics import BLEU
+
+        # sacrebleu fills in the reference count on first use; zoo always scores against one reference.
+        metric_ = BLEU()
+        metric_.corpus_score(["a"], [["a"]])
+        return str(metric_.get_signature())
+    if metric == "whitespace":
+        return "whitespace BLEU (zoo built-in: str.split tokens, no smoothing)"
+    raise ValueError(f"unknown BLEU metric {metric!r}; expected 'sacrebleu' or 'whitespace'")

@@ -171,6 +171,11 @@ class LossConfig(Section):
 class EvalConfig(Section):
     every_steps: PositiveInt | None = Field(None, description="Validate every N steps; always at the end.")
     bleu: bool = Field(True, description="seq2seq: greedy-decode the validation sources and score BLEU.")
+    bleu_metric: Literal["sacrebleu", "whitespace"] = Field(
+        "sacrebleu",
+        description="sacrebleu (13a tokens, exp smoothing; reported with its signature) or 'whitespace', "
+        "zoo's unsmoothed BLEU over str.split() tokens.",
+    )
     bleu_samples: PositiveInt | None = Field(None, description="Decode only the first N pairs; null: all.")
     num_beams: PositiveInt = 1
     max_new_tokens: PositiveInt | None = Field(None, description="Decode length cap; default: max length.")

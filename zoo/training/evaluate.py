@@ -15,7 +15,7 @@ from torch import nn
 
 from zoo.io.tokenizer import Tokenizer
 from zoo.training.batching import Batch
-from zoo.training.bleu import corpus_bleu
+from zoo.training.bleu import BleuMetric, corpus_bleu
 from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 
 
@@ -100,8 +100,12 @@ def bleu(
     target_tokenizer: Tokenizer,
     num_beams: int = 1,
     max_new_tokens: int | None = None,
+    metric: BleuMetric = "sacrebleu",
 ) -> float:
-    """Corpus BLEU (0-100) of the model's translations of ``pairs`` (source, reference)."""
+    """Corpus BLEU (0-100) of the model's translations of ``pairs`` (source, reference).
+
+    ``metric`` picks the definition (`zoo.training.bleu`); sacrebleu's is the one zoo reports.
+    """
     hypotheses = translate(
         model,
         [source for source, _ in pairs],
@@ -110,4 +114,4 @@ def bleu(
         num_beams=num_beams,
         max_new_tokens=max_new_tokens,
     )
-    return corpus_bleu(hypotheses, [reference for _, reference in pairs])
+    return corpus_bleu(hypotheses, [reference for _, reference in pairs], metric=metric)

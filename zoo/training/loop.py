@@ -290,6 +290,7 @@ class Trainer:
                     target_tokenizer=self.tokenizers.target,
                     num_beams=self.config.eval.num_beams,
                     max_new_tokens=self.config.eval.max_new_tokens,
+                    metric=self.config.eval.bleu_metric,
                 )
         self.wrapped.train()
         record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu)
