@@ -1,6 +1,6 @@
 """The benchmark workloads, defined once: model shapes and batch shapes every contender runs.
 
-Shapes follow the issue: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
+Shapes: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
 encoder-decoder and a T5-small-shaped model, all 6 layers (T5: 6+6), width 512, 8 heads, vocab 8192.
 The MLM workload scores 15% of the positions, as BERT's recipe does; every other one scores every position.
 """

@@ -1,5 +1,5 @@
 """Layer wiring: the decoder layer gives the causal mask to self-attention and the encoder's padding mask to
-cross-attention (the course notes swap them); pre- vs post-norm residuals."""
+cross-attention (a common slip swaps them); pre- vs post-norm residuals."""
 
 from __future__ import annotations
 

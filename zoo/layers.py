@@ -8,8 +8,8 @@ Where the norm sits is the one real difference between the 2017 paper and most l
             └──────────────────────────────┘                       └───────────────────────────────────┘
 
 A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
-mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (The course
-notes swap these two masks; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
+mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (Swapping
+these two masks is a common slip; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
 stack builds them once per forward and hands them down.
 """
 

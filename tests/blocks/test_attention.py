@@ -1,4 +1,4 @@
-"""Attention: the course notes' worked example, SDPA vs eager, weights on padding/future keys, GQA."""
+"""Attention: a worked example by hand, SDPA vs eager, weights on padding/future keys, GQA."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import torch
 from zoo.blocks import Attention, masks
 from zoo.spec import AttentionSpec
 
-# The toy example of notes 004: four keys, values, and queries that match one or two keys.
+# A toy example: four keys, values, and queries that match one or two keys.
 K = torch.tensor([[10.0, 0, 0], [0, 10, 0], [0, 0, 10], [0, 0, 10]])
 V = torch.tensor([[1.0, 0], [10, 0], [100, 5], [1000, 6]])
 
 
 def scaled_dot_product(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The notes' single-head case through zoo's eager path: identity projections, d_k = 3."""
+    """The single-head case through zoo's eager path: identity projections, d_k = 3."""
     attention = Attention(AttentionSpec(num_heads=1, head_dim=3, bias=False), d_model=3)
     with torch.no_grad():
         attention.qkv_proj.weight.zero_()
@@ -35,7 +35,7 @@ def scaled_dot_product(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ),
     ],
 )
-def test_course_notes_attention_example(query, expected_out, expected_weights):
+def test_hand_worked_attention_example(query, expected_out, expected_weights):
     out, weights = scaled_dot_product(torch.tensor(query))
     torch.testing.assert_close(out, torch.tensor(expected_out), atol=1e-3, rtol=0)
     torch.testing.assert_close(

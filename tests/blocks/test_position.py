@@ -1,4 +1,4 @@
-"""Positions: the paper's sinusoid (and the notes' table), half layout, rotary, T5 buckets, ALiBi."""
+"""Positions: the paper's sinusoid (and a hand-computed table), half layout, rotary, T5 buckets, ALiBi."""
 
 from __future__ import annotations
 
@@ -15,19 +15,19 @@ from zoo.blocks.position import (
     sinusoidal_table,
 )
 
-# Notes 002: d_model 10, positions 0-4, computed with the formula in plain Python.
-NOTES_ROW_1 = [0.8414709848078965, 0.5403023058681398, 0.1578266401303058, 0.987466835729271, 0.025116222909773774,
+# d_model 10, positions 0-4, computed with the formula in plain Python.
+HAND_ROW_1 = [0.8414709848078965, 0.5403023058681398, 0.1578266401303058, 0.987466835729271, 0.025116222909773774,
                0.9996845379152098, 0.003981061189587565, 0.9999920755445039, 0.0006309573026154199, 0.9999998009464214]  # fmt: skip
-NOTES_ROW_4 = [-0.7568024953079282, -0.6536436208636119, 0.5923377252484391, 0.8056897785422777, 0.10030648729934574,
+HAND_ROW_4 = [-0.7568024953079282, -0.6536436208636119, 0.5923377252484391, 0.8056897785422777, 0.10030648729934574,
                0.9949565862919176, 0.01592361380950573, 0.999873211223926, 0.0025238266985760983, 0.9999968151443261]  # fmt: skip
 
 
-def test_sinusoidal_table_reproduces_the_course_notes():
+def test_sinusoidal_table_reproduces_a_hand_computed_table():
     table = sinusoidal_table(5, 10)
     assert table.shape == (5, 10)
     assert table[0].tolist() == [0.0, 1.0] * 5
-    torch.testing.assert_close(table[1], torch.tensor(NOTES_ROW_1), atol=1e-7, rtol=0)
-    torch.testing.assert_close(table[4], torch.tensor(NOTES_ROW_4), atol=1e-7, rtol=0)
+    torch.testing.assert_close(table[1], torch.tensor(HAND_ROW_1), atol=1e-7, rtol=0)
+    torch.testing.assert_close(table[4], torch.tensor(HAND_ROW_4), atol=1e-7, rtol=0)
 
 
 def test_sinusoidal_table_equals_the_paper_formula():

@@ -69,7 +69,7 @@ def test_encoder_sees_the_future():
 
 
 def test_loss_averages_over_real_tokens_only():
-    """The course notes divide the masked loss by every position, padding included; zoo must not."""
+    """Dividing the masked loss by every position, padding included, is a common slip; zoo must not."""
     model = zoo.build("gpt2-tiny").eval()
     ids, mask = padded_batch(model.spec.vocab_size, [8, 4])
     labels = ids.masked_fill(mask == 0, -100)
@@ -88,7 +88,7 @@ def test_loss_averages_over_real_tokens_only():
 
 
 def test_position_tables_are_sized_by_max_positions_not_vocab():
-    """The notes size the positional table by the vocabulary; zoo sizes it by the longest sequence."""
+    """Sizing the positional table by the vocabulary is a common slip; zoo sizes it by the longest sequence."""
     model = zoo.build("transformer-tiny")
     spec = model.spec
     assert model.encoder.positions.table.shape == (spec.max_positions, spec.d_model)

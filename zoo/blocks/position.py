@@ -39,7 +39,7 @@ class SinusoidalPositions(nn.Module):
     def __init__(self, *, layout: str, max_positions: int, dim: int) -> None:
         super().__init__()
         self.layout, self.max_positions, self.dim = layout, max_positions, dim
-        # Sized by the longest sequence, never by the vocabulary (the course notes' slip).
+        # Sized by the longest sequence, never by the vocabulary (sizing it by the vocabulary is a common slip).
         self.register_buffer("table", torch.empty(max_positions, dim), persistent=False)
         self.reset_buffers()
 

@@ -135,8 +135,8 @@ def select_labels(labels: torch.Tensor, logits_mask: torch.Tensor | None) -> tor
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not -100: logits (..., V), labels (...).
 
-    Padding is excluded from both the sum and the count (the course notes divide by every position,
-    padding included, which shrinks the loss of short sentences).
+    Padding is excluded from both the sum and the count (dividing by every position, padding included, a
+    common slip, would shrink the loss of short sentences).
     """
     return F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
