@@ -34,6 +34,7 @@ _LAZY = {
     "from_hf": "zoo.io.hf:from_hf",
     "to_hf": "zoo.io.hf:to_hf",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
+    "TextStream": "zoo.generation.text:TextStream",
     "summary": "zoo.analysis:summary",
 }
 

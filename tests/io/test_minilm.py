@@ -8,6 +8,7 @@ not needed here). Without it these tests skip.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,30 @@ def test_minilm_sentence_embeddings_rank_a_paraphrase_above_an_unrelated_sentenc
     embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
     similarity = embeddings @ embeddings.T
     assert similarity[0, 1] > similarity[0, 2] + 0.2, similarity
+
+
+def test_zoo_tokenizer_gives_transformers_ids_despite_the_files_stored_padding(model_dir, batch) -> None:
+    # The file pads every encoding to 128 and truncates at 128; transformers applies neither unless asked.
+    stored = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    assert stored["padding"]["strategy"] == {"Fixed": 128} and stored["truncation"]["max_length"] == 128
+    tok = zoo.Tokenizer.from_file(model_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    unpadded = theirs(SENTENCES)["input_ids"]
+    assert max(map(len, unpadded)) < 20
+    assert (
+        [tok.encode(s, add_bos=True) for s in SENTENCES]
+        == tok.encode_batch(SENTENCES, add_bos=True)
+        == unpadded
+    )
+    assert tok(SENTENCES)["input_ids"] == unpadded
+    ours, expected = (
+        tok(SENTENCES, padding=True, return_tensors="pt"),
+        theirs(SENTENCES, padding=True, return_tensors="pt"),
+    )
+    assert torch.equal(ours["input_ids"], expected["input_ids"]) and torch.equal(ours["input_ids"], batch[0])
+    assert torch.equal(ours["attention_mask"], expected["attention_mask"])
+    long = " ".join(
+        SENTENCES * 40
+    )  # past both 128 (the file's) and 512 (tokenizer_config.json's model_max_length)
+    assert tok(long, truncation=True)["input_ids"] == theirs(long, truncation=True)["input_ids"]
+    assert len(tok(long, truncation=True)["input_ids"]) == 512
