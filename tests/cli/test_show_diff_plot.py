@@ -1,14 +1,20 @@
-"""`zoo show`, `zoo diff` and `zoo plot`: what they print, the JSON they emit, the PNGs they write."""
+"""`zoo show`, `zoo diff` and `zoo plot`: what they print, the JSON they emit, the PNGs they write, and
+`zoo diff`'s exit status (as diff(1))."""
 
 from __future__ import annotations
 
 import json
 import struct
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from rich.text import Text
 
 import zoo
+import zoo.cli
+from zoo.analysis import diff_specs
 from zoo.cli import main
 from zoo.io.tokenizer import train_tokenizer
 from zoo.viz import panel_inches
@@ -76,9 +82,10 @@ def test_show_of_an_unknown_preset_is_a_one_line_error(capsys) -> None:
 
 def test_diff_lists_fields_with_both_values(capsys) -> None:
     code, out, _ = run(capsys, "diff", "gpt2", "gpt2-medium")
-    assert code == 0
+    assert code == 1
     assert "decoder.num_layers" in out and "24" in out and "d_model" in out and "1024" in out
     code, out, _ = run(capsys, "diff", "gpt2", "gpt2-medium", "--json")
+    assert code == 1
     rows = {row["field"]: row for row in json.loads(out)}
     assert rows["decoder.attention.num_heads"] == {"field": "decoder.attention.num_heads", "a": 12, "b": 16}
 
@@ -86,6 +93,75 @@ def test_diff_lists_fields_with_both_values(capsys) -> None:
 def test_diff_of_a_preset_with_itself_says_identical(capsys) -> None:
     code, out, _ = run(capsys, "diff", "t5-small", "t5-small")
     assert code == 0 and "identical" in out
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_diff_exit_status_is_that_of_diff1(capsys, json_flag) -> None:
+    """0 the same, 1 different, 2 trouble: `zoo diff A B >/dev/null && echo same` works in scripts."""
+    assert run(capsys, "diff", "t5-small", "t5-small", *json_flag)[0] == 0
+    assert run(capsys, "diff", "t5-small", "t5-base", *json_flag)[0] == 1
+    code, _, err = run(capsys, "diff", "t5-small", "gpt5", *json_flag)
+    assert code == 2 and "unknown preset 'gpt5'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_diff_on_a_narrow_terminal_keeps_field_paths_whole(monkeypatch, width: int) -> None:
+    out = StringIO()
+    monkeypatch.setattr(zoo.cli, "console", Console(file=out, width=width, force_terminal=True))
+    assert main(["diff", "transformer-base", "gpt2"]) == 1
+    text = Text.from_ansi(out.getvalue()).plain
+    for path, _, _ in diff_specs(zoo.preset("transformer-base"), zoo.preset("gpt2")):
+        assert path in text, f"{path} cut at width {width}:\n{text}"
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """gpt2-tiny as transformers would have it: config.json + model.safetensors, no spec.json."""
+    directory = tmp_path_factory.mktemp("hf") / "tiny-gpt2"
+    zoo.to_hf(zoo.build("gpt2-tiny"), directory)
+    assert (directory / "config.json").is_file() and not (directory / "spec.json").exists()
+    return directory
+
+
+def test_show_reads_a_hugging_face_folder(capsys, hf_folder) -> None:
+    code, out, err = run(capsys, "show", str(hf_folder), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["name"] == "tiny-gpt2" and data["source"].startswith("Hugging Face")
+    assert data["parameters"]["total"] == zoo.build("gpt2-tiny", device="meta").num_parameters()
+    code, out, _ = run(capsys, "show", str(hf_folder))
+    assert code == 0 and "tiny-gpt2" in out
+
+
+def test_diff_of_a_hugging_face_folder_and_its_preset_differs_only_in_name_and_source(
+    capsys, hf_folder
+) -> None:
+    code, out, err = run(capsys, "diff", str(hf_folder), "gpt2-tiny", "--json")
+    assert code == 1, err
+    assert {row["field"] for row in json.loads(out)} == {"name", "source"}
+    code, out, _ = run(capsys, "diff", str(hf_folder), str(hf_folder))
+    assert code == 0 and "identical" in out
+
+
+def test_show_estimates_with_either_spelling_of_a_dtype(capsys) -> None:
+    results = {}
+    for dtype in ("bf16", "bfloat16", "fp16", "float16", "fp32", "float32"):
+        code, out, _ = run(capsys, "show", "gpt2-tiny", "--json", "--dtype", dtype)
+        assert code == 0
+        results[dtype] = json.loads(out)["settings"]
+    assert (
+        results["bf16"] == results["bfloat16"] == {**results["bf16"], "dtype": "bfloat16", "dtype_bytes": 2}
+    )
+    assert results["fp16"] == results["float16"] and results["fp32"] == results["float32"]
+
+
+def test_show_refuses_an_unknown_dtype_listing_the_choices(capsys) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["show", "gpt2-tiny", "--dtype", "int8"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "Traceback" not in err
+    assert "invalid dtype 'int8'" in err and "bf16, bfloat16" in err
 
 
 def test_plot_attention_writes_heads_by_layer_panels(capsys, checkpoint, tmp_path) -> None:

@@ -104,3 +104,27 @@ def test_zoo_generate_reports_bad_settings_without_a_traceback(gpt, capsys):
 def test_zoo_generate_names_a_missing_checkpoint(tmp_path, capsys):
     assert main(["generate", str(tmp_path / "nope"), "--prompt", "hi"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spelling", ["bf16", "bfloat16"])
+def test_zoo_generate_and_translate_take_either_spelling_of_a_dtype(gpt, translator, capsys, spelling):
+    argv = ["--max-new-tokens", "3", "--dtype", spelling]
+    assert main(["generate", str(gpt[0]), "--prompt", "the cat", *argv]) == 0
+    assert capsys.readouterr().out.startswith("the cat")
+    assert main(["translate", str(translator[0]), "the cat sat", *argv]) == 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_zoo_generate_on_cuda_without_cuda_is_a_one_line_error(gpt, capsys):
+    directory, _ = gpt
+    assert main(["generate", str(directory), "--prompt", "the", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_zoo_generate_refuses_an_unknown_device_before_loading(gpt, capsys):
+    directory, _ = gpt
+    with pytest.raises(SystemExit) as exit:
+        main(["generate", str(directory), "--prompt", "the", "--device", "gpu0"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "invalid device 'gpu0'" in err and "Traceback" not in err

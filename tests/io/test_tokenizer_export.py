@@ -156,8 +156,8 @@ def test_exported_gpt2_runs_in_transformers_on_the_auto_tokenizer_batch(corpus_l
     tok = train_tokenizer(iter(corpus_lines), kind="bpe", vocab_size=400)
     torch.manual_seed(0)
     model = zoo.build("gpt2-tiny").eval()
-    zoo.to_hf(model, tmp_path)
-    tok.save_pretrained(tmp_path, model_max_length=model.spec.max_positions)
+    zoo.to_hf(model, tmp_path, tokenizer=tok)  # weights, config and tokenizer files in one call
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["model_max_length"] == 128
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     batch = theirs(TEXTS, padding=True, return_tensors="pt")

@@ -2,7 +2,7 @@
 
     zoo convert --from-hf hf_gpt2/ --out runs/gpt2            # zoo.from_hf, then zoo.save
     zoo convert --to-hf runs/gpt2 --out hf_out/               # zoo.load, then zoo.to_hf
-    zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bfloat16 --max-shard-size 500MB
+    zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bf16 --max-shard-size 500MB
 
 A ``tokenizer.json`` beside the source checkpoint is carried over to the output.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DTYPES = ("float32", "float16", "bfloat16")
+from zoo.cli.options import add_dtype_option, torch_dtype
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--from-zoo", metavar="DIR", help="zoo checkpoint to save again (--dtype, --max-shard-size)"
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    parser.add_argument("--dtype", choices=DTYPES, help="cast floating-point weights (default: keep theirs)")
+    add_dtype_option(parser, default=None, help="cast floating-point weights (default: keep theirs)")
     parser.add_argument(
         "--max-shard-size", metavar="SIZE", help="zoo output: shard above this size, e.g. 500MB (default 2GB)"
     )
@@ -36,14 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     import zoo
     from zoo.cli import console
     from zoo.io.checkpoint import CheckpointError
     from zoo.io.tokenizer import Tokenizer
 
-    dtype = getattr(torch, args.dtype) if args.dtype else None
+    dtype = torch_dtype(args.dtype)
     source = Path(args.from_hf or args.to_hf or args.from_zoo).expanduser()
     out = Path(args.out).expanduser()
     if args.to_hf and args.max_shard_size:
@@ -57,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
         from zoo.io.hf import to_hf
 
         model = zoo.load(source, dtype=dtype)
-        to_hf(model, out)
-        if tokenizer is not None and not (out / "tokenizer.json").exists():
-            tokenizer.save(out / "tokenizer.json")
+        to_hf(model, out, tokenizer=tokenizer)
         kind = "Hugging Face"
     else:
         if args.from_hf:

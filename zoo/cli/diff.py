@@ -7,9 +7,14 @@ import json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("diff", help="what two presets, spec files or checkpoints differ in")
-    parser.add_argument("a", metavar="A", help="preset, spec file or checkpoint dir")
-    parser.add_argument("b", metavar="B", help="preset, spec file or checkpoint dir")
+    parser = subparsers.add_parser(
+        "diff",
+        help="what two presets, spec files or checkpoints differ in (exit 1 if they differ, as diff(1))",
+        description="What two specs differ in, field by field. Exit status as diff(1): 0 when they are "
+        "the same, 1 when they differ, 2 on an error.",
+    )
+    parser.add_argument("a", metavar="A", help="preset, spec file, zoo checkpoint or Hugging Face folder")
+    parser.add_argument("b", metavar="B", help="preset, spec file, zoo checkpoint or Hugging Face folder")
     parser.add_argument(
         "--json",
         action="store_true",
@@ -20,34 +25,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
-    from rich.table import Table
 
-    from zoo.analysis import diff_specs, load_target_spec
+    from zoo.analysis import diff_specs
     from zoo.analysis.diff import MISSING
     from zoo.cli import console
+    from zoo.cli.options import load_target_spec
+    from zoo.cli.tables import Column, print_table
 
     rows = diff_specs(load_target_spec(args.a), load_target_spec(args.b))
+    # As diff(1), so that scripts can ask "same model?" with `zoo diff A B >/dev/null`.
+    status = 1 if rows else 0
     if args.json:
         data = [
             {"field": path} | ({} if a is MISSING else {"a": a}) | ({} if b is MISSING else {"b": b})
             for path, a, b in rows
         ]
         print(json.dumps(data, indent=2, ensure_ascii=False))
-        return 0
+        return status
     if not rows:
         console.print(
             f"{escape(args.a)} and {escape(args.b)} are identical: every field, every stack resolved"
         )
-        return 0
+        return status
 
     def show(value: object) -> str:
-        return "—" if value is MISSING else escape(json.dumps(value, ensure_ascii=False))
+        return "—" if value is MISSING else json.dumps(value, ensure_ascii=False)
 
-    table = Table(title=f"{len(rows)} fields differ (stacks resolved; — = the field does not exist there)")
-    table.add_column("field")
-    table.add_column(escape(args.a), overflow="fold")
-    table.add_column(escape(args.b), overflow="fold")
-    for path, a, b in rows:
-        table.add_row(path, show(a), show(b))
-    console.print(table)
-    return 0
+    print_table(
+        [Column("field", whole=True), Column(args.a, fold=True), Column(args.b, fold=True)],
+        [(path, show(a), show(b)) for path, a, b in rows],
+        title=f"{len(rows)} fields differ (stacks resolved; — = the field does not exist there)",
+    )
+    return status

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-DTYPES = ("float32", "bfloat16", "float16")
+from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,8 +65,8 @@ def _search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int 
         "--no-repeat-ngram-size", type=int, default=0, metavar="N", help="forbid repeated n-grams"
     )
     run = parser.add_argument_group("model")
-    run.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    run.add_argument("--dtype", choices=DTYPES, default=None, help="cast the weights (default: as saved)")
+    add_device_option(run)
+    add_dtype_option(run, default=None, help="cast the weights (default: as saved)")
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -87,13 +87,10 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace, *, family: str, other: str) -> tuple[Any, Any]:
-    import torch
-
     import zoo
 
-    model = zoo.load(
-        args.checkpoint, device=args.device, dtype=getattr(torch, args.dtype) if args.dtype else None
-    )
+    # zoo.load resolves "auto" and says so, before reading anything, when the device is not there.
+    model = zoo.load(args.checkpoint, device=args.device, dtype=torch_dtype(args.dtype))
     if model.spec.family != family:
         raise ValueError(
             f"{args.checkpoint}: holds a {model.spec.family} model; `zoo {args.command}` needs a {family} model"
@@ -119,7 +116,7 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
         repetition_penalty=args.repetition_penalty,
         no_repeat_ngram_size=args.no_repeat_ngram_size,
     )
-    input_ids = torch.tensor([ids], device=args.device)
+    input_ids = torch.tensor([ids], device=next(model.parameters()).device)  # where "auto" put the model
     eos = model.spec.eos_token_id
     start = time.perf_counter()
     if echo is not None:

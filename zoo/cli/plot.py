@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.add_argument("--max-new-tokens", type=int, default=32, help="length limit when generating")
 
     sub = kind("masks", "encoder, decoder and cross masks of a padded example batch", _masks, None)
-    sub.add_argument("preset", metavar="PRESET", help="preset, spec file or checkpoint dir")
+    sub.add_argument(
+        "preset", metavar="PRESET", help="preset, spec file, zoo checkpoint or Hugging Face folder"
+    )
 
     sub = kind("positions", "the sinusoidal position table as a heatmap", _positions, "positions.png")
     sub.add_argument("--d-model", type=int, default=128, help="table width (default: 128)")
@@ -84,7 +86,7 @@ def _attention(args: argparse.Namespace) -> Path:
 
 
 def _masks(args: argparse.Namespace) -> Path:
-    from zoo.analysis import load_target_spec
+    from zoo.cli.options import load_target_spec
     from zoo.viz import example_masks, plot_masks
 
     spec = load_target_spec(args.preset)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -37,15 +35,13 @@ def preset_rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from zoo.cli import console
+    from zoo.cli.tables import Column, print_table
 
-    table = Table(title="zoo presets")
-    for column in ("name", "family", "layers", "d_model", "heads"):
-        table.add_column(column)
-    table.add_column("parameters", justify="right")
-    for row in preset_rows():
-        table.add_row(
-            *(str(row[c]) for c in ("name", "family", "layers", "d_model", "heads")), f"{row['parameters']:,}"
-        )
-    console.print(table)
+    columns = [Column(c, whole=True) for c in ("name", "family", "layers", "d_model", "heads")]
+    columns.append(Column("parameters", whole=True, right=True))
+    rows = [
+        [*(str(row[c]) for c in ("name", "family", "layers", "d_model", "heads")), f"{row['parameters']:,}"]
+        for row in preset_rows()
+    ]
+    print_table(columns, rows, title="zoo presets")
     return 0

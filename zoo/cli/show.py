@@ -1,7 +1,9 @@
 """``zoo show NAME|SPEC_FILE|DIR``: the module tree with parameter counts, and cost estimates.
 
-A preset or spec is built on the meta device (instant, no memory); a checkpoint directory is read for its
-spec.json only. ``--json`` prints the same as JSON (`zoo.analysis.ModelSummary.to_dict`).
+A preset or spec is built on the meta device (instant, no memory); a zoo checkpoint directory is read for
+its spec.json only, a Hugging Face folder for its config.json and the weights' headers (see
+`zoo.cli.options.load_target_spec`). ``--json`` prints the same as JSON
+(`zoo.analysis.ModelSummary.to_dict`).
 """
 
 from __future__ import annotations
@@ -10,15 +12,21 @@ import argparse
 import json
 from typing import Any
 
+from zoo.cli.options import add_dtype_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "show", help="a model's tree, parameter counts, FLOPs, training memory and KV-cache size"
     )
-    parser.add_argument("target", metavar="NAME|SPEC_FILE|DIR", help="preset, spec file or checkpoint dir")
+    parser.add_argument(
+        "target",
+        metavar="NAME|SPEC_FILE|DIR",
+        help="preset, spec file, zoo checkpoint or Hugging Face folder",
+    )
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: max_positions)")
     parser.add_argument("--batch", type=int, default=1, help="batch size of a training step (default: 1)")
-    parser.add_argument("--dtype", default="float32", help="float32, bf16 or fp16 (default: float32)")
+    add_dtype_option(parser, default="float32", help="the dtype the estimates assume (default: float32)")
     parser.add_argument("--depth", type=int, default=None, help="show the tree this many levels deep")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree and tables")
     parser.set_defaults(run=run)
@@ -26,8 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import zoo
+    from zoo.cli.options import load_target_spec
 
-    result = zoo.summary(args.target, seq_len=args.seq_len, batch=args.batch, dtype=args.dtype)
+    spec = load_target_spec(args.target)
+    result = zoo.summary(spec, seq_len=args.seq_len, batch=args.batch, dtype=args.dtype)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0

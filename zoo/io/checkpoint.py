@@ -30,6 +30,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from zoo.devices import resolve_device
 from zoo.io.checkpoint_files import (
     INDEX_NAME,
     SHARD_PATTERN,
@@ -140,12 +141,16 @@ def load(
 ) -> ZooModel | tuple[ZooModel, LoadReport]:
     """The model saved at ``path`` (a checkpoint directory, its ``model.safetensors`` or its index), in eval mode.
 
-    ``device``: where the tensors go (default CPU). ``dtype``: cast floating-point tensors (integer and bool
-    tensors keep theirs); default: as saved. ``strict`` (default): any missing, unexpected or
-    shape-mismatched tensor raises one `CheckpointError` naming them all. ``strict=False`` loads the tensors
-    that fit, leaves the missing ones freshly initialised, and logs a warning; pass ``return_report=True``
-    to get ``(model, LoadReport)`` with the ``missing`` / ``unexpected`` / ``mismatched`` names.
+    ``device``: where the tensors go (default CPU; ``"auto"``: CUDA when available); asking for a device
+    that is not there (``"cuda"`` without CUDA) is a `ValueError`, raised before anything is read.
+    ``dtype``: cast floating-point tensors (integer and bool tensors keep theirs); default: as saved.
+    ``strict`` (default): any missing, unexpected or shape-mismatched tensor raises one `CheckpointError`
+    naming them all. ``strict=False`` loads the tensors that fit, leaves the missing ones freshly
+    initialised, and logs a warning; pass ``return_report=True`` to get ``(model, LoadReport)`` with the
+    ``missing`` / ``unexpected`` / ``mismatched`` names.
     """
+    # Checked first: without it, CUDA's absence surfaced from deep in safetensors (a pin_memory error).
+    device = resolve_device(device if device is not None else "cpu")
     checkpoint = open_checkpoint(path)
     spec = checkpoint.spec
     model = build_model(spec, device="meta", init=False)
@@ -159,7 +164,6 @@ def load(
         logger.warning("%s: loaded with strict=False:\n%s", checkpoint.source, report)
     not_loaded = {*report.missing, *report.mismatched_names}
     matched = [name for name in expected if name not in not_loaded]
-    device = torch.device(device if device is not None else "cpu")
     if report.missing or report.mismatched:
         # The tensors not loaded need values: build for real (initialised) and copy the rest in, one by one.
         model = build_model(spec, device=device, dtype=dtype or checkpoint.floating_dtype())

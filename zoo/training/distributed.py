@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from zoo.devices import resolve_device
 from zoo.layers import Layer
 
 
@@ -46,23 +47,11 @@ class Runtime:
         return self.world_size > 1
 
 
-def resolve_device(device: str, *, local_rank: int = 0) -> torch.device:
-    """``auto``: this process's GPU when CUDA is available, else the CPU; ``cuda`` means ``cuda:local_rank``."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = f"cuda:{local_rank}"
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} asked for, but CUDA is not available here")
-    return resolved
-
-
 def start_runtime(device: str = "auto") -> Runtime:
     """Read torchrun's environment and join (or start) the process group; a plain process when alone."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    resolved = resolve_device(device, local_rank=local_rank)
+    resolved = resolve_device(device, local_rank=local_rank)  # one GPU per process
     if resolved.type == "cuda":
         torch.cuda.set_device(resolved)
     owns = False

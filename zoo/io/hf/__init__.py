@@ -27,7 +27,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
+from zoo.spec import ModelSpec
 from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
@@ -137,21 +139,33 @@ def from_hf(
     >>> model = zoo.from_hf("~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>")
     """
     root = Path(path).expanduser()
-    config = read_config(root)
-    mapping = _mapping_for(config.get("model_type"), str(root / CONFIG))
+    spec, mapping = _read_spec(root)
     files = weight_files(root)
-    names = set(read_tensors(files, names_only=True))  # headers only: config errors come before the read
-    name = _checkpoint_name(root)
-    with _naming_errors(root):
-        spec = mapping.config_to_spec(config, names)
-        source = f"Hugging Face {architecture(config) or config['model_type']} ({name})"
-        spec = spec.override(name=name, source=source)
     hf_tensors = read_tensors(files)
     with _naming_errors(root):
         tensors = mapping.hf_to_zoo(hf_tensors, spec)
     model = build_model(spec, device="meta", init=False)
     load_strict(model, tensors, source=str(root), device=torch.device(device or "cpu"), dtype=dtype)
     return model.eval()
+
+
+def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
+    """The zoo spec of a Hugging Face checkpoint folder, as `from_hf` derives it, without reading weights.
+
+    Reads ``config.json`` and the weight files' headers (which tensors exist decides e.g. a tied head).
+    """
+    return _read_spec(Path(path).expanduser())[0]
+
+
+def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping]:
+    config = read_config(root)
+    mapping = _mapping_for(config.get("model_type"), str(root / CONFIG))
+    names = set(read_tensors(weight_files(root), names_only=True))  # headers only: errors before the read
+    name = _checkpoint_name(root)
+    with _naming_errors(root):
+        spec = mapping.config_to_spec(config, names)
+        source = f"Hugging Face {architecture(config) or config['model_type']} ({name})"
+        return spec.override(name=name, source=source), mapping
 
 
 def load_strict(
@@ -209,12 +223,19 @@ def _checkpoint_name(root: Path) -> str:
 # -- writing -----------------------------------------------------------------------------------------------
 
 
-def to_hf(model: ZooModel, out_dir: str | os.PathLike[str], *, model_type: str | None = None) -> Path:
+def to_hf(
+    model: ZooModel,
+    out_dir: str | os.PathLike[str],
+    *,
+    model_type: str | None = None,
+    tokenizer: Tokenizer | None = None,
+) -> Path:
     """Write ``model`` as a Hugging Face checkpoint: ``config.json`` + ``model.safetensors``.
 
     The family is the first whose format can express the spec (gpt2, llama, bert, roberta, albert, ...),
     or ``model_type``. Files are written atomically. transformers' ``AutoModel*.from_pretrained(out_dir)``
-    loads the result. Returns the folder.
+    loads the result. With ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside
+    the weights, so ``AutoTokenizer.from_pretrained(out_dir)`` gives zoo's ids. Returns the folder.
 
     >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
     """
@@ -233,6 +254,8 @@ def to_hf(model: ZooModel, out_dir: str | os.PathLike[str], *, model_type: str |
     _atomic_write(out / WEIGHTS, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"
     _atomic_write(out / CONFIG, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out, model_max_length=spec.max_positions)
     return out
 
 
