@@ -175,3 +175,35 @@ def test_missing_matplotlib_names_the_extra(monkeypatch, tmp_path: Path) -> None
     with pytest.raises(VizDependencyError, match=r"pip install matplotlib") as error:
         plot_positions(torch.zeros(2, 2).numpy(), tmp_path / "p.png")
     assert isinstance(error.value, ValueError)
+
+
+def test_training_plot_says_which_loss_is_label_smoothed(tmp_path: Path) -> None:
+    from zoo.viz.training import training_figure
+
+    lines = [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}, {"step": 2, "val_loss": 4.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    def legend() -> list[str]:
+        loss_panel = training_figure(read_metrics(tmp_path)).axes[0]
+        return [text.get_text() for text in loss_panel.get_legend().get_texts()]
+
+    assert legend() == ["train loss", "validation loss (NLL)"]  # an older run: no run.json
+    (tmp_path / "run.json").write_text(json.dumps({"loss_label_smoothing": 0.1}))
+    assert legend() == ["train loss (label-smoothed, ε=0.1)", "validation loss (NLL)"]
+    (tmp_path / "run.json").write_text(json.dumps({"loss_label_smoothing": 0.0}))
+    assert legend() == ["train loss (NLL)", "validation loss (NLL)"]
+
+
+def test_training_plot_gives_custom_metrics_panels_of_their_own(tmp_path: Path) -> None:
+    from zoo.training.records import METRIC_KEYS
+    from zoo.viz.training import STANDARD_KEYS, training_figure
+
+    assert STANDARD_KEYS == METRIC_KEYS  # the plot's copy of the record keys has not drifted
+    lines = [{"step": s, "loss": 5.0 / s, "grad_norm": 1.0 + s, "my_metric": s, "note": "x"} for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    metrics = read_metrics(tmp_path)
+    assert metrics.extra_keys == ["grad_norm", "my_metric"]
+    figure = training_figure(metrics)
+    visible = [ax.get_title() for ax in figure.axes if ax.get_visible()]
+    assert visible[4:] == ["grad_norm", "my_metric"]
+    assert png_size(plot_training(metrics, tmp_path / "t.png", dpi=40)) == (400, 420)  # one more row

@@ -33,6 +33,8 @@ _LAZY = {
     "CheckpointError": "zoo.io.checkpoint_files:CheckpointError",
     "from_hf": "zoo.io.hf:from_hf",
     "to_hf": "zoo.io.hf:to_hf",
+    "read_hf_spec": "zoo.io.hf:read_hf_spec",
+    "train": "zoo.training.loop:train",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
     "TextStream": "zoo.generation.text:TextStream",
     "summary": "zoo.analysis:summary",

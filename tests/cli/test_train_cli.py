@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,3 +125,18 @@ def test_zoo_tokenizer_train_names_a_missing_file(tmp_path: Path, capsys: pytest
     code = main(["tokenizer", "train", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "t.json")])
     assert code == 2
     assert "missing.txt" in capsys.readouterr().err
+
+
+def test_zoo_train_draws_the_bar_on_a_terminal_unless_told_not_to(
+    tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # capsys's stdout, posing as a terminal
+    base = [str(tiny_config), "--set", "checkpoint.every_steps=null", "--max-steps", "1"]
+    assert main(["train", *base, "--set", "log_sinks=[csv]"]) == 0
+    drawn = capsys.readouterr().out
+    assert "tok/s" in drawn and "val_loss" in drawn  # the bar, and the validation line above it
+    assert (tmp_path / "run" / "metrics.csv").is_file()  # log_sinks reach the run from --set
+
+    assert main(["train", *base, "--overwrite", "--no-progress"]) == 0
+    plain = capsys.readouterr().out
+    assert "tok/s" not in plain and "val_loss" in plain  # lines only

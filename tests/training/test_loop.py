@@ -129,3 +129,21 @@ def test_activation_checkpointing_stores_fewer_tensors_for_backward() -> None:
     stored = saved_tensor_count(model)
     checkpoint_activations(model)
     assert saved_tensor_count(model) < stored / 3
+
+
+def test_run_json_says_the_training_loss_is_label_smoothed_and_the_plot_says_so(
+    make_config: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    from zoo.viz.training import read_metrics, training_figure
+
+    config = make_config(max_steps=1)
+    train(config, progress=False)
+    info = json.loads((config.output_dir / "run.json").read_text())
+    assert info["task"] == "seq2seq" and info["loss_label_smoothing"] == 0.1  # the seq2seq default
+    loss_panel = training_figure(read_metrics(config.output_dir)).axes[0]
+    labels = [text.get_text() for text in loss_panel.get_legend().get_texts()]
+    assert labels == ["train loss (label-smoothed, ε=0.1)", "validation loss (NLL)"]
+    lm = make_config(output_dir=str(tmp_path / "lm"), **{"loss.label_smoothing": 0.0})
+    Trainer(lm, progress=False).close()  # run.json is written before the first step
+    assert json.loads((lm.output_dir / "run.json").read_text())["loss_label_smoothing"] == 0.0

@@ -4,8 +4,10 @@
     zoo train examples/translate.yaml --set batch.max_tokens=2048 --set schedule.warmup_steps=800
     zoo train examples/translate.yaml --resume            # continue from the latest checkpoint
     torchrun --nproc-per-node 2 -m zoo train examples/translate.yaml
+    zoo train examples/translate.yaml --no-progress > train.log   # validation lines only
 
-Only rank 0 draws the progress bar and prints; the library loop reports through callbacks.
+Only rank 0 draws and prints. The bar is the library's (`zoo.training.progress`), drawn on stdout when
+stdout is a terminal; otherwise (a log file, a pipe) validation results and checkpoints come as lines.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from zoo.cli.options import add_device_option
+from zoo.training.progress import ProgressBar, ProgressLines, wants_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-steps", type=int, help="shortcut for --set max_steps=N")
     parser.add_argument("--output-dir", help="shortcut for --set output_dir=DIR")
-    parser.add_argument("--device", help="shortcut for --set device=DEVICE")
+    add_device_option(parser, default=None, default_help="the config's device: shortcut for --set device=")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (validation results still print); default: a bar when stdout is a terminal",
+    )
     parser.set_defaults(run=run)
 
 
@@ -74,59 +85,8 @@ def setup_logging() -> None:
     logger.setLevel(logging.WARNING if is_main_process() else logging.ERROR)
 
 
-class ProgressCallback:
-    """A rich progress bar: step, loss, lr, tokens/s, elapsed and ETA; validation and checkpoints as lines."""
-
-    def __init__(self, console: Any) -> None:
-        self.console = console
-        self.progress: Any = None
-
-    def on_train_start(self, trainer: Any) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}  {task.fields[speed]} tok/s"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=self.console,
-        )
-        self.progress.start()
-        self.task = self.progress.add_task(
-            "train", total=trainer.total_steps, completed=trainer.step, loss="-", lr="-", speed="-"
-        )
-
-    def on_log(self, trainer: Any, record: dict[str, Any]) -> None:
-        self.progress.update(
-            self.task,
-            completed=record["step"],
-            loss=f"{record['loss']:.3f}",
-            lr=f"{record['lr']:.2e}",
-            speed=f"{record['tokens_per_s']:,.0f}",
-        )
-
-    def on_eval(self, trainer: Any, record: dict[str, Any]) -> None:
-        bleu = f"  BLEU {record['val_bleu']:.1f}" if record["val_bleu"] is not None else ""
-        self.console.print(
-            f"step {record['step']}: val_loss {record['val_loss']:.3f}  ppl {record['val_ppl']:.2f}{bleu}"
-        )
-
-    def on_checkpoint(self, trainer: Any, path: Path) -> None:
-        self.console.print(f"[dim]checkpoint {path}[/]")
-
-    def on_train_end(self, trainer: Any, result: Any) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+# The bar moved to the library (zoo.training.progress); its old name here stays for existing callers.
+ProgressCallback = ProgressBar
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,12 +103,14 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             overrides[key] = value
     config = TrainConfig.from_yaml(args.config, **overrides)
-    progress = ProgressCallback(console)
-    try:
-        result = train(config, callbacks=[progress], resume=args.resume, overwrite=args.overwrite)
-    finally:
-        if progress.progress is not None:
-            progress.progress.stop()
+    # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
+    if not args.no_progress and wants_progress("auto", stream=sys.stdout):
+        progress, callbacks = ProgressBar(console), []
+    else:
+        progress, callbacks = False, [ProgressLines(console)]
+    result = train(
+        config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
+    )
     if is_main_process():
         console.print(
             f"trained {result.step} steps; model and tokenizer saved to [bold]{result.output_dir}[/]"

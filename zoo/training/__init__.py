@@ -2,7 +2,8 @@
 
     import zoo.training
     result = zoo.training.train("examples/translate.yaml")       # or a TrainConfig
-    trainer = zoo.training.Trainer(config, callbacks=[...]); trainer.fit()
+    trainer = zoo.training.Trainer(config, callbacks=[MyCallback()], progress=False, sinks=["csv"])
+    trainer.fit()
 
 Names load on first use, so ``zoo.training.toy_corpus`` and ``zoo.training.bleu`` stay free of torch.
 """
@@ -19,6 +20,11 @@ _LAZY = {
     "Trainer": "zoo.training.loop:Trainer",
     "TrainResult": "zoo.training.records:TrainResult",
     "Callback": "zoo.training.records:Callback",
+    "ProgressBar": "zoo.training.progress:ProgressBar",
+    "CsvSink": "zoo.training.sinks:CsvSink",
+    "JsonlSink": "zoo.training.sinks:JsonlSink",
+    "TensorBoardSink": "zoo.training.sinks:TensorBoardSink",
+    "SinkDependencyError": "zoo.training.sinks:SinkDependencyError",
     "train": "zoo.training.loop:train",
     "noam": "zoo.training.schedules:noam",
     "translate": "zoo.training.evaluate:translate",

@@ -218,6 +218,11 @@ class TrainConfig(Section):
     compile: bool = Field(False, description="torch.compile the model.")
     distributed: DistributedConfig = DistributedConfig()
     log_every: PositiveInt = 10
+    log_sinks: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = Field(
+        ("jsonl",),
+        description="Where records go besides metrics.jsonl (always written): csv (metrics.csv), "
+        "tensorboard (tensorboard/; needs `pip install tensorboard`).",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -9,8 +9,11 @@
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
 split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
 
-The loop prints nothing. It reports through `Callback` objects (called on rank 0 only) and writes
-``metrics.jsonl``; warnings go to the ``zoo.training`` logger. The CLI draws the progress bar.
+The loop prints nothing itself. It reports through callbacks (called on rank 0 only: `Callback`
+subclasses or any object with some of its hooks), writes each record to ``metrics.jsonl`` and the chosen
+sinks (`zoo.training.sinks`) after the callbacks have seen it, and draws a progress bar only through
+`zoo.training.progress` (``progress="auto"``: when stderr is a terminal). Warnings go to the
+``zoo.training`` logger.
 """
 
 from __future__ import annotations
@@ -33,29 +36,56 @@ from zoo.training.config import TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
 from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
-from zoo.training.records import Callback, TrainResult, append_record, make_record
+from zoo.training.progress import ProgressBar, ProgressSetting, progress_bar
+from zoo.training.records import (
+    METRIC_KEYS,
+    Callback,
+    TrainResult,
+    check_callbacks,
+    make_record,
+    metric_value,
+    write_run_info,
+)
 from zoo.training.resume import CheckpointIO, resume_point
 from zoo.training.schedules import learning_rate
+from zoo.training.sinks import MetricSink, check_sink_names, open_sink
 
 CONFIG_NAME = "train_config.yaml"
 
 
 class Trainer:
-    """Set up everything a config describes (checking all data up front), then `fit`."""
+    """Set up everything a config describes (checking all data up front), then `fit`.
+
+    ``callbacks``: `Callback` subclasses or any objects with some of its hooks. ``progress``: "auto" (a
+    bar when stderr is a terminal), True, False, or a `ProgressBar` to draw elsewhere. ``sinks``: metric
+    sinks besides the config's ``log_sinks`` — built-in names ("csv", "tensorboard") or objects with
+    ``write(record)``.
+    """
 
     def __init__(
         self,
         config: TrainConfig,
         *,
-        callbacks: Iterable[Callback] = (),
+        callbacks: Iterable[Callback | Any] = (),
+        progress: ProgressSetting | ProgressBar = "auto",
+        sinks: Iterable[str | MetricSink] = (),
         resume: bool | str | Path = False,
         overwrite: bool = False,
     ) -> None:
         self.config = config
-        self.callbacks = list(callbacks)
+        self.callbacks = check_callbacks(callbacks)
+        sinks = list(sinks)
+        # Before any work: a missing tensorboard should not surface after the data is read.
+        check_sink_names([*config.log_sinks, *(s for s in sinks if isinstance(s, str))])
+        for sink in sinks:
+            if not isinstance(sink, str) and not callable(getattr(sink, "write", None)):
+                raise TypeError(f"sink {sink!r} is neither a sink name nor an object with write(record)")
+        self._pending: dict[str, Any] = {}  # log_metrics values waiting for the next record
+        self._reporting: dict[str, Any] | None = None  # the record callbacks are looking at now
         self.runtime = dist_.start_runtime(config.device)
         try:
             self._setup(resume, overwrite)
+            self._setup_reporting(progress, sinks)
         except BaseException:
             dist_.stop_runtime(self.runtime)
             raise
@@ -67,7 +97,7 @@ class Trainer:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         self.output_dir = out = config.output_dir
-        resume_from = resume_point(out, resume, overwrite=overwrite, runtime=runtime)
+        self.resume_from = resume_from = resume_point(out, resume, overwrite=overwrite, runtime=runtime)
         spec = prepare.base_spec(config)
         self.task = prepare.resolve_task(config, spec)
         train_text, self.valid_text = prepare.read_splits(config, task=self.task)
@@ -114,6 +144,24 @@ class Trainer:
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout: a different stream per process
         if resume_from is not None:
             self.io.load(resume_from)
+        if runtime.is_main:
+            write_run_info(out, task=self.task, label_smoothing=self.label_smoothing)
+
+    def _setup_reporting(
+        self, progress: ProgressSetting | ProgressBar, sinks: list[str | MetricSink]
+    ) -> None:
+        """The bar and the sinks, on rank 0 only (elsewhere nothing draws or writes)."""
+        given_bar = any(isinstance(c, ProgressBar) for c in self.callbacks)
+        # "auto" stands down when a bar came in as a callback (as older code passes one): never two bars.
+        self.progress = progress_bar(progress, is_main=self.runtime.is_main and not given_bar)
+        self.sinks: list[MetricSink] = []
+        if not self.runtime.is_main:
+            return
+        resume_step = self.step if self.resume_from is not None else None
+        names = dict.fromkeys(["jsonl", *self.config.log_sinks, *(s for s in sinks if isinstance(s, str))])
+        for name in names:  # metrics.jsonl always (resume and `zoo plot training` read it), once each
+            self.sinks.append(open_sink(name, self.output_dir, resume_step=resume_step))
+        self.sinks += [sink for sink in sinks if not isinstance(sink, str)]
 
     def _plan_batches(self) -> None:
         config, batch = self.config, self.config.batch
@@ -169,6 +217,12 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train to ``total_steps`` (resuming where a checkpoint left off), validate, save; returns the result."""
+        try:
+            return self._fit()
+        finally:  # also on an exception: a live bar left running would garble the terminal
+            self._stop_reporting()
+
+    def _fit(self) -> TrainResult:
         self._notify("on_train_start", self)
         self.wrapped.train()
         self._started = time.perf_counter()
@@ -262,8 +316,7 @@ class Trainer:
         seconds = max(time.perf_counter() - self._interval_start - self._interval_paused, 1e-9)
         record = self._record(loss=loss_sum / max(tokens, 1.0), lr=self.lr, tokens_per_s=inputs / seconds)
         self._reset_interval()
-        self._write(record)
-        self._notify("on_log", self, record)
+        self._report("on_log", record)
 
     def evaluate(self) -> dict[str, Any]:
         """Validation loss, perplexity and (seq2seq) BLEU now; recorded and returned (on every process)."""
@@ -294,8 +347,7 @@ class Trainer:
                 )
         self.wrapped.train()
         record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu)
-        self._write(record)
-        self._notify("on_eval", self, record)
+        self._report("on_eval", record)
         return record
 
     def save_checkpoint(self) -> Path:
@@ -304,34 +356,72 @@ class Trainer:
         self._notify("on_checkpoint", self, path)
         return path
 
-    def _record(self, **values: Any) -> dict[str, Any]:
-        return make_record(self.step, self.elapsed(), **values)
+    def log_metrics(self, **values: Any) -> None:
+        """Add custom metrics (``grad_norm=2.3, my_metric=0.9``) to the records.
 
-    def _write(self, record: dict[str, Any]) -> None:
+        Inside a callback's ``on_log`` / ``on_eval`` they join the record being reported (written after
+        every callback has seen it); anywhere else they join the next record. Values are numbers, strings,
+        None, or 1-element tensors; the standard keys (`METRIC_KEYS`) are the trainer's to measure.
+        """
+        taken = sorted(set(values) & set(METRIC_KEYS))
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: standard metric(s) the trainer measures; use another name")
+        plain = {key: metric_value(key, value) for key, value in values.items()}
+        (self._reporting if self._reporting is not None else self._pending).update(plain)
+
+    def _record(self, **values: Any) -> dict[str, Any]:
+        record = make_record(self.step, self.elapsed(), **values, **self._pending)
+        self._pending = {}
+        return record
+
+    def _report(self, hook: str, record: dict[str, Any]) -> None:
+        """Show ``record`` to the callbacks (which may add to it through log_metrics), then write it."""
+        self._reporting = record
+        try:
+            self._notify(hook, self, record)
+        finally:
+            self._reporting = None
         if self.runtime.is_main:
-            append_record(self.output_dir, record)
+            for sink in self.sinks:
+                sink.write(record)
 
     def _notify(self, hook: str, *args: Any) -> None:
         if self.runtime.is_main:
-            for callback in self.callbacks:
-                getattr(callback, hook)(*args)
+            for callback in [self.progress, *self.callbacks]:
+                method = getattr(callback, hook, None)  # duck typing: any subset of the hooks
+                if method is not None:
+                    method(*args)
+
+    def _stop_reporting(self) -> None:
+        """Stop the bar(s) and close the sinks (a later record reopens them)."""
+        for bar in [self.progress, *self.callbacks]:
+            if isinstance(bar, ProgressBar):
+                bar.close()
+        for sink in self.sinks:
+            if callable(getattr(sink, "close", None)):
+                sink.close()
 
     def close(self) -> None:
-        """Leave the process group if this trainer started it."""
+        """Close the sinks and leave the process group if this trainer started it."""
+        self._stop_reporting()
         dist_.stop_runtime(self.runtime)
 
 
 def train(
     config: TrainConfig | str | Path,
     *,
-    callbacks: Iterable[Callback] = (),
+    callbacks: Iterable[Callback | Any] = (),
+    progress: ProgressSetting | ProgressBar = "auto",
+    sinks: Iterable[str | MetricSink] = (),
     resume: bool | str | Path = False,
     overwrite: bool = False,
 ) -> TrainResult:
     """Run a training config (a `TrainConfig` or a YAML path) end to end; see `Trainer`."""
     if not isinstance(config, TrainConfig):
         config = TrainConfig.from_yaml(config)
-    trainer = Trainer(config, callbacks=callbacks, resume=resume, overwrite=overwrite)
+    trainer = Trainer(
+        config, callbacks=callbacks, progress=progress, sinks=sinks, resume=resume, overwrite=overwrite
+    )
     try:
         return trainer.fit()
     finally:

@@ -1,14 +1,20 @@
-"""What a run reports: metric records, the callbacks that receive them, ``metrics.jsonl``, the result.
+"""What a run reports: metric records, the callbacks that receive them, ``run.json``, the result.
 
-Every record has the same keys (`METRIC_KEYS`), None where a value was not measured at that step: a
+Every record has the standard keys (`METRIC_KEYS`), None where a value was not measured at that step: a
 training record has ``loss`` (the training objective per target token, label smoothing included),
 ``lr`` and ``tokens_per_s`` (real source + target tokens over all processes); a validation record has
-``val_loss`` (plain NLL per token), ``val_ppl`` and, for translation, ``val_bleu``.
+``val_loss`` (plain NLL per token), ``val_ppl`` and, for translation, ``val_bleu``. After them come any
+keys user code added (``trainer.log_metrics(grad_norm=...)``), in the order they were first given.
+
+``run.json`` says what the numbers mean, once per run rather than on every line: the task and the label
+smoothing in ``loss`` (``loss_label_smoothing``), which `zoo plot training` uses to label its curves.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,21 +22,68 @@ from typing import TYPE_CHECKING, Any
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
 
+# The file names live with the sinks that write them; METRICS_NAME is also imported from here.
+from zoo.training.sinks import CSV_NAME, METRICS_NAME, JsonlSink, truncate_csv
+
 if TYPE_CHECKING:
     from zoo.training.loop import Trainer
 
-METRICS_NAME = "metrics.jsonl"
+RUN_NAME = "run.json"
 METRIC_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
+HOOKS = ("on_train_start", "on_log", "on_eval", "on_checkpoint", "on_train_end")
 
 
 class Callback:
-    """Hooks the loop calls on rank 0; subclass and override what you need."""
+    """Hooks the loop calls on rank 0. Subclass and override what you need, or pass any object that has
+    some of these methods (the loop calls only the ones it finds).
+
+    ``on_log`` and ``on_eval`` get the record before it is written: ``trainer.log_metrics(name=value)``
+    inside them adds ``name`` to that record, in ``metrics.jsonl`` and every sink::
+
+        class History(Callback):
+            def __init__(self) -> None:
+                self.records = []
+
+            def on_log(self, trainer, record):
+                trainer.log_metrics(grad_norm=trainer.grad_norm)  # a custom key, written with the record
+                self.records.append(record)
+
+        train(config, callbacks=[History()])
+    """
 
     def on_train_start(self, trainer: Trainer) -> None: ...
     def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
     def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
     def on_checkpoint(self, trainer: Trainer, path: Path) -> None: ...
     def on_train_end(self, trainer: Trainer, result: TrainResult) -> None: ...
+
+
+def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
+    """The callbacks as a list; a TypeError for something that is not one (a class, ``...``, a typo'd
+    object), and a warning for ``on_*`` methods the loop never calls (another library's hook names)."""
+    checked = []
+    for i, callback in enumerate(callbacks):
+        name = getattr(callback, "__name__", None) or type(callback).__name__
+        if isinstance(callback, type):
+            raise TypeError(f"callbacks[{i}] is the class {name}, not an instance: pass {name}()")
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise TypeError(
+                f"callbacks[{i}] ({callback!r}) has none of the hooks {', '.join(HOOKS)}: "
+                "subclass zoo.training.Callback, or give it some of those methods"
+            )
+        unknown = sorted(
+            attr
+            for attr in dir(callback)
+            if attr.startswith("on_") and attr not in HOOKS and callable(getattr(callback, attr, None))
+        )
+        if unknown:
+            warnings.warn(
+                f"callbacks[{i}] ({name}) defines {', '.join(unknown)}, which the training loop never "
+                f"calls; its hooks are {', '.join(HOOKS)}",
+                stacklevel=3,
+            )
+        checked.append(callback)
+    return checked
 
 
 @dataclass
@@ -44,22 +97,50 @@ class TrainResult:
 
 
 def make_record(step: int, elapsed_s: float, **values: Any) -> dict[str, Any]:
-    unknown = set(values) - set(METRIC_KEYS)
-    if unknown:
-        raise ValueError(f"unknown metric(s) {sorted(unknown)}; records have {METRIC_KEYS}")
-    return dict.fromkeys(METRIC_KEYS) | values | {"step": step, "elapsed_s": round(elapsed_s, 3)}
+    """The standard keys (None unless given), then any extra keys; values must be numbers, strings or None."""
+    plain = {key: metric_value(key, value) for key, value in values.items()}
+    return dict.fromkeys(METRIC_KEYS) | plain | {"step": step, "elapsed_s": round(elapsed_s, 3)}
+
+
+def metric_value(key: str, value: Any) -> Any:
+    """``value`` as JSON can hold it: a 1-element tensor or numpy scalar becomes its Python number."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"metric names must be non-empty strings, got {key!r}")
+    if hasattr(value, "item") and not isinstance(value, str):
+        value = value.item()  # torch / numpy scalars; a tensor of several values raises here
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"metric {key!r}: {type(value).__name__} is not a number, string or None")
 
 
 def append_record(output_dir: Path, record: dict[str, Any]) -> None:
-    with open(output_dir / METRICS_NAME, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    JsonlSink(output_dir / METRICS_NAME).write(record)
 
 
 def truncate_records(output_dir: Path, *, after: int) -> None:
-    """Drop records past ``after``: on resume they belong to steps the run is about to redo."""
+    """Drop records past ``after`` from ``metrics.jsonl`` and ``metrics.csv``: on resume they belong to
+    steps the run is about to redo. A line a crash cut short is dropped too."""
+    truncate_csv(output_dir / CSV_NAME, after=after)
     path = output_dir / METRICS_NAME
     if not path.is_file():
         return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line]
-    kept = [line for line in lines if json.loads(line)["step"] <= after]
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if line and json.loads(line)["step"] <= after:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
     path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+
+
+def write_run_info(output_dir: Path, *, task: str, label_smoothing: float) -> None:
+    """``run.json``: what this run's losses are, for readers of ``metrics.jsonl`` (and its plot)."""
+    smoothing = f"label smoothing {label_smoothing:g}" if label_smoothing else "no label smoothing"
+    info = {
+        "task": task,
+        "loss_label_smoothing": label_smoothing,
+        "loss": f"training objective per target token: cross-entropy with {smoothing}",
+        "val_loss": "validation negative log-likelihood per target token (no label smoothing)",
+    }
+    (output_dir / RUN_NAME).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")

@@ -1,8 +1,13 @@
 """Training curves from a run's metrics log: ``runs/x/metrics.jsonl``, one JSON object a line.
 
-Each line has a ``step`` and any of ``loss``, ``lr``, ``val_loss``, ``val_bleu``, ``tokens_per_s``. The
-reader is tolerant: lines without a step, blank lines and a half-written last line (a run still going)
-are skipped and counted, missing keys leave gaps, and unknown keys are ignored.
+Each line has a ``step`` and any of ``loss``, ``lr``, ``val_loss``, ``val_bleu``, ``tokens_per_s``, plus
+any custom metrics the run logged (``grad_norm``, ...), which get a panel each below the standard four.
+The reader is tolerant: lines without a step, blank lines and a half-written last line (a run still going)
+are skipped and counted, missing keys leave gaps, and non-numeric values are ignored.
+
+The two losses are different quantities and the legend says so: training ``loss`` is the objective,
+label smoothing included, and ``val_loss`` is plain NLL. The smoothing comes from the run's ``run.json``
+(written beside the log since it existed); without one the training curve is just "train loss".
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ from typing import Any
 from zoo.viz.backend import new_figure, save
 
 METRICS_FILE = "metrics.jsonl"
+RUN_FILE = "run.json"
+# Every record's keys (zoo.training.records.METRIC_KEYS, spelled out so plotting never imports the
+# training stack); any other numeric key is a custom metric.
+STANDARD_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
 PANELS = (
     ("loss", ("loss", "val_loss")),
     ("learning rate", ("lr",)),
@@ -26,11 +35,18 @@ PANELS = (
 
 @dataclass
 class Metrics:
-    """Series by key: ``series["loss"] == [(step, value), ...]``; ``skipped`` lines that were unusable."""
+    """Series by key: ``series["loss"] == [(step, value), ...]``; ``skipped`` lines that were unusable;
+    ``run`` the run's ``run.json`` (empty when there is none)."""
 
     source: Path
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     skipped: int = 0
+    run: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def extra_keys(self) -> list[str]:
+        """Custom metrics: numeric series outside the standard keys, in the order the log names them."""
+        return [key for key in self.series if key not in STANDARD_KEYS]
 
 
 def metrics_path(run: str | Path) -> Path:
@@ -60,29 +76,55 @@ def read_metrics(run: str | Path) -> Metrics:
         for key, value in record.items():
             if key != "step" and _is_number(value):
                 metrics.series.setdefault(key, []).append((step, float(value)))
+    metrics.run = _read_run_info(file.parent / RUN_FILE)
     return metrics
+
+
+def _read_run_info(path: Path) -> dict[str, Any]:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no run.json (an older run, a copied log) or an unreadable one
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def curve_label(key: str, run: dict[str, Any]) -> str:
+    """The legend entry of a series: the losses say what they measure; other keys are their names."""
+    if key == "val_loss":
+        return "validation loss (NLL)"
+    if key == "loss":
+        eps = run.get("loss_label_smoothing")
+        if not _is_number(eps):
+            return "train loss"
+        return f"train loss (label-smoothed, ε={eps:g})" if eps else "train loss (NLL)"
+    return key
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def plot_training(metrics: Metrics, out: str | Path, *, title: str = "", dpi: int = 100) -> Path:
-    """A 2 × 2 grid: loss (train and validation), lr, validation BLEU, tokens/s; 10 × 7 inches
-    (1000 × 700 px at dpi 100). A panel without data says so."""
+def training_figure(metrics: Metrics, *, title: str = "", dpi: int = 100) -> Any:
+    """The figure `plot_training` writes: a 2 × 2 grid — loss (train and validation), lr, validation BLEU,
+    tokens/s — 10 × 7 inches, plus a row of two panels (3.5 inches) per two custom metrics. A standard
+    panel without data says so."""
+    extras = metrics.extra_keys
     if not any(metrics.series.get(key) for _, keys in PANELS for key in keys):
         known = ", ".join(key for _, keys in PANELS for key in keys)
         raise ValueError(f"{metrics.source}: no {known} values to plot")
-    figure = new_figure(10, 7, dpi=dpi)
+    rows = 2 + math.ceil(len(extras) / 2)
+    figure = new_figure(10, 3.5 * rows, dpi=dpi)
     figure.suptitle(title or f"training run {metrics.source.parent.name}")
-    for ax, (name, keys) in zip(figure.subplots(2, 2).flat, PANELS):
+    panels = [*PANELS, *((key, (key,)) for key in extras)]
+    axes = list(figure.subplots(rows, 2).flat)
+    for ax, (name, keys) in zip(axes, panels):
         drawn = False
         for key in keys:
             points = metrics.series.get(key, [])
             if points:
                 steps, values = zip(*points)
                 marker = "o" if key.startswith("val_") else None
-                ax.plot(steps, values, marker=marker, markersize=3, label=key)
+                ax.plot(steps, values, marker=marker, markersize=3, label=curve_label(key, metrics.run))
                 drawn = True
         ax.set_title(name)
         ax.set_xlabel("step")
@@ -98,4 +140,11 @@ def plot_training(metrics: Metrics, out: str | Path, *, title: str = "", dpi: in
                 va="center",
                 transform=ax.transAxes,
             )
-    return save(figure, out)
+    for ax in axes[len(panels) :]:  # the empty half of a last row of custom metrics
+        ax.set_visible(False)
+    return figure
+
+
+def plot_training(metrics: Metrics, out: str | Path, *, title: str = "", dpi: int = 100) -> Path:
+    """`training_figure` written as a PNG (1000 × 700 px at dpi 100 without custom metrics)."""
+    return save(training_figure(metrics, title=title, dpi=dpi), out)
