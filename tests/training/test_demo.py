@@ -31,7 +31,20 @@ def test_demo_config_is_the_papers_recipe_on_transformer_tiny(tmp_path: Path) ->
     assert (
         config.loss.label_smoothing == 0.1 and config.optim.betas == (0.9, 0.98) and config.optim.eps == 1e-9
     )
-    assert config.device == "auto" and config.eval.bleu
+    assert config.device == "auto" and config.eval.bleu and config.eval.bleu_metric == "sacrebleu"
+
+
+def test_demo_schedule_warms_up_then_decays_within_the_run(tmp_path: Path) -> None:
+    from zoo.training.schedules import noam
+
+    config = demo_config(tmp_path / "run", train=tmp_path / "t.tsv", valid=tmp_path / "v.tsv")
+    assert isinstance(config.schedule, NoamSchedule)
+    warmup, steps = config.schedule.warmup_steps, config.max_steps
+    rates = [noam(s, d_model=128, warmup=warmup, scale=config.schedule.scale) for s in range(1, steps + 1)]
+    peak = max(range(steps), key=rates.__getitem__) + 1
+    assert peak == warmup < steps / 2  # the peak comes early, so most of the run is spent decaying
+    assert rates[-1] < 0.6 * rates[peak - 1]  # 1/sqrt(step): 300 steps end at sqrt(100/300) of the peak
+    assert 2.5e-3 < rates[peak - 1] < 3e-3
 
 
 def test_saved_model_translates_like_the_trained_one(make_config: Callable[..., TrainConfig]) -> None:
@@ -51,6 +64,8 @@ def test_zoo_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["demo", "--steps", "2", "--output-dir", str(tmp_path / "demo")]) == 0
     out = "".join(capsys.readouterr().out.split())
     assert "held-outBLEU" in out and "reloadedfromdisk:sametranslations" in out
+    assert "nrefs:1|case:mixed" in out  # the BLEU is sacrebleu's, with its signature
+    assert "1,000BPEtokens" in out and "3,003,392" in out  # why the count differs from the preset table
     assert (tmp_path / "demo" / "model.safetensors").is_file() and (
         tmp_path / "demo" / "tokenizer.json"
     ).is_file()

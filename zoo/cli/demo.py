@@ -13,6 +13,8 @@ import argparse
 import time
 from pathlib import Path
 
+from zoo.cli.options import add_device_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="default: runs/demo")
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default: 300)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default: 1)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
+    add_device_option(parser)
     parser.add_argument("--beams", type=int, default=4, help="beam width for the beam-search column")
     parser.set_defaults(run=run)
 
@@ -34,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from zoo.cli.train import ProgressCallback, setup_logging
     from zoo.training import toy_corpus as tc
     from zoo.training import train, translate
-    from zoo.training.demo import DEMO_SENTENCES, demo_config, write_toy_data
+    from zoo.training.bleu import bleu_signature
+    from zoo.training.demo import DEMO_MODEL, DEMO_SENTENCES, demo_config, write_toy_data
 
     setup_logging()
     out: Path = args.output_dir
@@ -55,10 +58,17 @@ def run(args: argparse.Namespace) -> int:
     result = train(config, callbacks=[ProgressCallback(console)], overwrite=True)
     minutes = (time.perf_counter() - start) / 60
     model, tokenizer = result.model, result.tokenizer
+    preset = zoo.preset(DEMO_MODEL["preset"])
+    published = zoo.build(preset, device="meta").num_parameters()
     console.print(
-        f"{model.num_parameters():,} parameters on {next(model.parameters()).device}, "
-        f"{result.step} steps in {minutes:.1f} min; held-out BLEU [bold]{result.final['val_bleu']:.1f}[/] "
-        "(greedy decoding of the held-out split)"
+        f"{model.num_parameters():,} parameters: {DEMO_MODEL['preset']} with its vocabulary sized to the demo "
+        f"tokenizer's {model.spec.vocab_size:,} BPE tokens (the preset's {preset.vocab_size:,}-token "
+        f"vocabulary gives the {published:,} of the preset table)"
+    )
+    console.print(
+        f"{result.step} steps in {minutes:.1f} min on {next(model.parameters()).device}; held-out BLEU "
+        f"[bold]{result.final['val_bleu']:.1f}[/] (greedy decoding of the held-out split; BLEU signature "
+        f"{bleu_signature(config.eval.bleu_metric)})"
     )
 
     sentences = list(DEMO_SENTENCES)
