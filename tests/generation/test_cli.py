@@ -55,6 +55,18 @@ def test_zoo_generate_prints_the_prompt_and_its_greedy_continuation(gpt, tokeniz
     assert "tokens in" in captured.err and "tokens/s" in captured.err
 
 
+def test_zoo_generate_streams_text_with_its_spaces(gpt, tokenizer, capsys):
+    """Printed piece by piece, the text is exactly the decoded prompt + continuation: no word runs into
+    the next (a token decoded alone loses the space before its word)."""
+    directory, model = gpt
+    assert main(["generate", str(directory), "--prompt", "the cat", "--max-new-tokens", "8"]) == 0
+    prompt = tokenizer.encode("the cat", add_bos=True, add_eos=False)
+    new = model.generate(torch.tensor([prompt]), max_new_tokens=8)[0, len(prompt) :].tolist()
+    eos = model.spec.eos_token_id
+    new = new[: new.index(eos) + 1] if eos in new else new
+    assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(prompt + new)
+
+
 def test_zoo_generate_sampling_with_a_seed_is_reproducible(gpt, capsys):
     directory, _ = gpt
     argv = ["generate", str(directory), "--prompt", "a dog", "--max-new-tokens", "8", "--sample"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 import sacrebleu
 
 from zoo.training.bleu import bleu_signature, corpus_bleu

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype
@@ -103,7 +102,7 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
     import torch
 
     from zoo.cli import console, err_console
-    from zoo.generation import generate, stream
+    from zoo.generation import TextStream, generate, stream
 
     settings = dict(
         max_new_tokens=args.max_new_tokens,
@@ -121,50 +120,21 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
     start = time.perf_counter()
     if echo is not None:
         console.out(echo, end="", highlight=False, style="bold")
+    # The prompt is context only: its text is echoed above, and the first new word keeps its space.
+    text = TextStream(tokenizer, prompt_ids=ids if echo is not None else ())
     if args.beams > 1:
         out = generate(model, input_ids, **settings)[0, (len(ids) if echo is not None else 1) :].tolist()
         new = out[: out.index(eos) + 1] if eos is not None and eos in out else out
-        console.out(_text(tokenizer, new, after_prompt=echo is not None), highlight=False)
+        console.out(text.push(new) + text.flush(), highlight=False)
     else:
-        new = _stream_text(
-            (int(tokens[0]) for tokens in stream(model, input_ids, **settings)),
-            tokenizer,
-            after_prompt=echo is not None,
-        )
-        console.out("", highlight=False)
+        new = []
+        for tokens in stream(model, input_ids, **settings):
+            new.append(int(tokens[0]))
+            console.out(text.push(new[-1]), end="", highlight=False)
+        console.out(text.flush(), highlight=False)
     seconds = time.perf_counter() - start
     err_console.print(
         f"[dim]{len(new)} tokens in {seconds:.2f} s ({len(new) / max(seconds, 1e-9):.1f} tokens/s)[/]",
         highlight=False,
     )
     return 0
-
-
-def _stream_text(tokens: Iterable[int], tokenizer: Any, *, after_prompt: bool) -> list[int]:
-    """Print the text of ``tokens`` piece by piece as they arrive; return the tokens."""
-    from zoo.cli import console
-
-    ids: list[int] = []
-    shown = ""
-    for token in tokens:
-        ids.append(token)
-        text = _text(tokenizer, ids, after_prompt=after_prompt)
-        # Hold back a trailing partial character (byte-level BPE) until the next token completes it.
-        stable = text.rstrip("\ufffd")
-        if stable.startswith(shown) and len(stable) > len(shown):
-            console.out(stable[len(shown) :], end="", highlight=False)
-            shown = stable
-    return ids
-
-
-def _text(tokenizer: Any, ids: list[int], *, after_prompt: bool) -> str:
-    """Decoded text; a continuation of a prompt keeps its leading space (decoders strip it from a start)."""
-    text = tokenizer.decode(ids)
-    if (
-        after_prompt
-        and ids
-        and tokenizer.id_to_token(ids[0])
-        and tokenizer.id_to_token(ids[0]).startswith("▁")
-    ):
-        text = " " + text.lstrip(" ")
-    return text
