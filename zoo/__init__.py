@@ -53,7 +53,13 @@ __all__ = [
 ]
 
 
+# subpackages reachable as attributes after a bare `import zoo` (zoo.generation.stream_text, zoo.training...)
+_SUBPACKAGES = ("analysis", "blocks", "generation", "io", "models", "training", "viz")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"zoo.{name}")
     if name not in _LAZY:
         raise AttributeError(f"module 'zoo' has no attribute {name!r}")
     module, attribute = _LAZY[name].split(":")
