@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-import zoo.io.checkpoint
+import zoo.io.checkpoint.loading
 from zoo.cli import build_parser, main
 from zoo.cli.options import DTYPE_CHOICES, parse_device, parse_dtype
 
@@ -91,7 +91,7 @@ def test_load_on_cuda_without_cuda_says_so_before_reading_anything(monkeypatch, 
     def must_not_read(path: object) -> None:
         raise AssertionError(f"zoo.load read {path} before checking the device")
 
-    monkeypatch.setattr(zoo.io.checkpoint, "open_checkpoint", must_not_read)
+    monkeypatch.setattr(zoo.io.checkpoint.loading, "open_checkpoint", must_not_read)
     with pytest.raises(ValueError, match="CUDA is not available"):
         zoo.load(tmp_path, device="cuda")
     with pytest.raises(ValueError, match="CUDA is not available"):

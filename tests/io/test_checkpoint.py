@@ -12,8 +12,8 @@ from support import TINY_PRESETS
 
 import zoo
 from zoo.io import checkpoint
-from zoo.io.checkpoint import CheckpointError, LoadReport
-from zoo.io.checkpoint_files import parse_size
+from zoo.io.checkpoint import CheckpointError, LoadReport, parse_size
+from zoo.io.checkpoint.loading import _read_tensors
 from zoo.io.tokenizer import train_tokenizer
 
 
@@ -145,12 +145,12 @@ def test_bfloat16_model_saves_as_bfloat16_and_loads_as_saved(tmp_path: Path) -> 
 def test_casting_to_a_dtype_keeps_integer_and_bool_tensors(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    from zoo.io.checkpoint_layout import open_checkpoint
+    from zoo.io.checkpoint import open_checkpoint
 
     tensors = {"f": torch.randn(3), "i": torch.arange(3), "b": torch.tensor([True, False])}
     save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "zoo", "format_version": "1",
               "spec": zoo.preset("gpt2-tiny").to_json()})  # fmt: skip
-    read = dict(checkpoint._read_tensors(open_checkpoint(tmp_path), ["f", "i", "b"],
+    read = dict(_read_tensors(open_checkpoint(tmp_path), ["f", "i", "b"],
                 device=torch.device("cpu"), dtype=torch.float16))  # fmt: skip
     assert (read["f"].dtype, read["i"].dtype, read["b"].dtype) == (torch.float16, torch.int64, torch.bool)
     assert torch.equal(read["i"], tensors["i"]) and torch.equal(read["b"], tensors["b"])

@@ -11,8 +11,7 @@ import torch
 from safetensors.torch import save_file
 
 import zoo
-from zoo.io import checkpoint
-from zoo.io.checkpoint import CheckpointError
+from zoo.io.checkpoint import CheckpointError, saving
 
 SHARD = 100_000  # bytes: gpt2-tiny (432 kB) -> 5 shards; the 3-layer variant -> 6
 
@@ -57,9 +56,7 @@ def test_failed_overwrite_leaves_the_old_checkpoint_bit_exact(
     old = model()
     zoo.save(old, tmp_path, max_shard_size=max_shard_size)
     before = visible(tmp_path)
-    monkeypatch.setattr(
-        checkpoint, "save_file", failing_writer(2 if max_shard_size == SHARD else 1, exception)
-    )
+    monkeypatch.setattr(saving, "save_file", failing_writer(2 if max_shard_size == SHARD else 1, exception))
     with pytest.raises(type(exception)):
         zoo.save(model(num_layers=3), tmp_path, max_shard_size=max_shard_size)
     assert visible(tmp_path) == before  # no temp file left behind either
@@ -71,20 +68,20 @@ def test_failure_before_the_index_keeps_the_old_shards_and_index(
 ) -> None:
     old = model()
     zoo.save(old, tmp_path, max_shard_size=SHARD)
-    real = checkpoint.write_text_atomic
+    real = saving.write_text_atomic
 
     def no_index(final: Path, text: str) -> None:
         if final.name.endswith(".index.json"):
             raise OSError("disk full")
         real(final, text)
 
-    monkeypatch.setattr(checkpoint, "write_text_atomic", no_index)
+    monkeypatch.setattr(saving, "write_text_atomic", no_index)
     new = model(num_layers=3)  # more shards: the new shard names differ from the old ones
     with pytest.raises(OSError, match="disk full"):
         zoo.save(new, tmp_path, max_shard_size=SHARD)
     assert_loads_as(tmp_path, old)  # the old index still names the old shards, untouched
 
-    monkeypatch.setattr(checkpoint, "write_text_atomic", real)
+    monkeypatch.setattr(saving, "write_text_atomic", real)
     zoo.save(new, tmp_path, max_shard_size=SHARD)
     assert_loads_as(tmp_path, new)
     assert [name for name in visible(tmp_path) if "-of-00005" in name] == []  # stale shards removed
@@ -98,7 +95,7 @@ def test_shards_replaced_without_their_index_are_refused_not_mixed(
     def fail(final: Path, text: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "write_text_atomic", fail)
+    monkeypatch.setattr(saving, "write_text_atomic", fail)
     with pytest.raises(OSError):
         zoo.save(model(), tmp_path, max_shard_size=SHARD)  # same shard names, new tensors, old index
     with pytest.raises(CheckpointError, match="another save"):

@@ -8,8 +8,8 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
+from zoo.demo import toy_corpus
 from zoo.io.tokenizer import SPECIAL_TOKENS, Tokenizer, check_special_tokens, train_tokenizer
-from zoo.training.toy_corpus import toy_corpus
 
 KINDS = ("bpe", "wordpiece", "unigram")
 

@@ -12,8 +12,8 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from zoo.demo import toy_corpus
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.training.toy_corpus import toy_corpus
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,8 +13,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers, processors
 
 import zoo
+from zoo.demo import toy_corpus
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.training.toy_corpus import toy_corpus
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from zoo.cli.options import add_dtype_option, torch_dtype
+from zoo.io.names import TOKENIZER_NAME
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser()
     if args.to_hf and args.max_shard_size:
         raise CheckpointError("--max-shard-size applies to zoo output (--from-hf, --from-zoo), not --to-hf")
-    tokenizer_file = (source if source.is_dir() else source.parent) / "tokenizer.json"
+    tokenizer_file = (source if source.is_dir() else source.parent) / TOKENIZER_NAME
     tokenizer = (
         Tokenizer.from_file(tokenizer_file) if tokenizer_file.is_file() else None
     )  # fail before the weights

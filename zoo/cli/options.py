@@ -17,6 +17,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from zoo.io.names import CONFIG_NAME, SPEC_NAME
+
 if TYPE_CHECKING:  # torch loads only once a command runs: `zoo schema` and `zoo --help` stay instant
     import torch
 
@@ -103,7 +105,7 @@ def load_target_spec(target: str) -> ModelSpec:
     from zoo.analysis import load_target_spec as load_zoo_target
 
     path = Path(target).expanduser()
-    if path.is_dir() and (path / "config.json").is_file() and not (path / "spec.json").is_file():
+    if path.is_dir() and (path / CONFIG_NAME).is_file() and not (path / SPEC_NAME).is_file():
         from zoo.io.hf import read_hf_spec
 
         return read_hf_spec(path)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -26,7 +25,10 @@ from pydantic import ValidationError
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from zoo.io.atomic import write_atomic, write_text_atomic
+from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.io.names import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
 from zoo.spec import ModelSpec
@@ -35,7 +37,6 @@ from zoo.spec.presets import format_validation_error
 __all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
 
 FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart")
-CONFIG, WEIGHTS, INDEX = "config.json", "model.safetensors", "model.safetensors.index.json"
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
@@ -44,12 +45,7 @@ def family_mappings() -> tuple[FamilyMapping, ...]:
     """Every family mapping, in `FAMILY_MODULES` order (the order `to_hf` tries them in)."""
     found: list[FamilyMapping] = []
     for name in FAMILY_MODULES:
-        try:
-            module = importlib.import_module(f"zoo.io.hf.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"zoo.io.hf.{name}":  # a family module not written yet
-                continue
-            raise
+        module = importlib.import_module(f"zoo.io.hf.{name}")
         found += getattr(module, "MAPPINGS", None) or [module.MAPPING]
     return tuple(found)
 
@@ -66,7 +62,7 @@ def _mapping_for(model_type: Any, where: str) -> FamilyMapping:
 
 def read_config(root: Path) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder."""
-    path = root / CONFIG
+    path = root / CONFIG_NAME
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory (expected a Hugging Face checkpoint folder)")
     if not path.is_file():
@@ -82,7 +78,7 @@ def read_config(root: Path) -> dict[str, Any]:
 
 def weight_files(root: Path) -> list[Path]:
     """The safetensors files of a checkpoint: the shards its index names, else ``model.safetensors``."""
-    index = root / INDEX
+    index = root / INDEX_NAME
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
@@ -93,15 +89,17 @@ def weight_files(root: Path) -> list[Path]:
             if not shard.is_file():
                 raise FileNotFoundError(f"{shard}: shard listed in {index} is missing")
         return shards
-    if (root / WEIGHTS).is_file():
-        return [root / WEIGHTS]
+    if (root / WEIGHTS_NAME).is_file():
+        return [root / WEIGHTS_NAME]
     pickles = [name for name in _PICKLES if (root / name).is_file()]
     if pickles:
         raise FileNotFoundError(
             f"{root}: only {pickles[0]} found; zoo reads safetensors only and never unpickles weights "
             "(convert with transformers: model.save_pretrained(dir, safe_serialization=True))"
         )
-    raise FileNotFoundError(f"{root}: no {WEIGHTS} or {INDEX} (the checkpoint has no safetensors weights)")
+    raise FileNotFoundError(
+        f"{root}: no {WEIGHTS_NAME} or {INDEX_NAME} (the checkpoint has no safetensors weights)"
+    )
 
 
 def read_tensors(files: list[Path], *, names_only: bool = False) -> StateDict:
@@ -159,7 +157,7 @@ def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
 
 def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping]:
     config = read_config(root)
-    mapping = _mapping_for(config.get("model_type"), str(root / CONFIG))
+    mapping = _mapping_for(config.get("model_type"), str(root / CONFIG_NAME))
     names = set(read_tensors(weight_files(root), names_only=True))  # headers only: errors before the read
     name = _checkpoint_name(root)
     with _naming_errors(root):
@@ -192,10 +190,7 @@ def load_strict(
         return tensor.to(device=device, dtype=dtype if cast else tensor.dtype)
 
     model.load_state_dict({n: place(t) for n, t in tensors.items()}, strict=True, assign=True)
-    for module in model.modules():  # non-persistent buffers are not in the file: give them real storage
-        for key, buffer in module.named_buffers(recurse=False):
-            if buffer.is_meta:
-                module._buffers[key] = torch.empty_like(buffer, device=device)
+    materialize_buffers(model, device)  # non-persistent buffers are not in the file: give them real storage
     model.reset_buffers()
 
 
@@ -206,7 +201,7 @@ def _naming_errors(root: Path) -> Iterator[None]:
         yield
     except ValidationError as error:
         raise HFError(
-            f"{root / CONFIG}: gives an invalid zoo spec:\n{format_validation_error(error)}"
+            f"{root / CONFIG_NAME}: gives an invalid zoo spec:\n{format_validation_error(error)}"
         ) from None
     except ValueError as error:
         raise HFError(f"{root}: {error}") from None
@@ -250,10 +245,8 @@ def to_hf(
         dtype = str(floats.most_common(1)[0][0]).removeprefix("torch.")
         config |= {"torch_dtype": dtype, "dtype": dtype}  # transformers 4.x reads torch_dtype, 5.x dtype
     out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / WEIGHTS, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    _atomic_write(out / CONFIG, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
         tokenizer.save_pretrained(out, model_max_length=spec.max_positions)
     return out
@@ -271,16 +264,3 @@ def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, di
         except ValueError as error:
             reasons.append(f"  {'/'.join(mapping.model_types)}: {error}")
     raise HFError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
-
-
-def _atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a checkpoint is ordinary data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -24,10 +24,10 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
+    classic_layers,
     fused_linear,
     layernorm,
     linear,
-    plain_attention,
     reject,
     rename,
     require,
@@ -92,24 +92,14 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("albert", [("family", spec.family, "encoder")])
     assert isinstance(spec, EncoderSpec)
     stack = spec.stacks()["encoder"]
-    src = stack.sources
-    attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
+    attention, ffn, norm = stack.attention, stack.ffn, stack.norm
     mlm = spec.heads.mlm
     if spec.embedding.factorized_dim is None:
         raise HFError(
             "albert cannot express embedding.factorized_dim=None: ALBERT always projects E -> d_model"
         )
     require("albert", [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, "post"),
-        (f"{src['norm']}.final", norm.has_final, False),
-        *plain_attention(stack, spec.d_model),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), 0),
+        *classic_layers(stack, spec.d_model, placement="post", final=False, position_offset=0),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.norm", spec.embedding.norm, True),
         ("heads.num_labels", spec.heads.num_labels, None),

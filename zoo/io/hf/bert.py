@@ -27,10 +27,10 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
+    classic_layers,
     fused_linear,
     layernorm,
     linear,
-    plain_attention,
     reject,
     rename,
     require,
@@ -130,21 +130,11 @@ def _spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
     require(family, [("family", spec.family, "encoder")])
     assert isinstance(spec, EncoderSpec)
     stack = spec.stacks()["encoder"]
-    src = stack.sources
-    attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
+    attention, ffn, norm = stack.attention, stack.ffn, stack.norm
     offset = (spec.pad_token_id or 0) + 1 if flavour.offset_from_pad else 0
     mlm = spec.heads.mlm
     require(family, [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, "post"),
-        (f"{src['norm']}.final", norm.has_final, False),
-        *plain_attention(stack, spec.d_model),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), offset),
+        *classic_layers(stack, spec.d_model, placement="post", final=False, position_offset=offset),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.norm", spec.embedding.norm, True),
         ("embedding.factorized_dim", spec.embedding.factorized_dim, None),

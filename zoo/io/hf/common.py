@@ -82,6 +82,17 @@ def architecture(config: Mapping[str, Any]) -> str | None:
     return names[0] if names else None
 
 
+def has_lm_head(config: Mapping[str, Any], names: set[str], *, headed: str, prefix: str) -> bool:
+    """Whether a decoder checkpoint has an LM head: saved by the ``headed`` class, holding ``lm_head.weight``,
+    or (no ``architectures``) with the body under the head class's ``prefix`` (a tied head stores nothing)."""
+    arch = architecture(config)
+    return (
+        arch == headed
+        or "lm_head.weight" in names
+        or (arch is None and any(n.startswith(prefix) for n in names))
+    )
+
+
 def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int | None = None) -> int | None:
     """A special-token id from the config, or None when absent or outside the vocabulary.
 
@@ -177,6 +188,26 @@ def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, 
         (f"{path}.bias", attention.bias, True),
         (f"{path}.scaled", attention.scaled, True),
         (f"{path}.qk_norm", attention.qk_norm, False),
+    ]
+
+
+def classic_layers(
+    stack: ResolvedStack, d_model: int, *, placement: str, final: bool, position_offset: int
+) -> list[tuple[str, Any, Any]]:
+    """`require` checks for a GPT-2/BERT-era stack: biased LayerNorm (``placement``, a final norm or not),
+    `plain_attention`, a biased ungated FFN without inner dropout, learned positions from ``position_offset``."""
+    src, norm, ffn, position = stack.sources, stack.norm, stack.ffn, stack.position
+    return [
+        (f"{src['norm']}.kind", norm.kind, "layernorm"),
+        (f"{src['norm']}.bias", norm.bias, True),
+        (f"{src['norm']}.placement", norm.placement, placement),
+        (f"{src['norm']}.final", norm.has_final, final),
+        *plain_attention(stack, d_model),
+        (f"{src['ffn']}.gated", ffn.gated, False),
+        (f"{src['ffn']}.bias", ffn.bias, True),
+        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
+        (f"{src['position']}.kind", position.kind, "learned"),
+        (f"{src['position']}.offset", getattr(position, "offset", 0), position_offset),
     ]
 
 

@@ -18,10 +18,10 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
-    architecture,
+    classic_layers,
+    has_lm_head,
     layernorm,
     linear,
-    plain_attention,
     reject,
     rename,
     require,
@@ -41,12 +41,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     reject(config, "add_cross_attention", False, why="GPT-2 with cross-attention is not a decoder-only model")
     reject(config, "scale_attn_weights", True, why="attention logits are always scaled by 1/sqrt(head_dim)")
     reject(config, "scale_attn_by_inverse_layer_idx", False, why="no per-layer attention scaling in zoo")
-    arch = architecture(config)
-    has_head = (
-        arch == HEADED
-        or "lm_head.weight" in names
-        or (arch is None and any(n.startswith(PREFIX) for n in names))
-    )
+    has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
     d_model, vocab = config.get("n_embd", 768), config.get("vocab_size", 50257)
     activation = config.get("activation_function", "gelu_new")
     return parse_spec({
@@ -75,20 +70,10 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("gpt2", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src = stack.sources
-    attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
+    attention, ffn, norm = stack.attention, stack.ffn, stack.norm
     head = spec.lm_head
     require("gpt2", [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        *plain_attention(stack, spec.d_model),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), 0),
+        *classic_layers(stack, spec.d_model, placement="pre", final=True, position_offset=0),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
         ("embedding.norm", spec.embedding.norm, False),

@@ -19,8 +19,8 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
-    architecture,
     fused_linear,
+    has_lm_head,
     layernorm,
     linear,
     rename,
@@ -52,12 +52,7 @@ def _rope_theta(config: dict[str, Any]) -> float:
 
 
 def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    arch = architecture(config)
-    has_head = (
-        arch == HEADED
-        or "lm_head.weight" in names
-        or (arch is None and any(n.startswith(PREFIX) for n in names))
-    )
+    has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
     d_model, vocab = config.get("hidden_size", 4096), config.get("vocab_size", 32000)
     num_heads = config.get("num_attention_heads", 32)
     head_dim = config.get("head_dim")

@@ -1,4 +1,4 @@
-"""The files of a zoo checkpoint, below the model level: names, safetensors headers, shards, atomic writes.
+"""The files of a zoo checkpoint, below the model level: safetensors headers, tied tensors, shard plans.
 
     out/
       model.safetensors                  every tensor once; metadata {"format": "zoo", "spec": ...}
@@ -14,25 +14,15 @@ fails with one message naming the file and the problem instead of a Rust or pick
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-WEIGHTS_NAME = "model.safetensors"
-INDEX_NAME = "model.safetensors.index.json"
-SPEC_NAME = "spec.json"
-TOKENIZER_NAME = "tokenizer.json"
-SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 FORMAT_NAME = "zoo"
 FORMAT_VERSION = "1"
-TEMP_SUFFIX = ".tmp"  # temp files are ".<final name>.<random>.tmp": never a name zoo.load reads
 
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
 _DTYPES = {
@@ -181,50 +171,3 @@ def plan_shards(sizes: dict[str, int], limit: int) -> list[list[str]]:
         shards[-1].append(name)
         used += nbytes
     return shards
-
-
-def shard_name(index: int, count: int) -> str:
-    """``model-00001-of-00003.safetensors`` for index 0 of 3, as Hugging Face names shards."""
-    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
-
-
-def write_temp(final: Path, write: Callable[[Path], None]) -> Path:
-    """Run ``write(temp)`` on a fresh temp file beside ``final`` and fsync it; the caller renames it.
-
-    The temp file is removed if ``write`` fails, and its name is one `zoo.load` never reads.
-    """
-    fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=TEMP_SUFFIX)
-    os.close(fd)
-    temp = Path(name)
-    try:
-        write(temp)
-        with temp.open(
-            "rb+"
-        ) as f:  # the writer may not have synced: make the bytes durable before the rename
-            os.fsync(f.fileno())
-        os.chmod(temp, 0o644)  # mkstemp makes 0600; a checkpoint is meant to be shared
-    except BaseException:
-        remove_quietly(temp)
-        raise
-    return temp
-
-
-def write_text_atomic(final: Path, text: str) -> None:
-    """Write a small text file (spec.json, the index) by temp file + fsync + rename."""
-    temp = write_temp(final, lambda path: path.write_text(text, encoding="utf-8"))
-    os.replace(temp, final)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def remove_quietly(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()

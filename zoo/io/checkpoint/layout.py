@@ -19,17 +19,15 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from zoo.io.checkpoint_files import (
+from zoo.io.checkpoint.files import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    INDEX_NAME,
-    SHARD_PATTERN,
-    WEIGHTS_NAME,
     CheckpointError,
     CheckpointNotFoundError,
     TensorInfo,
     read_header,
 )
+from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME
 from zoo.spec import ModelSpec, parse_spec
 from zoo.spec.presets import format_validation_error
 
@@ -128,7 +126,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         for name, opener in ((INDEX_NAME, _open_sharded), (WEIGHTS_NAME, _open_single)):
             if (path / name).is_file():
                 return opener(path / name)
-        hint = f"; it has a config.json: {_HF_HINT}" if (path / "config.json").is_file() else ""
+        hint = f"; it has a {CONFIG_NAME}: {_HF_HINT}" if (path / CONFIG_NAME).is_file() else ""
         raise CheckpointNotFoundError(
             f"{path}: no weights here (expected {WEIGHTS_NAME} or {INDEX_NAME}){hint}"
         )

@@ -1,13 +1,4 @@
-"""zoo's own checkpoint format: safetensors weights with the spec in their metadata (DESIGN.md, section 5).
-
-    zoo.save(model, "runs/mt")                      # runs/mt/model.safetensors + runs/mt/spec.json
-    model = zoo.load("runs/mt")                     # or "runs/mt/model.safetensors": the spec is inside
-    model = zoo.load("runs/mt", device="cuda", dtype=torch.bfloat16)
-    model, report = zoo.load("runs/mt", strict=False, return_report=True)
-
-Saving writes every file to a temp file in the same directory, fsyncs it and renames it into place:
-weights first, then the index (when sharded), the tokenizer and spec.json, and only then removes what the
-previous checkpoint there left behind. A failed save leaves the old checkpoint loadable.
+"""`zoo.load`: a checkpoint directory (or its weights file, or its index) back to a model.
 
 Loading reads only safetensors (never pickle). It checks every header, the spec and every name and shape
 before reading any tensor data, builds the model on the ``meta`` device, reads each tensor straight onto
@@ -17,118 +8,28 @@ then it recomputes the fixed tables (sinusoids, rotary angles, ALiBi slopes) on 
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from zoo.devices import resolve_device
-from zoo.io.checkpoint_files import (
-    INDEX_NAME,
-    SHARD_PATTERN,
-    SPEC_NAME,
-    TOKENIZER_NAME,
-    WEIGHTS_NAME,
-    CheckpointError,
-    CheckpointNotFoundError,
-    fsync_dir,
-    parse_size,
-    plan_shards,
-    remove_quietly,
-    shard_name,
-    unique_tensors,
-    write_temp,
-    write_text_atomic,
-)
-from zoo.io.checkpoint_layout import (
-    Checkpoint,
-    LoadReport,
-    checkpoint_metadata,
-    index_document,
-    open_checkpoint,
-)
+from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
+from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
+from zoo.io.names import TOKENIZER_NAME
 from zoo.models import ZooModel, build_model
 
 if TYPE_CHECKING:
     from zoo.io.tokenizer import Tokenizer
     from zoo.spec import ModelSpec
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointNotFoundError",
-    "LoadReport",
-    "load",
-    "load_tokenizer",
-    "read_spec",
-    "save",
-]
+__all__ = ["load", "load_tokenizer", "materialize_buffers", "read_spec"]
 
 logger = logging.getLogger(__name__)
-
-
-def save(
-    model: ZooModel, path: str | os.PathLike[str], *, tokenizer: Any = None, max_shard_size: int | str = "2GB"
-) -> Path:
-    """Write ``model`` to the directory ``path``; returns the directory.
-
-    ``path/model.safetensors`` holds every tensor once, with ``{"format": "zoo", "format_version": "1",
-    "spec": <spec JSON>}`` in its metadata, and ``path/spec.json`` the same spec indented. Above
-    ``max_shard_size`` (bytes, or e.g. ``"500MB"``, ``"2GB"``) the weights go to
-    ``model-00001-of-0000N.safetensors`` shards plus ``model.safetensors.index.json``. ``tokenizer`` (a
-    `zoo.Tokenizer`) is saved as ``path/tokenizer.json``. The model is saved in its own dtype.
-    """
-    directory = Path(path).expanduser()
-    if directory.suffix == ".safetensors" or (directory.exists() and not directory.is_dir()):
-        raise CheckpointError(
-            f"{directory}: zoo.save writes a directory (model.safetensors + spec.json); pass one"
-        )
-    spec = getattr(model, "spec", None)
-    if not isinstance(model, torch.nn.Module) or spec is None:
-        raise CheckpointError(f"zoo.save needs a zoo model (with a .spec), got {type(model).__name__}")
-    tokenizer = _as_tokenizer(tokenizer)
-    limit = parse_size(max_shard_size)
-    tensors, aliases = unique_tensors(model.state_dict())
-    metadata = checkpoint_metadata(spec, checkpoint_id=uuid.uuid4().hex, aliases=aliases)
-    sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}
-    groups = plan_shards(sizes, limit)
-    names = [WEIGHTS_NAME] if len(groups) == 1 else [shard_name(i, len(groups)) for i in range(len(groups))]
-    directory.mkdir(parents=True, exist_ok=True)
-
-    files = {names[i]: {name: tensors[name] for name in group} for i, group in enumerate(groups)}
-    _write_weights(directory, files, metadata)  # 1. the weights; a failure here changes nothing
-
-    # 2. The commit point: the index (sharded), or no index (single file; zoo.load prefers an index).
-    if len(files) > 1:
-        weight_map = {name: file for file, part in files.items() for name in part}
-        index = index_document(spec, metadata, weight_map, total_size=sum(sizes.values()))
-        write_text_atomic(directory / INDEX_NAME, json.dumps(index, indent=2) + "\n")
-    else:
-        remove_quietly(directory / INDEX_NAME)
-
-    # 3. Files for people and tools, then the previous checkpoint's leftovers.
-    if tokenizer is not None:
-        tokenizer.save(directory / TOKENIZER_NAME)
-    write_text_atomic(directory / SPEC_NAME, spec.to_json(indent=2) + "\n")
-    if len(files) > 1:
-        remove_quietly(directory / WEIGHTS_NAME)
-    for stale in directory.iterdir():
-        if SHARD_PATTERN.fullmatch(stale.name) and stale.name not in names:
-            remove_quietly(stale)
-    fsync_dir(directory)
-    return directory
-
-
-def read_spec(path: str | os.PathLike[str]) -> ModelSpec:
-    """The spec of a checkpoint (directory, ``.safetensors`` file or index), reading headers only."""
-    return open_checkpoint(path).spec
 
 
 def load(
@@ -176,12 +77,17 @@ def load(
         model.load_state_dict(
             dict(_read_tensors(checkpoint, matched, device=device, dtype=dtype)), assign=True
         )
-        _materialize_buffers(model, device)
+        materialize_buffers(model, device)
     _retie(model, checkpoint.aliases, loaded=set(matched))
     model.reset_buffers()
     _check_placed(model, checkpoint.source)
     model.eval()
     return (model, report) if return_report else model
+
+
+def read_spec(path: str | os.PathLike[str]) -> ModelSpec:
+    """The spec of a checkpoint (directory, ``.safetensors`` file or index), reading headers only."""
+    return open_checkpoint(path).spec
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
@@ -204,43 +110,6 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
-
-
-def _as_tokenizer(tokenizer: Any) -> Tokenizer | None:
-    """A zoo Tokenizer (a bare ``tokenizers.Tokenizer`` is wrapped), checked before anything is written."""
-    if tokenizer is None:
-        return None
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from zoo.io.tokenizer import Tokenizer
-
-    if isinstance(tokenizer, HFTokenizer):
-        return Tokenizer(tokenizer)
-    if not isinstance(tokenizer, Tokenizer):
-        raise CheckpointError(f"zoo.save: tokenizer must be a zoo.Tokenizer, got {type(tokenizer).__name__}")
-    return tokenizer
-
-
-def _write_weights(
-    directory: Path, files: dict[str, dict[str, torch.Tensor]], metadata: dict[str, str]
-) -> None:
-    """Write every weights file to a temp file, and only when all are written rename them into place."""
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for file, part in files.items():
-            write = functools.partial(_save_part, part=part, metadata=metadata)
-            temps.append((write_temp(directory / file, write), directory / file))
-        while temps:
-            os.replace(*temps[0])
-            temps.pop(0)
-    finally:
-        for temp, _ in temps:
-            remove_quietly(temp)
-    fsync_dir(directory)
-
-
-def _save_part(temp: Path, *, part: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    save_file(part, str(temp), metadata=metadata)  # looked up at call time: tests patch it to fail mid-write
 
 
 def _read_tensors(
@@ -267,8 +136,11 @@ def _read_tensors(
             raise CheckpointError(f"{file}: cannot read tensors: {error}") from None
 
 
-def _materialize_buffers(model: torch.nn.Module, device: torch.device) -> None:
-    """Give the non-persistent buffers (still meta: not in the file) storage on ``device`` to recompute into."""
+def materialize_buffers(model: torch.nn.Module, device: torch.device) -> None:
+    """Give the non-persistent buffers (still meta: not in the file) storage on ``device`` to recompute into.
+
+    Also used by `zoo.from_hf`, which loads a meta-built model the same way.
+    """
     for module in model.modules():
         for name, buffer in module._buffers.items():
             if buffer is not None and buffer.is_meta:

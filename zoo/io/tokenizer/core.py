@@ -1,0 +1,294 @@
+"""The :class:`Tokenizer` wrapper: loading and saving, encode / decode, the batch call, named special ids.
+
+Special tokens are added by :meth:`Tokenizer.encode` itself rather than by a post-processor, so the same
+``add_bos`` / ``add_eos`` switches work for foreign tokenizers (BERT's ``[CLS]``/``[SEP]`` included).
+
+Calling the tokenizer (:meth:`Tokenizer.__call__`) is Hugging Face's batch interface instead: a foreign
+tokenizer's own post-processor frames each row, so the ids equal ``transformers.AutoTokenizer``'s; a tokenizer
+without one (those zoo trains) gets zoo's framing, ``[*ids, eos]``. :meth:`Tokenizer.save_pretrained` writes
+that framing into the exported ``tokenizer.json`` so that transformers agrees there too.
+
+Padding and truncation stored in a foreign ``tokenizer.json`` (sentence-transformers ships files padded to a
+fixed 128) are dropped on load: padding is a property of a batch, asked for per call, as in transformers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenizers import Tokenizer as HFTokenizer
+
+from zoo.io.atomic import write_text_atomic
+from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_args, check_length, pad_rows
+from zoo.io.tokenizer.pretrained import read_tokenizer_config, with_eos_template, write_folder
+from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS, looked_for
+
+PathLike = str | os.PathLike[str]
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` with zoo's conventions: explicit bos/eos switches and named special ids.
+
+    ``tokenizer(texts, padding=True, return_tensors="pt")`` is the batch interface of transformers
+    (:meth:`__call__`); :meth:`encode` / :meth:`decode` work on one row of plain ids.
+    """
+
+    def __init__(
+        self,
+        tokenizer: HFTokenizer,
+        *,
+        model_max_length: int | None = None,
+        special_tokens: dict[str, str] | None = None,
+    ) -> None:
+        """Wrap ``tokenizer`` (its stored padding and truncation are dropped, on a copy).
+
+        ``special_tokens`` (``{"pad": "[PAD]", ...}``, as a ``tokenizer_config.json`` names them) take
+        precedence over the lookup by :data:`SPECIAL_TOKEN_ALIASES`; ``model_max_length`` is the default
+        ``max_length`` of :meth:`__call__`.
+        """
+        names = dict(special_tokens or {})
+        stored_pad = tokenizer.padding
+        if stored_pad is not None or tokenizer.truncation is not None:
+            # Stored settings would pad every encode to a fixed length (with zoo's eos landing after the
+            # pads) and cut long texts silently. A copy, so the caller's tokenizer keeps its settings.
+            tokenizer = HFTokenizer.from_str(tokenizer.to_str())
+            tokenizer.no_padding()
+            tokenizer.no_truncation()
+        # transformers takes the pad token of stored padding when no tokenizer_config.json names one.
+        if stored_pad and tokenizer.token_to_id(stored_pad["pad_token"]) == stored_pad["pad_id"]:
+            names.setdefault("pad", stored_pad["pad_token"])
+        self._tok = tokenizer
+        self._names = names
+        self.model_max_length = model_max_length
+
+    @classmethod
+    def from_file(cls, path: PathLike) -> Tokenizer:
+        """Load a ``tokenizer.json`` (ours or a Hugging Face one); a directory means its ``tokenizer.json``.
+
+        A ``tokenizer_config.json`` beside it (a transformers folder) supplies ``model_max_length`` and the
+        special tokens it names, as ``AutoTokenizer.from_pretrained`` would use them.
+        """
+        file = Path(path)
+        if file.is_dir():
+            file = file / TOKENIZER_NAME
+        if not file.is_file():
+            raise FileNotFoundError(f"tokenizer file not found: {file}")
+        try:
+            tok = HFTokenizer.from_file(str(file))
+        except Exception as err:  # tokenizers raises a bare Exception for unparsable files
+            raise ValueError(f"{file} is not a Hugging Face tokenizers JSON file: {err}") from err
+        model_max_length, special_tokens = read_tokenizer_config(file.parent / TOKENIZER_CONFIG_NAME)
+        return cls(tok, model_max_length=model_max_length, special_tokens=special_tokens)
+
+    def save(self, path: PathLike) -> None:
+        """Write ``tokenizer.json`` atomically: a reader sees the old file or the new one, never half of one."""
+        write_text_atomic(Path(path), self._tok.to_str(pretty=True))
+
+    def save_pretrained(self, directory: PathLike, *, model_max_length: int | None = None) -> Path:
+        """Write a folder from which ``transformers.AutoTokenizer`` gives the ids of :meth:`__call__`.
+
+        Three files, each written atomically: ``tokenizer.json``; ``tokenizer_config.json`` (class
+        ``PreTrainedTokenizerFast``, the special tokens that exist, ``model_max_length`` when given or
+        known); ``special_tokens_map.json``. Without the config, transformers picks a tokenizer class from
+        ``config.json``'s model_type instead (GPT-2's byte-level one for an exported gpt2), which splits
+        and frames differently. Returns the folder.
+        """
+        limit = self.model_max_length if model_max_length is None else model_max_length
+        check_length("model_max_length", limit)
+        specials = {
+            f"{name}_token": self._tok.id_to_token(token_id)
+            for name, token_id in self.special_ids().items()
+            if token_id is not None
+        }
+        backend = with_eos_template(self._tok, self.eos_id)
+        return write_folder(Path(directory), backend, specials=specials, model_max_length=limit)
+
+    @property
+    def hf(self) -> HFTokenizer:
+        """The wrapped ``tokenizers.Tokenizer``."""
+        return self._tok
+
+    # --- encoding ---------------------------------------------------------------------------------------
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = True) -> list[int]:
+        """Token ids of ``text``, optionally framed by bos / eos."""
+        return self._frame(self._tok.encode(text, add_special_tokens=False).ids, add_bos, add_eos)
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = True
+    ) -> list[list[int]]:
+        """:meth:`encode` for many texts (tokenized in parallel by the Rust backend)."""
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [self._frame(e.ids, add_bos, add_eos) for e in encodings]
+
+    def _frame(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
+        if add_bos:
+            ids = [self._required("bos"), *ids]
+        if add_eos:
+            ids = [*ids, self._required("eos")]
+        return ids
+
+    def _required(self, name: str) -> int:
+        token_id = self._special_id(name)
+        if token_id is None:
+            raise ValueError(
+                f"add_{name}=True but the tokenizer has no {name} token (looked for {looked_for(name)})"
+            )
+        return token_id
+
+    # --- the batch interface of transformers ------------------------------------------------------------
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        *,
+        padding: Padding = False,
+        truncation: Truncation = None,
+        max_length: int | None = None,
+        padding_side: Literal["right", "left"] = "right",
+        return_tensors: Literal["pt"] | None = None,
+        add_special_tokens: bool = True,
+    ) -> dict[str, Any]:
+        """Encode a text or a batch as transformers does: ``{"input_ids": ..., "attention_mask": ...}``.
+
+        ``text``: one string (lists of ids, or (1, T) tensors) or a list of strings (lists of rows, or
+        (B, T) int64 tensors with ``return_tensors="pt"``).
+
+        Args:
+            padding: False / "do_not_pad"; True / "longest" (to the longest row); "max_length" (to
+                ``max_length``, longer rows left as they are). Pads with :attr:`pad_id`.
+            truncation: True / "longest_first" / "only_first" cut each row to ``max_length`` tokens, special
+                tokens included; None (the default) truncates when ``max_length`` is given without padding,
+                as transformers does.
+            max_length: the length for truncation and ``padding="max_length"``; default
+                :attr:`model_max_length`.
+            padding_side: "right", or "left" for decoder prompts (``generate`` needs them left-padded).
+            return_tensors: None for lists, "pt" for torch tensors (rows must then have one length).
+            add_special_tokens: frame each row. A tokenizer with a post-processor (BERT's ``[CLS] … [SEP]``,
+                RoBERTa's, Llama's bos) frames as transformers does, giving ``AutoTokenizer``'s ids; one
+                without (zoo-trained) gets zoo's ``[*ids, eos]``, as :meth:`encode`.
+
+        Bad arguments raise ``ValueError`` naming the argument, before anything is encoded.
+        """
+        texts, single, pad_to, truncate = check_call_args(
+            text,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            padding_side=padding_side,
+            return_tensors=return_tensors,
+            add_special_tokens=add_special_tokens,
+        )
+        limit = self.model_max_length if max_length is None else max_length
+        if limit is None and (truncate or pad_to == "max_length"):
+            wanted = f"truncation={truncation!r}" if truncate else "padding='max_length'"
+            raise ValueError(f"{wanted} needs max_length (the tokenizer has no model_max_length)")
+        pad_id = None
+        if pad_to is not None:
+            pad_id = self.pad_id
+            if pad_id is None:
+                raise ValueError(
+                    f"padding={padding!r} needs a pad token but the tokenizer has none (looked for "
+                    f"{looked_for('pad')}); pass padding=False"
+                )
+
+        rows = self._rows(texts, add_special_tokens=add_special_tokens, limit=limit if truncate else None)
+        masks = [[1] * len(row) for row in rows]
+        if pad_id is not None:
+            width = limit if pad_to == "max_length" else max(map(len, rows), default=0)
+            assert width is not None  # checked above: "max_length" padding has a limit
+            pad_rows(rows, masks, width=width, pad_id=pad_id, side=padding_side)
+        if return_tensors == "pt":
+            return as_tensors(rows, masks)
+        if single:
+            return {"input_ids": rows[0], "attention_mask": masks[0]}
+        return {"input_ids": rows, "attention_mask": masks}
+
+    def _rows(self, texts: list[str], *, add_special_tokens: bool, limit: int | None) -> list[list[int]]:
+        """Framed ids of each text, each cut to ``limit`` tokens (special tokens included) when given."""
+        encodings = self._tok.encode_batch(texts, add_special_tokens=False)
+        processor = self._tok.post_processor if add_special_tokens else None
+        eos = self.eos_id
+        frame = [eos] if add_special_tokens and processor is None and eos is not None else []
+        added = processor.num_special_tokens_to_add(False) if processor is not None else len(frame)
+        if limit is not None and limit < added:
+            raise ValueError(
+                f"max_length ({limit}) is shorter than the {added} special tokens added to every row; "
+                "raise it or pass add_special_tokens=False"
+            )
+        rows = []
+        for encoding in encodings:
+            if limit is not None and len(encoding.ids) > limit - added:
+                # The text is cut, never the special tokens, as in transformers.
+                encoding.truncate(limit - added)
+            if processor is not None:
+                encoding = self._tok.post_process(encoding, add_special_tokens=True)
+            rows.append([*encoding.ids, *frame])
+        return rows
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``. Does not stop at eos: truncate generated ids first."""
+        # int() accepts tensor / numpy scalars, so callers need not convert.
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def decode_batch(self, batch: Iterable[Iterable[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        """:meth:`decode` for many id sequences."""
+        return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
+
+    # --- vocabulary ---------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens, added (special) tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of ``token``, or None when it is not in the vocabulary."""
+        return self._tok.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """Token with id ``token_id``, or None when out of range."""
+        return self._tok.id_to_token(token_id)
+
+    def _special_id(self, name: str) -> int | None:
+        named = self._names.get(name)
+        if named is not None and self._tok.token_to_id(named) is not None:
+            return self._tok.token_to_id(named)
+        for token in SPECIAL_TOKEN_ALIASES[name]:
+            token_id = self._tok.token_to_id(token)
+            if token_id is not None:
+                return token_id
+        return None
+
+    def special_ids(self) -> dict[str, int | None]:
+        """``{"pad": id, "bos": id, "eos": id, "unk": id, "mask": id}``, None where absent."""
+        return {name: self._special_id(name) for name in SPECIAL_TOKENS}
+
+    @property
+    def pad_id(self) -> int | None:
+        """Id of the padding token, if any."""
+        return self._special_id("pad")
+
+    @property
+    def bos_id(self) -> int | None:
+        """Id of the beginning-of-sequence token (``[CLS]`` for BERT-style tokenizers), if any."""
+        return self._special_id("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        """Id of the end-of-sequence token (``[SEP]`` for BERT-style tokenizers), if any."""
+        return self._special_id("eos")
+
+    @property
+    def unk_id(self) -> int | None:
+        """Id of the unknown token, if any."""
+        return self._special_id("unk")
+
+    @property
+    def mask_id(self) -> int | None:
+        """Id of the mask token (masked language modelling), if any."""
+        return self._special_id("mask")
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({type(self._tok.model).__name__}, vocab_size={self.vocab_size})"
