@@ -13,7 +13,7 @@ import yaml
 import zoo
 from zoo.cli import main
 from zoo.cli.train import parse_overrides
-from zoo.training.toy_corpus import toy_corpus, write_tsv
+from zoo.demo import toy_corpus, write_tsv
 
 
 def squash(text: str) -> str:

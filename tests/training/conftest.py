@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from zoo.demo import toy_corpus, write_tsv
 from zoo.spec.model import _set_dotted
 from zoo.training.config import TrainConfig
-from zoo.training.toy_corpus import toy_corpus, write_tsv
 
 # transformer-tiny's architecture at a size that trains in seconds: 2 + 2 layers of width 32.
 TINY_MODEL: dict[str, Any] = {

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from zoo.training import Callback, Trainer, train
+from zoo.training import Callback, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
 from zoo.training.records import METRIC_KEYS, check_callbacks, make_record, metric_value
 
@@ -27,11 +27,11 @@ def test_documented_example_collects_records_and_logs_a_custom_metric(
         def __init__(self) -> None:
             self.records: list[dict[str, Any]] = []
 
-        def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-            trainer.log_metrics(grad_norm=trainer.grad_norm)  # a custom key: in the record and every sink
+        def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+            record["grad_norm"] = state.grad_norm  # a custom key: in the record and every sink
             self.records.append(record)
 
-        def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        def on_eval(self, state: TrainerState, record: dict[str, Any]) -> None:
             self.records.append(record)
 
     history = History()
@@ -50,15 +50,68 @@ def test_a_plain_object_with_some_hooks_is_a_callback(make_config: Callable[...,
         def __init__(self) -> None:
             self.calls: list[str] = []
 
-        def on_train_start(self, trainer: Trainer) -> None:
+        def on_train_start(self, state: TrainerState) -> None:
             self.calls.append("start")
 
-        def on_train_end(self, trainer: Trainer, result: Any) -> None:
+        def on_train_end(self, state: TrainerState, result: Any) -> None:
             self.calls.append(f"end {result.step}")
 
     steps = Steps()
     train(make_config(max_steps=2), callbacks=[steps], progress=False)
     assert steps.calls == ["start", "end 2"]
+
+
+def test_hooks_get_a_state_snapshot_with_what_callbacks_need(
+    make_config: Callable[..., TrainConfig],
+) -> None:
+    class Watch:
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, TrainerState, Any]] = []
+
+        def on_train_start(self, state: TrainerState) -> None:
+            self.seen.append(("start", state, None))
+
+        def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+            self.seen.append(("log", state, record))
+
+        def on_checkpoint(self, state: TrainerState, path: Path) -> None:
+            self.seen.append(("checkpoint", state, path))
+
+        def on_train_end(self, state: TrainerState, result: Any) -> None:
+            self.seen.append(("end", state, result))
+
+    watch = Watch()
+    config = make_config(max_steps=2, checkpoint={"every_steps": 2})
+    train(config, callbacks=[watch], progress=False)
+    assert [hook for hook, _, _ in watch.seen] == ["start", "log", "log", "checkpoint", "end"]
+    assert all(isinstance(state, TrainerState) for _, state, _ in watch.seen)
+    start, log1, log2, checkpoint, end = (state for _, state, _ in watch.seen)
+    assert (start.step, start.total_steps, start.grad_norm) == (0, 2, None)
+    assert start.output_dir == config.output_dir
+    for state, (_, _, record) in zip((log1, log2), watch.seen[1:3]):
+        assert state.step == record["step"] and state.lr == record["lr"] and state.grad_norm > 0
+    assert checkpoint.step == 2 and watch.seen[3][2].name == "step-00000002"
+    assert end.step == 2 and end.elapsed_s >= log2.elapsed_s and end.position > 0
+
+
+def test_a_callback_may_add_keys_to_a_record_but_not_change_the_measured_ones(
+    make_config: Callable[..., TrainConfig],
+) -> None:
+    class AddsTensor:
+        def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+            record["twice"] = torch.tensor(2.0) * record["loss"]  # written as a plain number
+
+    config = make_config(max_steps=1)
+    train(config, callbacks=[AddsTensor()], progress=False)
+    first = read_jsonl(config.output_dir)[0]
+    assert first["twice"] == pytest.approx(2 * first["loss"])
+
+    class Rewrites:
+        def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+            record["loss"] = 0.0
+
+    with pytest.raises(ValueError, match="loss: standard metric"):
+        train(make_config(max_steps=1), callbacks=[Rewrites()], progress=False, overwrite=True)
 
 
 def test_things_that_are_not_callbacks_are_named() -> None:
@@ -70,7 +123,7 @@ def test_things_that_are_not_callbacks_are_named() -> None:
         check_callbacks([Callback(), Callback])
 
     class HuggingFaceStyle(Callback):
-        def on_step_end(self, trainer: Trainer) -> None: ...
+        def on_step_end(self, state: TrainerState) -> None: ...
 
     with pytest.warns(UserWarning, match="defines on_step_end, which the training loop never calls"):
         check_callbacks([HuggingFaceStyle()])

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
+from zoo.losses import IGNORE_INDEX
 from zoo.training.batching import Collator, epoch_order, plan_batches
 from zoo.training.config import ParallelFiles
 from zoo.training.data import DataError, EncodedExamples, encode_examples, read_examples
-from zoo.training.losses import IGNORE_INDEX
 
 
 @pytest.fixture(scope="module")

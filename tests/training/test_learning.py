@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from zoo.demo import write_tsv
 from zoo.training import train, translate
 from zoo.training.config import TrainConfig
-from zoo.training.toy_corpus import write_tsv
 
 SYMBOLS = "abcdefghijkl"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy, mask_tokens
+from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
+from zoo.training.masking import mask_tokens
 
 
 def test_label_smoothed_loss_equals_pytorch_and_a_hand_computation() -> None:

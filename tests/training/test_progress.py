@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from zoo.training import ProgressBar, Trainer, train
+from zoo.training import ProgressBar, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
 from zoo.training.progress import ProgressLines, eval_line, progress_bar, wants_progress
 
@@ -73,7 +73,7 @@ def test_a_bar_passed_as_a_callback_is_the_only_bar(
 
 def test_the_bar_stops_when_training_fails(make_config: Callable[..., TrainConfig]) -> None:
     class Boom:
-        def on_log(self, trainer: Trainer, record: dict) -> None:
+        def on_log(self, state: TrainerState, record: dict) -> None:
             raise RuntimeError("boom")
 
     bar = ProgressBar(file=io.StringIO())

@@ -9,11 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.training import Trainer, train
-from zoo.training import state as state_module
-from zoo.training.config import TrainConfig
+import zoo
+from zoo.io.tokenizer import train_tokenizer
+from zoo.training import Trainer, TrainerState, train
+from zoo.training import checkpoints as checkpoints_module
+from zoo.training.checkpoints import latest_checkpoint, list_checkpoints
+from zoo.training.config import OptimConfig, TrainConfig
 from zoo.training.data import DataError
-from zoo.training.state import latest_checkpoint, list_checkpoints
+from zoo.training.distributed import start_runtime
+from zoo.training.optim import build_optimizer
+from zoo.training.prepare import Tokenizers
+from zoo.training.resume import CheckpointIO
+from zoo.training.state import rng_state
 
 
 def losses(run: Path) -> dict[int, float]:
@@ -57,7 +64,7 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(
     resumable: Callable[..., TrainConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = tmp_path / "run"
-    real_save_file = state_module.save_file
+    real_save_file = checkpoints_module.save_file
 
     def failing_save_file(tensors: dict, path: str, metadata: dict | None = None) -> None:
         if "step-00000006" in path:
@@ -65,7 +72,7 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(
             raise OSError("disk full")
         real_save_file(tensors, path, metadata=metadata)
 
-    monkeypatch.setattr(state_module, "save_file", failing_save_file)
+    monkeypatch.setattr(checkpoints_module, "save_file", failing_save_file)
     with pytest.raises(OSError, match="disk full"):
         train(resumable(run, 6))
     assert [p.name for p in list_checkpoints(run)] == ["step-00000003"]
@@ -104,3 +111,53 @@ def test_resuming_with_a_different_model_is_refused(
     other = resumable(tmp_path / "run", 6).override(**{"model.overrides.ffn.d_ff": 128})
     with pytest.raises(ValueError, match="model spec differs from this config's in: ffn"):
         train(other, resume=True)
+
+
+def test_checkpoint_io_restores_saved_parts_bit_exactly_without_a_trainer(
+    toy_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    tokenizer = train_tokenizer([toy_files[0]], kind="bpe", vocab_size=200)
+    spec = zoo.preset("transformer-tiny").override(
+        vocab_size=tokenizer.vocab_size, d_model=32, num_layers=1, max_positions=32, **{"ffn.d_ff": 64}
+    )
+    runtime = start_runtime("cpu")
+
+    def parts(seed: int) -> CheckpointIO:
+        torch.manual_seed(seed)
+        model = zoo.build(spec)
+        optimizer = build_optimizer(model, OptimConfig())
+        return CheckpointIO(
+            model=model,
+            optimizer=optimizer,
+            runtime=runtime,
+            spec=spec,
+            tokenizers=Tokenizers(tokenizer),
+            output_dir=tmp_path / "run",
+            grad_accum=2,
+        )
+
+    saved = parts(seed=0)
+    ids = torch.randint(5, spec.vocab_size, (2, 6))
+    saved.model(ids, decoder_input_ids=ids).logits.square().mean().backward()
+    saved.optimizer.step()  # Adam moments and a step count to save
+    state = TrainerState(step=7, epoch=2, position=4, elapsed_s=12.5, rng=rng_state(runtime.device))
+    path = saved.save_checkpoint(state)
+    assert path == latest_checkpoint(tmp_path / "run")
+
+    fresh = parts(seed=1)  # other weights, no optimizer state
+    torch.rand(3)  # and the RNG moved on
+    loaded = fresh.load(path)
+    assert loaded.progress() == state.progress() == {"step": 7, "epoch": 2, "position": 4, "elapsed_s": 12.5}
+    assert loaded.output_dir == tmp_path / "run"
+    assert torch.equal(loaded.rng["cpu"], state.rng["cpu"])  # type: ignore[index]
+    assert torch.equal(torch.get_rng_state(), state.rng["cpu"])  # type: ignore[index]  # restored in place
+    for (name, a), (_, b) in zip(saved.model.state_dict().items(), fresh.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    before, after = saved.optimizer.state_dict(), fresh.optimizer.state_dict()
+    # torch's set_optimizer_state_dict hands betas back as a list; Adam unpacks either the same way.
+    groups = [[{**g, "betas": tuple(g["betas"])} for g in d["param_groups"]] for d in (before, after)]
+    assert groups[0] == groups[1]
+    assert before["state"].keys() == after["state"].keys()
+    for index, values in before["state"].items():
+        for key, value in values.items():
+            assert torch.equal(value, after["state"][index][key]), (index, key)

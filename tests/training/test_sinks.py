@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from zoo.training import SinkDependencyError, Trainer, train
+from zoo.training import SinkDependencyError, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
-from zoo.training.records import METRIC_KEYS, make_record, truncate_records
-from zoo.training.sinks import CsvSink, JsonlSink, TensorBoardSink, read_csv
+from zoo.training.records import METRIC_KEYS, make_record
+from zoo.training.sinks import CsvSink, JsonlSink, TensorBoardSink, read_csv, truncate_records
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
@@ -41,8 +41,8 @@ def test_config_sinks_write_the_same_records_as_jsonl_and_csv(
     make_config: Callable[..., TrainConfig],
 ) -> None:
     class GradNorm:
-        def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
-            trainer.log_metrics(grad_norm=trainer.grad_norm)
+        def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+            record["grad_norm"] = state.grad_norm
 
     config = make_config(max_steps=2, log_sinks=["jsonl", "csv"])
     mine = Collect()
@@ -63,6 +63,7 @@ def test_csv_header_grows_with_new_keys_and_a_crash_leaves_whole_rows(tmp_path: 
     sink.write(make_record(1, 0.1, loss=3.0))
     sink.write(make_record(2, 0.2, loss=2.5, my_metric="a,b"))  # a new key: the table is rewritten
     assert not path.with_name("metrics.csv.tmp").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # no temporary file left behind
     with open(path, "a", encoding="utf-8") as f:
         f.write("3,2.0,0.1")  # a run killed mid-row
     header, rows = read_csv(path)

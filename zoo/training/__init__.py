@@ -1,17 +1,16 @@
-"""Training: configs, data, objectives, schedules, the loop (one process or torchrun), and the toy corpus.
+"""Training: configs, data, objectives, schedules, and the loop (one process or torchrun).
 
     import zoo.training
     result = zoo.training.train("examples/translate.yaml")       # or a TrainConfig
     trainer = zoo.training.Trainer(config, callbacks=[MyCallback()], progress=False, sinks=["csv"])
     trainer.fit()
 
-Names load on first use, so ``zoo.training.toy_corpus`` and ``zoo.training.bleu`` stay free of torch.
+Names load on first use, so ``zoo.training.config`` and ``zoo.training.bleu`` stay free of torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from zoo._lazy import lazy_exports
 
 _LAZY = {
     "TrainConfig": "zoo.training.config:TrainConfig",
@@ -20,6 +19,7 @@ _LAZY = {
     "Trainer": "zoo.training.loop:Trainer",
     "TrainResult": "zoo.training.records:TrainResult",
     "Callback": "zoo.training.records:Callback",
+    "TrainerState": "zoo.training.state:TrainerState",
     "ProgressBar": "zoo.training.progress:ProgressBar",
     "CsvSink": "zoo.training.sinks:CsvSink",
     "JsonlSink": "zoo.training.sinks:JsonlSink",
@@ -34,14 +34,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'zoo.training' has no attribute {name!r}")
-    module, attribute = _LAZY[name].split(":")
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

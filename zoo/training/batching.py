@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+from zoo.losses import IGNORE_INDEX
 from zoo.training.config import Task
 from zoo.training.data import DataError, EncodedExamples, lengths
-from zoo.training.losses import IGNORE_INDEX, mask_tokens
+from zoo.training.masking import mask_tokens
 
 
 @dataclass

@@ -125,8 +125,9 @@ def wrap_model(
         for layer in transformer_layers(model):
             fully_shard(layer)
         fully_shard(model)
-        # encode / decode are called directly by generation: gather the root's parameters for them too.
-        for method in ("encode", "decode"):
+        # Generation enters through these methods, not forward (`zoo.generation.protocol`): gather the root's
+        # parameters for them too.
+        for method in ("encode", "decode", "prepare_generation", "next_token_logits"):
             if hasattr(model, method):
                 register_fsdp_forward_method(model, method)
         return model

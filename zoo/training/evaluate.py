@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from zoo.io.tokenizer import Tokenizer
+from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.training.batching import Batch
 from zoo.training.bleu import BleuMetric, corpus_bleu
-from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 
 
 @torch.no_grad()

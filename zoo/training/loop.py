@@ -1,19 +1,19 @@
 """The training loop: `Trainer` (and `train`, its one-call form) runs a `TrainConfig` end to end.
 
-    read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer) -> model
-    -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and divided
-       by the step's token count over every micro-batch and process -> clip -> optimizer step
+    prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
+    -> model -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
+       divided by the step's token count over every micro-batch and process -> clip -> optimizer step
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
        resumable checkpoint -> final validation, and the model + tokenizer saved to ``output_dir``
 
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
 split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
 
-The loop prints nothing itself. It reports through callbacks (called on rank 0 only: `Callback`
-subclasses or any object with some of its hooks), writes each record to ``metrics.jsonl`` and the chosen
-sinks (`zoo.training.sinks`) after the callbacks have seen it, and draws a progress bar only through
-`zoo.training.progress` (``progress="auto"``: when stderr is a terminal). Warnings go to the
-``zoo.training`` logger.
+The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.reporting`): callbacks,
+the progress bar among them, get a `TrainerState` snapshot on rank 0, and each record goes to
+``metrics.jsonl`` and the chosen sinks after the callbacks have seen it. It saves and resumes through
+`CheckpointIO` (`zoo.training.resume`), given the parts to save rather than the trainer. Warnings go to
+the ``zoo.training`` logger.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from zoo.io.atomic import write_text_atomic
+from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.training import distributed as dist_
@@ -34,23 +36,15 @@ from zoo.training import prepare
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
 from zoo.training.config import TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
-from zoo.training.losses import IGNORE_INDEX, label_smoothed_cross_entropy
+from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
-from zoo.training.progress import ProgressBar, ProgressSetting, progress_bar
-from zoo.training.records import (
-    METRIC_KEYS,
-    Callback,
-    TrainResult,
-    check_callbacks,
-    make_record,
-    metric_value,
-    write_run_info,
-)
+from zoo.training.progress import ProgressBar, ProgressSetting
+from zoo.training.records import Callback, TrainResult, check_callbacks, write_run_info
+from zoo.training.reporting import Interval, Reporter, check_sinks
 from zoo.training.resume import CheckpointIO, resume_point
 from zoo.training.schedules import learning_rate
-from zoo.training.sinks import MetricSink, check_sink_names, open_sink
-
-CONFIG_NAME = "train_config.yaml"
+from zoo.training.sinks import MetricSink
+from zoo.training.state import TrainerState
 
 
 class Trainer:
@@ -73,19 +67,20 @@ class Trainer:
         overwrite: bool = False,
     ) -> None:
         self.config = config
-        self.callbacks = check_callbacks(callbacks)
-        sinks = list(sinks)
-        # Before any work: a missing tensorboard should not surface after the data is read.
-        check_sink_names([*config.log_sinks, *(s for s in sinks if isinstance(s, str))])
-        for sink in sinks:
-            if not isinstance(sink, str) and not callable(getattr(sink, "write", None)):
-                raise TypeError(f"sink {sink!r} is neither a sink name nor an object with write(record)")
-        self._pending: dict[str, Any] = {}  # log_metrics values waiting for the next record
-        self._reporting: dict[str, Any] | None = None  # the record callbacks are looking at now
+        callbacks = check_callbacks(callbacks)
+        sinks = check_sinks(sinks, config_sinks=config.log_sinks)
         self.runtime = dist_.start_runtime(config.device)
         try:
             self._setup(resume, overwrite)
-            self._setup_reporting(progress, sinks)
+            self.reporter = Reporter(
+                callbacks=callbacks,
+                progress=progress,
+                sinks=sinks,
+                config_sinks=config.log_sinks,
+                output_dir=self.output_dir,
+                resume_step=self.step if self.resume_from is not None else None,
+                is_main=self.runtime.is_main,
+            )
         except BaseException:
             dist_.stop_runtime(self.runtime)
             raise
@@ -97,31 +92,13 @@ class Trainer:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         self.output_dir = out = config.output_dir
-        self.resume_from = resume_from = resume_point(out, resume, overwrite=overwrite, runtime=runtime)
-        spec = prepare.base_spec(config)
-        self.task = prepare.resolve_task(config, spec)
-        train_text, self.valid_text = prepare.read_splits(config, task=self.task)
-
-        self.tokenizers = prepare.shared_tokenizers(
-            config,
-            train_text,
-            task=self.task,
-            output_dir=out,
-            resumed=resume_from is not None,
-            runtime=runtime,
-        )
+        self.resume_from = resume_point(out, resume, overwrite=overwrite, runtime=runtime)
+        prepared = prepare.setup(config, resumed=self.resume_from is not None, runtime=runtime)
+        self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
+        self.train_data, self.valid_data = prepared.train_data, prepared.valid_data
+        self.valid_text = prepared.valid_text
         if runtime.is_main:
-            (out / CONFIG_NAME).write_text(config.to_yaml(), encoding="utf-8")
-        self.spec = prepare.wire_spec(spec, self.tokenizers, config, task=self.task)
-        limit = prepare.max_length(config, self.spec)
-        self.train_data = prepare.encode_split(
-            train_text, self.tokenizers, config, task=self.task, limit=limit
-        )
-        self.valid_data = (
-            prepare.encode_split(self.valid_text, self.tokenizers, config, task=self.task, limit=limit)
-            if self.valid_text is not None
-            else None
-        )
+            write_text_atomic(out / CONFIG_NAME, config.to_yaml())
         self._plan_batches()
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
@@ -137,31 +114,28 @@ class Trainer:
             find_unused=self.task == "masked_lm",  # BERT's pooler computes outputs no MLM loss reads
         )
         self.optimizer = build_optimizer(self.model, config.optim)
-        self.io = CheckpointIO(self)
-        self.step = 0
-        self.elapsed_before = 0.0
+        self.io = CheckpointIO(
+            model=self.model,
+            optimizer=self.optimizer,
+            runtime=runtime,
+            spec=self.spec,
+            tokenizers=self.tokenizers,
+            output_dir=out,
+            sharded=runtime.distributed and config.distributed.strategy == "fsdp",
+            keep_last=config.checkpoint.keep_last,
+            grad_accum=config.batch.grad_accum,
+        )
+        self.step, self.elapsed_before = 0, 0.0
+        self.lr: float | None = None
+        self.grad_norm: torch.Tensor | None = None  # on the device: read only when reported
         self._started = time.perf_counter()
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout: a different stream per process
-        if resume_from is not None:
-            self.io.load(resume_from)
+        if self.resume_from is not None:
+            saved = self.io.load(self.resume_from)  # weights, optimizer and RNG restored in place
+            self.step, self.elapsed_before = saved.step, saved.elapsed_s
+            self.order.epoch, self.order.position = saved.epoch, saved.position
         if runtime.is_main:
             write_run_info(out, task=self.task, label_smoothing=self.label_smoothing)
-
-    def _setup_reporting(
-        self, progress: ProgressSetting | ProgressBar, sinks: list[str | MetricSink]
-    ) -> None:
-        """The bar and the sinks, on rank 0 only (elsewhere nothing draws or writes)."""
-        given_bar = any(isinstance(c, ProgressBar) for c in self.callbacks)
-        # "auto" stands down when a bar came in as a callback (as older code passes one): never two bars.
-        self.progress = progress_bar(progress, is_main=self.runtime.is_main and not given_bar)
-        self.sinks: list[MetricSink] = []
-        if not self.runtime.is_main:
-            return
-        resume_step = self.step if self.resume_from is not None else None
-        names = dict.fromkeys(["jsonl", *self.config.log_sinks, *(s for s in sinks if isinstance(s, str))])
-        for name in names:  # metrics.jsonl always (resume and `zoo plot training` read it), once each
-            self.sinks.append(open_sink(name, self.output_dir, resume_step=resume_step))
-        self.sinks += [sink for sink in sinks if not isinstance(sink, str)]
 
     def _plan_batches(self) -> None:
         config, batch = self.config, self.config.batch
@@ -220,13 +194,13 @@ class Trainer:
         try:
             return self._fit()
         finally:  # also on an exception: a live bar left running would garble the terminal
-            self._stop_reporting()
+            self.reporter.stop()
 
     def _fit(self) -> TrainResult:
-        self._notify("on_train_start", self)
+        self.reporter.notify("on_train_start", self.state)
         self.wrapped.train()
         self._started = time.perf_counter()
-        self._reset_interval()
+        self.interval = Interval(self.runtime.device)
         checkpoint_every = self.config.checkpoint.every_steps
         eval_every = self.config.eval.every_steps
         while self.step < self.total_steps:
@@ -235,9 +209,11 @@ class Trainer:
             if self.step % self.config.log_every == 0 or self.step == self.total_steps:
                 self._log()
             if eval_every and self.step % eval_every == 0 and self.step < self.total_steps:
-                self._paused(self.evaluate)
+                with self.interval.paused():
+                    self.evaluate()
             if checkpoint_every and (self.step % checkpoint_every == 0 or self.step == self.total_steps):
-                self._paused(self.save_checkpoint)
+                with self.interval.paused():
+                    self.save_checkpoint()
         final = self.evaluate() if self.valid_data is not None else {}
         self.io.save_final()
         self.model.eval()  # handed back ready for inference, as zoo.load returns models
@@ -249,7 +225,7 @@ class Trainer:
             step=self.step,
             final=final,
         )
-        self._notify("on_train_end", self, result)
+        self.reporter.notify("on_train_end", self.state, result)
         return result
 
     def _next_batches(self) -> list[Batch]:
@@ -286,37 +262,19 @@ class Trainer:
                     logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V)
                 sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
                 (sums.loss * scale).backward()
-            # Summed on the device and read at log time: no host sync per micro-batch.
-            self._loss_sum += sums.loss.detach()
-            self._input_tokens += batch.num_tokens
-        self._target_tokens += local
+            self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
+            self.interval.input_tokens += batch.num_tokens
+        self.interval.target_tokens += local
         self.grad_norm = clip_gradients(self.model, self.config.optim.clip_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-
-    def _reset_interval(self) -> None:
-        # Since the last record: objective summed over target tokens, target tokens, input tokens.
-        self._loss_sum = torch.zeros((), device=self.runtime.device)
-        self._target_tokens, self._input_tokens = 0, 0
-        self._interval_start = time.perf_counter()
-        self._interval_paused = 0.0
-
-    def _paused(self, action: Any) -> None:
-        """Run ``action`` (validation, checkpoint) without counting its time against throughput."""
-        start = time.perf_counter()
-        action()
-        self._interval_paused += time.perf_counter() - start
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._started
 
     def _log(self) -> None:
-        interval = [float(self._loss_sum), float(self._target_tokens), float(self._input_tokens)]
-        loss_sum, tokens, inputs = dist_.all_reduce_sum(interval, self.runtime)
-        seconds = max(time.perf_counter() - self._interval_start - self._interval_paused, 1e-9)
-        record = self._record(loss=loss_sum / max(tokens, 1.0), lr=self.lr, tokens_per_s=inputs / seconds)
-        self._reset_interval()
-        self._report("on_log", record)
+        record = self._record(**self.interval.measure(self.runtime), lr=self.lr)
+        self.reporter.report("on_log", self.state, record)
 
     def evaluate(self) -> dict[str, Any]:
         """Validation loss, perplexity and (seq2seq) BLEU now; recorded and returned (on every process)."""
@@ -347,63 +305,53 @@ class Trainer:
                 )
         self.wrapped.train()
         record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu)
-        self._report("on_eval", record)
+        self.reporter.report("on_eval", self.state, record)
         return record
 
     def save_checkpoint(self) -> Path:
         """A resumable checkpoint of this step (every process must call it; rank 0 writes)."""
-        path = self.io.save_checkpoint()
-        self._notify("on_checkpoint", self, path)
+        state = self.state
+        path = self.io.save_checkpoint(state)
+        self.reporter.notify("on_checkpoint", state, path)
         return path
+
+    @property
+    def state(self) -> TrainerState:
+        """Where the run stands now, as a value (what callbacks receive; its progress is what a checkpoint
+        saves)."""
+        return TrainerState(
+            step=self.step,
+            epoch=self.order.epoch,
+            position=self.order.position,
+            elapsed_s=self.elapsed(),
+            total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch,
+            lr=self.lr,
+            grad_norm=float(self.grad_norm) if self.grad_norm is not None else None,
+            output_dir=self.output_dir,
+        )
+
+    @property
+    def progress(self) -> ProgressBar | None:
+        """The bar this trainer draws itself (None: none, or one passed among the callbacks)."""
+        return self.reporter.bar
 
     def log_metrics(self, **values: Any) -> None:
         """Add custom metrics (``grad_norm=2.3, my_metric=0.9``) to the records.
 
         Inside a callback's ``on_log`` / ``on_eval`` they join the record being reported (written after
         every callback has seen it); anywhere else they join the next record. Values are numbers, strings,
-        None, or 1-element tensors; the standard keys (`METRIC_KEYS`) are the trainer's to measure.
+        None, or 1-element tensors; the standard keys (`METRIC_KEYS`) are the trainer's to measure. (A
+        callback adds keys to the record it is given instead: ``record["name"] = value``.)
         """
-        taken = sorted(set(values) & set(METRIC_KEYS))
-        if taken:
-            raise ValueError(f"{', '.join(taken)}: standard metric(s) the trainer measures; use another name")
-        plain = {key: metric_value(key, value) for key, value in values.items()}
-        (self._reporting if self._reporting is not None else self._pending).update(plain)
+        self.reporter.log_metrics(**values)
 
     def _record(self, **values: Any) -> dict[str, Any]:
-        record = make_record(self.step, self.elapsed(), **values, **self._pending)
-        self._pending = {}
-        return record
-
-    def _report(self, hook: str, record: dict[str, Any]) -> None:
-        """Show ``record`` to the callbacks (which may add to it through log_metrics), then write it."""
-        self._reporting = record
-        try:
-            self._notify(hook, self, record)
-        finally:
-            self._reporting = None
-        if self.runtime.is_main:
-            for sink in self.sinks:
-                sink.write(record)
-
-    def _notify(self, hook: str, *args: Any) -> None:
-        if self.runtime.is_main:
-            for callback in [self.progress, *self.callbacks]:
-                method = getattr(callback, hook, None)  # duck typing: any subset of the hooks
-                if method is not None:
-                    method(*args)
-
-    def _stop_reporting(self) -> None:
-        """Stop the bar(s) and close the sinks (a later record reopens them)."""
-        for bar in [self.progress, *self.callbacks]:
-            if isinstance(bar, ProgressBar):
-                bar.close()
-        for sink in self.sinks:
-            if callable(getattr(sink, "close", None)):
-                sink.close()
+        return self.reporter.record(self.step, self.elapsed(), **values)
 
     def close(self) -> None:
         """Close the sinks and leave the process group if this trainer started it."""
-        self._stop_reporting()
+        self.reporter.stop()
         dist_.stop_runtime(self.runtime)
 
 

@@ -1,5 +1,11 @@
 """Everything resolved before the first step: task, tokenizers, the model spec, and the encoded data.
 
+    prepared = setup(config, resumed=False, runtime=runtime)   # once, by the Trainer
+    prepared.task, prepared.spec, prepared.tokenizers, prepared.train_data, prepared.valid_data
+
+``setup`` reads the config in one pass, in this order: the spec it names -> the task -> both data splits
+(read and checked before anything is trained) -> tokenizer(s) -> the spec wired to them -> encoded data.
+
 The tokenizer decides the vocabulary, so it is wired into the spec: ``vocab_size`` becomes the
 tokenizer's size (and ``source_vocab_size`` the source tokenizer's, with separate vocabularies). Special
 ids follow the tokenizer too when zoo trained it (pad 0, bos 1, eos 2). A tokenizer loaded from a file
@@ -13,16 +19,52 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoo.io.names import TOKENIZER_NAME
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.spec import ModelSpec, load_spec, parse_spec, preset
 from zoo.training.config import TASK_OF_FAMILY, ConfigError, Task, TrainConfig
 from zoo.training.data import EncodedExamples, TextExamples, corpus_lines, encode_examples, read_examples
 from zoo.training.distributed import Runtime, barrier
+from zoo.training.layout import SOURCE_TOKENIZER_NAME
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_NAME = "tokenizer.json"
-SOURCE_TOKENIZER_NAME = "source_tokenizer.json"
+
+@dataclass
+class Prepared:
+    """What a config resolves to before training: the trainer's inputs, each computed once."""
+
+    task: Task
+    spec: ModelSpec  # wired to the tokenizer(s): vocabulary sizes and special ids
+    tokenizers: Tokenizers
+    train_data: EncodedExamples
+    valid_data: EncodedExamples | None
+    valid_text: TextExamples | None  # the raw validation pairs, for BLEU
+
+
+def setup(config: TrainConfig, *, resumed: bool, runtime: Runtime) -> Prepared:
+    """Resolve ``config`` on every process (rank 0 trains or loads the tokenizers and saves them to
+    ``config.output_dir``; a resumed run reuses the ones saved there)."""
+    spec = base_spec(config)
+    task = resolve_task(config, spec)
+    train_text, valid_text = read_splits(config, task=task)
+    tokenizers = shared_tokenizers(
+        config, train_text, task=task, output_dir=config.output_dir, resumed=resumed, runtime=runtime
+    )
+    spec = wire_spec(spec, tokenizers, config, task=task)
+    limit = max_length(config, spec)
+
+    def encode(text: TextExamples) -> EncodedExamples:
+        return encode_split(text, tokenizers, config, task=task, limit=limit)
+
+    return Prepared(
+        task=task,
+        spec=spec,
+        tokenizers=tokenizers,
+        train_data=encode(train_text),
+        valid_data=encode(valid_text) if valid_text is not None else None,
+        valid_text=valid_text,
+    )
 
 
 def base_spec(config: TrainConfig) -> ModelSpec:

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-if TYPE_CHECKING:
-    from zoo.training.loop import Trainer
+if TYPE_CHECKING:  # neither imports this module: no cycle, and no torch at import time
     from zoo.training.records import TrainResult
+    from zoo.training.state import TrainerState
 
 ProgressSetting = Literal["auto"] | bool
 
@@ -57,10 +57,10 @@ class ProgressLines:
             console = Console(file=file) if file is not None else Console(stderr=True)
         self.console = console
 
-    def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None:
+    def on_eval(self, state: TrainerState, record: dict[str, Any]) -> None:
         self.console.print(eval_line(record), highlight=False)
 
-    def on_checkpoint(self, trainer: Trainer, path: Path) -> None:
+    def on_checkpoint(self, state: TrainerState, path: Path) -> None:
         from rich.markup import escape
 
         self.console.print(f"[dim]checkpoint {escape(str(path))}[/]", highlight=False)
@@ -75,7 +75,7 @@ class ProgressBar(ProgressLines):
         self.progress: Any = None
         self.task: Any = None
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, state: TrainerState) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -98,10 +98,10 @@ class ProgressBar(ProgressLines):
         )
         self.progress.start()
         self.task = self.progress.add_task(
-            "train", total=trainer.total_steps, completed=trainer.step, loss="-", lr="-", speed="-"
+            "train", total=state.total_steps, completed=state.step, loss="-", lr="-", speed="-"
         )
 
-    def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None:
+    def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
         if self.progress is None:
             return
         self.progress.update(
@@ -112,7 +112,7 @@ class ProgressBar(ProgressLines):
             speed=f"{record['tokens_per_s']:,.0f}",
         )
 
-    def on_train_end(self, trainer: Trainer, result: TrainResult) -> None:
+    def on_train_end(self, state: TrainerState, result: TrainResult) -> None:
         self.close()
 
     def close(self) -> None:

@@ -4,7 +4,8 @@ Every record has the standard keys (`METRIC_KEYS`), None where a value was not m
 training record has ``loss`` (the training objective per target token, label smoothing included),
 ``lr`` and ``tokens_per_s`` (real source + target tokens over all processes); a validation record has
 ``val_loss`` (plain NLL per token), ``val_ppl`` and, for translation, ``val_bleu``. After them come any
-keys user code added (``trainer.log_metrics(grad_norm=...)``), in the order they were first given.
+keys user code added (a callback's ``record["grad_norm"] = ...``, or ``trainer.log_metrics(...)``), in
+the order they were first given.
 
 ``run.json`` says what the numbers mean, once per run rather than on every line: the task and the label
 smoothing in ``loss`` (``loss_label_smoothing``), which `zoo plot training` uses to label its curves.
@@ -17,45 +18,42 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zoo.io.atomic import write_text_atomic
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
+from zoo.training.layout import RUN_NAME
+from zoo.training.state import TrainerState
 
-# The file names live with the sinks that write them; METRICS_NAME is also imported from here.
-from zoo.training.sinks import CSV_NAME, METRICS_NAME, JsonlSink, truncate_csv
-
-if TYPE_CHECKING:
-    from zoo.training.loop import Trainer
-
-RUN_NAME = "run.json"
 METRIC_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
 HOOKS = ("on_train_start", "on_log", "on_eval", "on_checkpoint", "on_train_end")
 
 
 class Callback:
-    """Hooks the loop calls on rank 0. Subclass and override what you need, or pass any object that has
-    some of these methods (the loop calls only the ones it finds).
+    """Hooks the loop calls on rank 0, each with a `TrainerState` snapshot (step, total_steps, epoch,
+    elapsed_s, lr, grad_norm, output_dir, ...). Subclass and override what you need, or pass any object
+    that has some of these methods (the loop calls only the ones it finds).
 
-    ``on_log`` and ``on_eval`` get the record before it is written: ``trainer.log_metrics(name=value)``
-    inside them adds ``name`` to that record, in ``metrics.jsonl`` and every sink::
+    ``on_log`` and ``on_eval`` get the record before it is written: a key added to it is written with it,
+    to ``metrics.jsonl`` and every sink::
 
         class History(Callback):
             def __init__(self) -> None:
                 self.records = []
 
-            def on_log(self, trainer, record):
-                trainer.log_metrics(grad_norm=trainer.grad_norm)  # a custom key, written with the record
+            def on_log(self, state, record):
+                record["grad_norm"] = state.grad_norm  # a custom key, written with the record
                 self.records.append(record)
 
         train(config, callbacks=[History()])
     """
 
-    def on_train_start(self, trainer: Trainer) -> None: ...
-    def on_log(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
-    def on_eval(self, trainer: Trainer, record: dict[str, Any]) -> None: ...
-    def on_checkpoint(self, trainer: Trainer, path: Path) -> None: ...
-    def on_train_end(self, trainer: Trainer, result: TrainResult) -> None: ...
+    def on_train_start(self, state: TrainerState) -> None: ...
+    def on_log(self, state: TrainerState, record: dict[str, Any]) -> None: ...
+    def on_eval(self, state: TrainerState, record: dict[str, Any]) -> None: ...
+    def on_checkpoint(self, state: TrainerState, path: Path) -> None: ...
+    def on_train_end(self, state: TrainerState, result: TrainResult) -> None: ...
 
 
 def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
@@ -113,25 +111,26 @@ def metric_value(key: str, value: Any) -> Any:
     raise TypeError(f"metric {key!r}: {type(value).__name__} is not a number, string or None")
 
 
-def append_record(output_dir: Path, record: dict[str, Any]) -> None:
-    JsonlSink(output_dir / METRICS_NAME).write(record)
+def check_custom_metrics(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as plain metric values; a ValueError for a standard key (the trainer measures those)."""
+    taken = sorted(set(values) & set(METRIC_KEYS))
+    if taken:
+        raise ValueError(f"{', '.join(taken)}: standard metric(s) the trainer measures; use another name")
+    return {key: metric_value(key, value) for key, value in values.items()}
 
 
-def truncate_records(output_dir: Path, *, after: int) -> None:
-    """Drop records past ``after`` from ``metrics.jsonl`` and ``metrics.csv``: on resume they belong to
-    steps the run is about to redo. A line a crash cut short is dropped too."""
-    truncate_csv(output_dir / CSV_NAME, after=after)
-    path = output_dir / METRICS_NAME
-    if not path.is_file():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if line and json.loads(line)["step"] <= after:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            continue
-    path.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+def settle_record(record: dict[str, Any], standard: dict[str, Any]) -> None:
+    """After the callbacks: the keys they added become plain values (in place, so a callback that kept the
+    record sees what is written); the standard keys must still hold what the trainer measured."""
+    altered = [key for key, value in standard.items() if key not in record or record[key] is not value]
+    if altered:
+        raise ValueError(
+            f"{', '.join(altered)}: standard metric(s) the trainer measures; a callback may add keys to a "
+            "record, not change or remove these"
+        )
+    for key, value in record.items():
+        if key not in standard:
+            record[key] = metric_value(key, value)
 
 
 def write_run_info(output_dir: Path, *, task: str, label_smoothing: float) -> None:
@@ -143,4 +142,4 @@ def write_run_info(output_dir: Path, *, task: str, label_smoothing: float) -> No
         "loss": f"training objective per target token: cross-entropy with {smoothing}",
         "val_loss": "validation negative log-likelihood per target token (no label smoothing)",
     }
-    (output_dir / RUN_NAME).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(output_dir / RUN_NAME, json.dumps(info, indent=2) + "\n")

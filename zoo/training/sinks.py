@@ -10,8 +10,8 @@ truncates it, ``--overwrite`` detects a previous run by it, and ``zoo plot train
 
 Each format survives a crash mid-run: a JSONL or CSV row is one ``write`` call followed by a flush (a
 killed run leaves whole rows), and a CSV whose header must grow — a record brought a key the file has no
-column for — is rewritten to a temporary file and renamed over the old one, so the file on disk is the old
-table or the new one, never half of each.
+column for — is rewritten through `zoo.io.atomic` (a temporary file renamed over the old one), so the file
+on disk is the old table or the new one, never half of each. Resuming truncates both files the same way.
 """
 
 from __future__ import annotations
@@ -19,15 +19,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-METRICS_NAME = "metrics.jsonl"
-CSV_NAME = "metrics.csv"
-TENSORBOARD_DIR = "tensorboard"
+from zoo.io.atomic import write_text_atomic
+from zoo.training.layout import CSV_NAME, METRICS_NAME, TENSORBOARD_DIR
+
 SINK_NAMES = ("jsonl", "csv", "tensorboard")
 TENSORBOARD_HINT = "pip install tensorboard"
 
@@ -170,15 +169,9 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
-    """Write the whole table to a temporary file, then rename it over ``path`` (atomic on POSIX)."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8", newline="") as f:
-        f.write(_csv_row(columns))
-        for row in rows:
-            f.write(_csv_line(columns, row))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    """Write the whole table at once (atomically: the old table or the new one, never half of each)."""
+    text = _csv_row(columns) + "".join(_csv_line(columns, row) for row in rows)
+    write_text_atomic(path, text)
 
 
 def truncate_csv(path: Path, *, after: int) -> None:
@@ -188,6 +181,23 @@ def truncate_csv(path: Path, *, after: int) -> None:
     columns, rows = read_csv(path)
     if columns:
         write_csv(path, columns, [row for row in rows if _step(row) <= after])
+
+
+def truncate_records(output_dir: Path, *, after: int) -> None:
+    """Drop records past ``after`` from ``metrics.jsonl`` and ``metrics.csv``: on resume they belong to
+    steps the run is about to redo. A line a crash cut short is dropped too."""
+    truncate_csv(output_dir / CSV_NAME, after=after)
+    path = output_dir / METRICS_NAME
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if line and json.loads(line)["step"] <= after:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    write_text_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 def _step(row: dict[str, str]) -> float:

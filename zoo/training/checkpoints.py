@@ -1,0 +1,151 @@
+"""Resumable checkpoints on disk: weights, optimizer, RNG and progress, written atomically.
+
+    <output_dir>/checkpoints/step-00000500/
+        model.safetensors, spec.json, tokenizer.json   zoo.save: a loadable model on its own
+        optimizer.safetensors                           Adam moments by parameter name; groups in metadata
+        rng.safetensors                                 every rank's torch (and CUDA) RNG state
+        trainer_state.json                              step, epoch, batch position, elapsed time
+
+No pickle: tensors go to safetensors and everything else to JSON. Each file is written through
+`zoo.io.atomic`, into a directory under a temporary name that is renamed into place once complete, so a
+crash mid-save never leaves a checkpoint that looks finished; `latest_checkpoint` only sees complete ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, write_atomic, write_text_atomic
+from zoo.training.layout import CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
+
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+class ResumeError(ValueError):
+    """A checkpoint that cannot be resumed from; the message names it."""
+
+
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    return output_dir / CHECKPOINTS_DIR / f"step-{step:08d}"
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """Complete checkpoints under ``output_dir``, oldest first."""
+    root = output_dir / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_NAME).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
+    for old in list_checkpoints(output_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --- optimizer state as safetensors + JSON ------------------------------------------------------------------
+
+
+def flatten_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A full optimizer state dict (keyed by parameter name) -> (tensors, JSON metadata)."""
+    tensors, scalars = {}, {}
+    for name, values in state["state"].items():
+        for key, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{name}/{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{name}/{key}"] = value
+    metadata = {"param_groups": json.dumps(state["param_groups"]), "scalars": json.dumps(scalars)}
+    return tensors, metadata
+
+
+def unflatten_optimizer_state(path: Path) -> dict[str, Any]:
+    state: dict[str, dict[str, Any]] = {}
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            name, _, field = key.rpartition("/")
+            state.setdefault(name, {})[field] = f.get_tensor(key)
+    for key, value in json.loads(metadata.get("scalars", "{}")).items():
+        name, _, field = key.rpartition("/")
+        state.setdefault(name, {})[field] = value
+    groups = json.loads(metadata["param_groups"])
+    for group in groups:  # JSON turned tuples into lists; Adam unpacks betas either way, but keep the type
+        if "betas" in group:
+            group["betas"] = tuple(group["betas"])
+    return {"state": state, "param_groups": groups}
+
+
+# --- writing and reading ------------------------------------------------------------------------------------
+
+
+def write_checkpoint(
+    final: Path,
+    *,
+    save_model: Callable[[Path], object],
+    optimizer_state: dict[str, Any],
+    rng_states: list[dict[str, torch.Tensor]],
+    trainer_state: dict[str, Any],
+) -> Path:
+    """Write a complete checkpoint to ``final`` (rank 0 only). ``save_model(dir)`` writes the weights and
+    tokenizer(s) (zoo.save and Tokenizer.save write atomically too, so every file is durable)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # One temporary directory, renamed as a whole: `zoo.io.atomic` makes files atomic, not folders.
+    temp = final.parent / f".{final.name}{TEMP_SUFFIX}"
+    shutil.rmtree(temp, ignore_errors=True)  # a previous crashed attempt
+    try:
+        temp.mkdir()
+        save_model(temp)
+        tensors, metadata = flatten_optimizer_state(optimizer_state)
+        write_atomic(temp / OPTIMIZER_NAME, lambda path: save_file(tensors, str(path), metadata=metadata))
+        rng = {
+            f"rank{rank}/{name}": t.cpu()
+            for rank, states in enumerate(rng_states)
+            for name, t in states.items()
+        }
+        write_atomic(temp / RNG_NAME, lambda path: save_file(rng, str(path)))
+        # Written last: its presence marks the checkpoint complete.
+        write_text_atomic(temp / STATE_NAME, json.dumps(trainer_state, indent=2) + "\n")
+        if final.exists():  # re-saving a step (e.g. after resuming from it): swap, never half-delete
+            old = final.parent / f".{final.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(temp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(temp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_trainer_state(path: Path) -> dict[str, Any]:
+    file = path / STATE_NAME
+    if not file.is_file():
+        raise ResumeError(f"{path}: not a complete training checkpoint (no {STATE_NAME})")
+    return json.loads(file.read_text(encoding="utf-8"))
+
+
+def read_rng_state(path: Path, rank: int) -> dict[str, torch.Tensor] | None:
+    """This rank's saved RNG states, or None when the checkpoint was written by fewer processes."""
+    prefix = f"rank{rank}/"
+    with safe_open(str(path / RNG_NAME), framework="pt") as f:
+        states = {key[len(prefix) :]: f.get_tensor(key) for key in f.keys() if key.startswith(prefix)}  # noqa: SIM118
+    return states or None
