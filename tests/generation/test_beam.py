@@ -34,7 +34,7 @@ def test_one_beam_is_greedy_search(any_model, prompts):
     with torch.no_grad():
         session = Session(any_model, ids, mask, max_new_tokens=9, num_beams=1)
         beamed = beam_search(
-            session, LogitsProcessors(vocab_size=any_model.spec.vocab_size), config, eos=None
+            session, LogitsProcessors(vocab_size=any_model.spec.vocab_size), config, eos=None, pad=0
         )
     assert torch.equal(beamed, greedy)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zoo.demo import toy_corpus
 from zoo.generation import stream, stream_text
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.training.toy_corpus import toy_corpus
 
 
 def test_stream_yields_each_steps_tokens_equal_to_generate(any_model, prompts):

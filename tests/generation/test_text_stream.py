@@ -8,9 +8,9 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from zoo.demo import toy_corpus
 from zoo.generation import TextStream
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.training.toy_corpus import toy_corpus
 
 MULTI_BYTE = ["고양이 🙂 좋아요 🐈‍⬛ 🚀", "the cat 🙂 eats fish 🐟 고양이가 생선을 먹는다"]
 TEXTS = [

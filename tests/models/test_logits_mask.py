@@ -8,7 +8,7 @@ import torch
 from support import TINY_PRESETS, padded_batch
 
 import zoo
-from zoo.models.heads import shift_labels_left
+from zoo.losses import shift_labels_left
 
 
 def _mlm_labels(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

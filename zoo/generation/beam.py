@@ -11,7 +11,7 @@ among the top N that end with eos (or reach max length) become finished hypothes
 and the N best finished per sentence are kept. A sentence is done when it has N finished hypotheses and
 either ``early_stopping`` is True or its best running beam can no longer beat the worst of them (with
 ``early_stopping=False`` judged at the current length, with ``"never"`` at the longest possible one).
-The best finished hypothesis is returned, padded with ``pad_token_id`` to the longest one in the batch.
+The best finished hypothesis is returned, padded with ``pad`` to the longest one in the batch.
 """
 
 from __future__ import annotations
@@ -31,9 +31,13 @@ def beam_search(
     config: GenerationConfig,
     *,
     eos: torch.Tensor | None,
+    pad: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Run beam search on a session expanded to B * N rows; return the best sequence per sentence (B, ≤ L)."""
+    """Run beam search on a session expanded to B * N rows; return the best sequence per sentence (B, ≤ L).
+
+    ``eos`` (E,) and ``pad`` are the resolved ids (`zoo.generation.generate.prepare`), not the config's.
+    """
     N = config.num_beams
     BN, prompt_len = session.batch_size, session.prompt_length
     B, L = BN // N, session.tokens.shape[1]
@@ -44,7 +48,7 @@ def beam_search(
 
     running_scores = torch.full((B, N), _NEG, device=device)  # (B, N)
     running_scores[:, 0] = 0.0  # all beams start equal: only the first may expand, or they would duplicate
-    finished = torch.full((B, N, L), config.pad_token_id, dtype=torch.long, device=device)
+    finished = torch.full((B, N, L), pad, dtype=torch.long, device=device)
     finished_scores = torch.full((B, N), _NEG, device=device)
     finished_lengths = torch.zeros(B, N, dtype=torch.long, device=device)  # generated tokens, eos included
     is_finished = torch.zeros(B, N, dtype=torch.bool, device=device)
@@ -83,7 +87,7 @@ def beam_search(
         best = merged_scores.topk(N, dim=1).indices  # (B, N)
         from_candidates = best >= N
         cand_index = (best - N).clamp(min=0)
-        new_seqs = torch.full((B, N, L), config.pad_token_id, dtype=torch.long, device=device)
+        new_seqs = torch.full((B, N, L), pad, dtype=torch.long, device=device)
         new_seqs[:, :, :cur_len] = cand_seqs.gather(1, cand_index[:, :, None].expand(-1, -1, cur_len))
         new_seqs[:, :, cur_len] = cand_tokens.gather(1, cand_index)
         keep = finished.gather(1, best.clamp(max=N - 1)[:, :, None].expand(-1, -1, L))

@@ -1,22 +1,44 @@
 """The settings of one generate call, validated before any compute.
 
-Every check names the argument and what was expected, so a bad call fails with a `ValueError` up front
-rather than a torch traceback halfway through the search (or, worse, an index past a position table).
+`GenerationConfig` is a frozen pydantic model like every other config in zoo: each field's check names
+the field and what was expected, so a bad call fails with a `ValueError` up front rather than a torch
+traceback halfway through the search (or, worse, an index past a position table). `check_inputs` does the
+same for the prompt itself, which needs the model.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import torch
-from torch import nn
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, ValidationInfo, field_validator
+
+from zoo.generation.protocol import GenerativeModel
 
 
-@dataclass(frozen=True)
-class GenerationConfig:
-    """Search settings, with Hugging Face's names and meanings (see `zoo.generation.generate`)."""
+class GenerationConfig(BaseModel):
+    """Search settings, with Hugging Face's names and meanings (see `zoo.generation.generate`).
+
+    >>> config = GenerationConfig(do_sample=True, top_p=0.9, seed=0)
+    >>> model.generate(prompt, config=config, max_new_tokens=40)   # keyword overrides are validated too
+
+    max_new_tokens / min_new_tokens: bounds on the new tokens (eos is blocked before the minimum).
+    do_sample, temperature, top_k, top_p: sample from the (warped) distribution instead of argmax.
+    num_beams, length_penalty, early_stopping: beam search; a finished hypothesis scores
+        sum(log p) / generated_length ** length_penalty.
+    repetition_penalty, no_repeat_ngram_size: discourage / forbid repeats (1.0 and 0 are off).
+    eos_token_id: an id or a list (None: ``spec.eos_token_id``; ``[]`` for none); pad_token_id fills
+        finished rows (None: ``spec.pad_token_id``, else the first eos id). Both are checked against
+        the vocabulary once a model is at hand.
+    seed: sampling draws from ``torch.Generator().manual_seed(seed)``, so runs are reproducible.
+    use_cache: False recomputes the whole sequence every step (the reference for the cached path).
+
+    Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_new_tokens: int = 32
     min_new_tokens: int = 0
@@ -26,44 +48,115 @@ class GenerationConfig:
     top_p: float | None = None
     num_beams: int = 1
     length_penalty: float = 1.0
-    early_stopping: bool | str = False
+    early_stopping: bool | Literal["never"] = False
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
-    eos_token_id: tuple[int, ...] = ()
-    pad_token_id: int = 0
+    eos_token_id: int | list[int] | tuple[int, ...] | None = None
+    pad_token_id: StrictInt | None = None
+    seed: StrictInt | None = None
     use_cache: bool = True
 
-    def check(self) -> None:
-        """Raise ValueError for a setting outside its range."""
+    @field_validator("max_new_tokens", "num_beams", mode="before")
+    @classmethod
+    def _at_least_one(cls, value: Any, info: ValidationInfo) -> Any:
+        return _need(value, _is_int(value) and value >= 1, f"{info.field_name} must be an int >= 1")
 
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(f"generate: {message}")
+    @field_validator("min_new_tokens", mode="before")
+    @classmethod
+    def _not_negative(cls, value: Any, info: ValidationInfo) -> Any:
+        return _need(value, _is_int(value) and value >= 0, f"{info.field_name} must be an int >= 0")
 
-        need(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
-             f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")  # fmt: skip
-        need(_is_int(self.min_new_tokens) and self.min_new_tokens >= 0,
-             f"min_new_tokens must be an int >= 0, got {self.min_new_tokens!r}")  # fmt: skip
-        need(_is_int(self.num_beams) and self.num_beams >= 1,
-             f"num_beams must be an int >= 1, got {self.num_beams!r}")  # fmt: skip
-        need(isinstance(self.temperature, int | float) and math.isfinite(self.temperature) and self.temperature > 0,
-             f"temperature must be a finite number > 0, got {self.temperature!r}")  # fmt: skip
-        need(self.top_k is None or (_is_int(self.top_k) and self.top_k >= 0),
-             f"top_k must be None or an int >= 0 (0 = off), got {self.top_k!r}")  # fmt: skip
-        need(self.top_p is None or (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1),
-             f"top_p must be in (0, 1], got {self.top_p!r}")  # fmt: skip
-        need(isinstance(self.repetition_penalty, int | float) and self.repetition_penalty > 0,
-             f"repetition_penalty must be > 0 (1.0 = off), got {self.repetition_penalty!r}")  # fmt: skip
-        need(_is_int(self.no_repeat_ngram_size) and self.no_repeat_ngram_size >= 0,
-             f"no_repeat_ngram_size must be an int >= 0 (0 = off), got {self.no_repeat_ngram_size!r}")  # fmt: skip
-        need(isinstance(self.length_penalty, int | float) and math.isfinite(self.length_penalty),
-             f"length_penalty must be a finite number, got {self.length_penalty!r}")  # fmt: skip
-        need(self.early_stopping in (True, False, "never"),
-             f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")  # fmt: skip
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _top_k(cls, value: Any) -> Any:
+        ok = value is None or (_is_int(value) and value >= 0)
+        return _need(value, ok, "top_k must be None or an int >= 0 (0 = off)")
+
+    @field_validator("no_repeat_ngram_size", mode="before")
+    @classmethod
+    def _ngram_size(cls, value: Any) -> Any:
+        return _need(
+            value, _is_int(value) and value >= 0, "no_repeat_ngram_size must be an int >= 0 (0 = off)"
+        )
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _temperature(cls, value: Any) -> Any:
+        ok = _is_number(value) and math.isfinite(value) and value > 0
+        return _need(value, ok, "temperature must be a finite number > 0")
+
+    @field_validator("top_p", mode="before")
+    @classmethod
+    def _top_p(cls, value: Any) -> Any:
+        return _need(
+            value, value is None or (_is_number(value) and 0 < value <= 1), "top_p must be in (0, 1]"
+        )
+
+    @field_validator("repetition_penalty", mode="before")
+    @classmethod
+    def _repetition_penalty(cls, value: Any) -> Any:
+        return _need(value, _is_number(value) and value > 0, "repetition_penalty must be > 0 (1.0 = off)")
+
+    @field_validator("length_penalty", mode="before")
+    @classmethod
+    def _length_penalty(cls, value: Any) -> Any:
+        return _need(
+            value, _is_number(value) and math.isfinite(value), "length_penalty must be a finite number"
+        )
+
+    @field_validator("eos_token_id", mode="before")
+    @classmethod
+    def _eos_token_id(cls, value: Any) -> Any:
+        ok = value is None or _is_int(value) or (isinstance(value, list | tuple) and all(map(_is_int, value)))
+        return _need(value, ok, "eos_token_id must be a token id, a list of them, or None")
+
+    @field_validator("early_stopping", mode="before")
+    @classmethod
+    def _early_stopping(cls, value: Any) -> Any:
+        return _need(value, value in (True, False, "never"), "early_stopping must be True, False or 'never'")
+
+
+def _need(value: Any, ok: bool, message: str) -> Any:
+    if not ok:
+        raise ValueError(f"{message}, got {value!r}")
+    return value
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float)  # bool included, as Python's own numbers do
+
+
+def validated(config: GenerationConfig | None, overrides: Mapping[str, Any]) -> GenerationConfig:
+    """``config`` (default: all defaults) with keyword ``overrides`` merged on top and validated.
+
+    Unknown names are a TypeError, as for any function; a bad value is a ValueError whose message is
+    pydantic's, one line per field, without its boilerplate.
+    """
+    unknown = sorted(set(overrides) - set(GenerationConfig.model_fields))
+    if unknown:
+        raise TypeError(f"generate got unexpected arguments: {', '.join(unknown)}")
+    if config is not None and not isinstance(config, GenerationConfig):
+        raise TypeError(f"generate: config must be a GenerationConfig, got {type(config).__name__}")
+    base = config if config is not None else GenerationConfig()
+    if not overrides:
+        return base
+    try:
+        return GenerationConfig(**{**base.model_dump(), **overrides})
+    except ValidationError as error:
+        raise ValueError(f"generate: {_messages(error)}") from None
+
+
+def _messages(error: ValidationError) -> str:
+    return "; ".join(
+        item["msg"].removeprefix("Value error, ")
+        if item["type"] == "value_error"
+        else f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+        for item in error.errors()
+    )
 
 
 def token_ids(value: int | Sequence[int] | None, *, name: str, vocab_size: int) -> tuple[int, ...]:
@@ -77,30 +170,37 @@ def token_ids(value: int | Sequence[int] | None, *, name: str, vocab_size: int) 
     return ids
 
 
+def check_model(model: object) -> GenerativeModel:
+    """Raise ValueError unless ``model`` implements `GenerativeModel` and has an LM head."""
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise ValueError(f"generate needs a zoo model (with .spec), got {type(model).__name__}")
+    generative = isinstance(model, GenerativeModel)
+    if not generative or spec.lm_head is None:
+        missing = f" (this {spec.family} has lm_head: null)" if generative else ""
+        raise ValueError(
+            f"generate needs a decoder or encoder-decoder model with an LM head; got family {spec.family!r}{missing}"
+        )
+    return model
+
+
 def check_inputs(
-    model: nn.Module,
+    model: GenerativeModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     config: GenerationConfig,
 ) -> None:
     """Raise ValueError when the prompt cannot be generated from: shape, ids, mask, length."""
-    spec = model.spec
-    encoder_decoder = spec.family == "encoder-decoder"
-    if spec.family not in ("decoder", "encoder-decoder") or getattr(model, "lm_head", None) is None:
-        missing = " (this decoder has lm_head: null)" if spec.family == "decoder" else ""
-        raise ValueError(
-            f"generate needs a decoder or encoder-decoder model with an LM head; got family {spec.family!r}{missing}"
-        )
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"generate: input_ids must be a (batch, length) tensor, got {shape}")
     if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
         raise ValueError(f"generate: input_ids must hold integer token ids, got dtype {input_ids.dtype}")
     B, T = input_ids.shape
-    what = "source" if encoder_decoder else "prompt"
+    what = "prompt" if model.continues_input else "source"
     if B == 0 or T == 0:
         raise ValueError(f"generate: empty {what}: input_ids has shape {(B, T)}; give at least one token")
-    vocab = (spec.source_vocab_size or spec.vocab_size) if encoder_decoder else spec.vocab_size
+    vocab = model.input_vocab_size
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= vocab:
         bad = low if low < 0 else high
@@ -114,19 +214,20 @@ def check_inputs(
         mask = attention_mask.bool()
         if not bool(mask.any(dim=1).all()):
             raise ValueError(f"generate: a {what} row of attention_mask has no tokens (all zeros)")
-        if not encoder_decoder and not bool(mask[:, -1].all()):
+        if model.continues_input and not bool(mask[:, -1].all()):
             raise ValueError(
                 "generate: decoder-only prompts must be left-padded (attention_mask ends with 0 in some row); "
                 "pad on the left so every row's last token is real"
             )
-    limit = spec.max_positions
+    limit = model.spec.max_positions
     if input_ids.shape[1] > limit:
         raise ValueError(
             f"generate: the {what} has {T} tokens, more than the model's max_positions ({limit})"
         )
-    generated = (1 if encoder_decoder else T) + config.max_new_tokens
+    # The decoder's positions: the prompt and the new tokens, or one start token and the new tokens.
+    generated = (T if model.continues_input else 1) + config.max_new_tokens
     if generated > limit:
-        start = "1 start token" if encoder_decoder else f"{T} prompt tokens"
+        start = f"{T} prompt tokens" if model.continues_input else "1 start token"
         raise ValueError(
             f"generate: {start} + max_new_tokens ({config.max_new_tokens}) = {generated} exceeds the model's "
             f"max_positions ({limit})"

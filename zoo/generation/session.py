@@ -2,10 +2,11 @@
 
 Shapes: B rows (batch x beams), L = decoder prompt length + max_new_tokens, V vocab, S source length.
 
-    decoder-only:     tokens = prompt (B, T) ++ new tokens; the mask and positions come from the prompt's
-                      left padding (positions count real tokens only, so a padded row matches itself alone).
-    encoder-decoder:  the encoder runs once; tokens = [decoder start] ++ new tokens; the cross-attention
-                      keys/values are projected at the first step and cached.
+    tokens = state.prompt (B, T) ++ new tokens, where the model's `prepare_generation` says what the
+    decoder starts from: a decoder-only model's prompt, or an encoder-decoder's start token (after running
+    its encoder once; the cross-attention keys/values are then projected at the first step and cached).
+    The mask and positions come from the prompt's left padding (positions count real tokens only, so a
+    padded row matches itself alone); each step asks the model for `next_token_logits`.
 
 Everything that grows is preallocated for the whole run: the (B, L) token buffer, the (B, L) mask (the
 prompt's padding followed by ones), the (B, L) position table, and the KV cache. A step slices views out
@@ -17,36 +18,31 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from zoo.generation.cache import KVCache
+from zoo.generation.protocol import GenerationState, GenerativeModel
 
-StepFn = Callable[..., torch.Tensor]
+# (model, ids, position_ids, attention_mask, cache, state) -> next-token logits (B, V)
+StepFn = Callable[
+    [GenerativeModel, torch.Tensor, torch.Tensor, torch.Tensor | None, KVCache | None, GenerationState],
+    torch.Tensor,
+]
 
 
 def decode_step(
-    model: nn.Module,
+    model: GenerativeModel,
     ids: torch.Tensor,
     position_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     cache: KVCache | None,
-    memory: torch.Tensor | None,
-    memory_mask: torch.Tensor | None,
+    state: GenerationState,
 ) -> torch.Tensor:
-    """ids (B, t) -> next-token logits (B, V): embed, run the decoder stack, project the last position.
+    """ids (B, t) -> next-token logits (B, V): the function ``torch.compile`` traces (`compiled_decode_step`).
 
-    One function with no data-dependent branches of its own, so ``torch.compile`` can trace it; a cache of
+    A plain function around the model's method, so its compiled graphs live on zoo's own code; a cache of
     fixed size keeps the buffers' shapes static (only the attended length grows).
     """
-    hidden = model.decoder(
-        model.embed(ids),
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        memory=memory,
-        memory_mask=memory_mask,
-        cache=cache,
-    ).hidden  # (B, t, C)
-    return model.lm_head(hidden[:, -1])  # (B, V): slice first, so the prompt's other positions cost no logits
+    return model.next_token_logits(ids, position_ids, attention_mask, cache, state)
 
 
 class Session:
@@ -54,7 +50,7 @@ class Session:
 
     def __init__(
         self,
-        model: nn.Module,
+        model: GenerativeModel,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None,
         *,
@@ -67,26 +63,8 @@ class Session:
         device = input_ids.device
         if attention_mask is not None and bool(attention_mask.bool().all()):
             attention_mask = None  # no padding: no mask at all, SDPA runs its causal / unmasked fast path
-        self.memory = self.memory_mask = None
-        if model.spec.family == "encoder-decoder":
-            self.memory = model.encode(input_ids, attention_mask).hidden  # (B, S, C), once per run
-            self.memory_mask = attention_mask
-            if num_beams > 1:  # beams of a sentence share its encoder output
-                self.memory = self.memory.repeat_interleave(num_beams, dim=0)
-                if self.memory_mask is not None:
-                    self.memory_mask = self.memory_mask.repeat_interleave(num_beams, dim=0)
-            prompt = torch.full(
-                (input_ids.shape[0] * num_beams, 1),
-                model.spec.start_token_id,
-                dtype=torch.long,
-                device=device,
-            )
-            prompt_mask = None
-        else:
-            prompt = input_ids.long().repeat_interleave(num_beams, dim=0)
-            prompt_mask = (
-                attention_mask.repeat_interleave(num_beams, dim=0) if attention_mask is not None else None
-            )
+        self.state = model.prepare_generation(input_ids, attention_mask, num_beams=num_beams)
+        prompt, prompt_mask = self.state.prompt, self.state.prompt_mask
         B, T = prompt.shape
         L = T + max_new_tokens
         self.prompt_length = self.length = T
@@ -101,7 +79,7 @@ class Session:
             self.positions = (self.mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L), left pads skipped
         # L - 1 positions would do (the last new token is never fed back); one spare keeps every view of the
         # buffer non-contiguous, so torch.compile does not recompile for the step that would fill it.
-        self.cache = KVCache.for_stack(model.decoder, batch_size=B, max_length=L) if use_cache else None
+        self.cache = KVCache.for_stack(self.state.stack, batch_size=B, max_length=L) if use_cache else None
 
     @property
     def batch_size(self) -> int:
@@ -127,8 +105,7 @@ class Session:
             self.positions[:, start:end],
             self.mask[:, :end] if self.mask is not None else None,
             self.cache,
-            self.memory,
-            self.memory_mask,
+            self.state,
         )
 
     def append(self, tokens: torch.Tensor) -> None:

@@ -19,13 +19,14 @@ byte-level, WordPiece without BERT's "cleanup" pass, which may rewrite already e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import torch
-from torch import nn
 
-from zoo.generation.generate import stream
+from zoo.generation.config import GenerationConfig
+from zoo.generation.generate import iterate, prepare_stream
+from zoo.generation.protocol import GenerativeModel
 
 __all__ = ["TextStream", "stream_text"]
 
@@ -107,13 +108,16 @@ class TextStream:
 
 
 def stream_text(
-    model: nn.Module,
+    model: GenerativeModel,
     tokenizer: Decoder,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
+    config: GenerationConfig | None = None,
     *,
     skip_special_tokens: bool = True,
-    **kwargs: Any,
+    generator: torch.Generator | None = None,
+    compile: bool = False,
+    **overrides: Any,
 ) -> Iterator[list[str]]:
     """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (``""`` when a
     row has nothing stable to show yet). Once a row ends (eos) its last text is flushed; a final item
@@ -125,18 +129,19 @@ def stream_text(
     >>> for pieces in stream_text(model, tokenizer, prompt, max_new_tokens=40):
     ...     print(pieces[0], end="", flush=True)
     """
-    steps = stream(model, input_ids, attention_mask, **kwargs)
-    eos_arg = kwargs.get("eos_token_id")
-    eos = _eos_set(eos_arg if eos_arg is not None else model.spec.eos_token_id)
-    if model.spec.family == "decoder":
+    run = prepare_stream(model, input_ids, attention_mask, config, overrides, generator, compile)
+    eos = set(run.eos.tolist()) if run.eos is not None else set()
+    if run.model.continues_input:  # the prompt is the beginning of the text
         real = (
-            torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+            torch.ones_like(run.input_ids, dtype=torch.bool)
+            if run.attention_mask is None
+            else run.attention_mask.bool()
         )
-        prompts = [row[keep].tolist() for row, keep in zip(input_ids, real)]  # left padding dropped
+        prompts = [row[keep].tolist() for row, keep in zip(run.input_ids, real)]  # left padding dropped
     else:  # an encoder-decoder's input is the source, not the beginning of the text
-        prompts = [[] for _ in range(input_ids.shape[0])]
+        prompts = [[] for _ in range(run.input_ids.shape[0])]
     streams = [TextStream(tokenizer, prompt_ids=p, skip_special_tokens=skip_special_tokens) for p in prompts]
-    return _pieces(steps, streams, eos)
+    return _pieces(iterate(run), streams, eos)
 
 
 def _pieces(steps: Iterator[torch.Tensor], streams: list[TextStream], eos: set[int]) -> Iterator[list[str]]:
@@ -163,9 +168,3 @@ def _ids(value: int | Iterable[int] | torch.Tensor) -> list[int]:
     if isinstance(value, int):
         return [value]
     return [int(i) for i in value]  # type: ignore[union-attr]
-
-
-def _eos_set(value: int | Sequence[int] | None) -> set[int]:
-    if value is None:
-        return set()
-    return {value} if isinstance(value, int) else {int(i) for i in value}

@@ -1,14 +1,21 @@
-"""What every zoo model shares: its spec, parameter counts, and `generate` (decoders)."""
+"""What every zoo model shares: its spec, parameter counts; and, for the models that decode, the hooks
+generation calls (`GenerationMixin`, the `zoo.generation.protocol.GenerativeModel` protocol)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from zoo.blocks import TokenEmbedding
+from zoo.generation.generate import generate
+from zoo.generation.protocol import GenerationState
 from zoo.spec import ModelSpec
-from zoo.stacks import Stack
+from zoo.stacks import Stack, StackCache
+
+if TYPE_CHECKING:
+    from zoo.models.heads import LMHead
 
 
 class ZooModel(nn.Module):
@@ -46,11 +53,52 @@ def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenE
     return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
 
 
+def repeat_rows(tensor: torch.Tensor | None, times: int) -> torch.Tensor | None:
+    """(B, ...) -> (B * times, ...), each row repeated in place (the beams of a sentence stay together)."""
+    if tensor is None or times == 1:
+        return tensor
+    return tensor.repeat_interleave(times, dim=0)
+
+
 class GenerationMixin:
-    """``model.generate(...)`` for the models that decode; the search itself lives in `zoo.generation`."""
+    """The decoding half of `zoo.generation.protocol.GenerativeModel`, shared by the models that have a
+    token embedding ``embed``, a ``decoder`` stack and an ``lm_head``; each model adds its own
+    ``prepare_generation`` (what the decoder starts from) — and ``model.generate(...)``."""
 
-    def generate(self, input_ids: Any, **kwargs: Any) -> Any:
+    embed: TokenEmbedding
+    decoder: Stack
+    lm_head: LMHead | None
+
+    def next_token_logits(
+        self,
+        ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: StackCache | None,
+        state: GenerationState,
+    ) -> torch.Tensor:
+        """ids (R, t) not yet in ``cache`` -> next-token logits (R, V): embed, run the decoder stack,
+        project the last position only (slice first, so the prompt's other positions cost no logits).
+
+        No data-dependent branches of its own, so ``torch.compile`` can trace it; attention_mask
+        (R, cached + t) and position_ids (R or 1, t) come from generation's preallocated buffers.
+        """
+        hidden = self.decoder(
+            self.embed(ids),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            memory=state.memory,
+            memory_mask=state.memory_mask,
+            cache=cache,
+        ).hidden  # (R, t, C)
+        return self.lm_head(hidden[:, -1])  # (R, V)
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        config: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
         """Greedy, sampling or beam search; see `zoo.generation.generate` for every argument."""
-        from zoo.generation import generate  # generation sits above models in the flow: import lazily
-
-        return generate(self, input_ids, **kwargs)
+        return generate(self, input_ids, attention_mask, config, **kwargs)  # type: ignore[arg-type]

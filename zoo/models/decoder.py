@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import (
-    LMHead,
-    check_logits_mask,
-    select_labels,
-    select_positions,
-    shift_labels_left,
-    token_cross_entropy,
+from zoo.generation.protocol import GenerationState
+from zoo.losses import select_labels, shift_labels_left, token_cross_entropy
+from zoo.models.base import (
+    GenerationMixin,
+    ZooModel,
+    build_embedding,
+    build_stack,
+    repeat_rows,
 )
+from zoo.models.heads import LMHead, check_logits_mask, select_positions
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 
 
 class DecoderModel(GenerationMixin, ZooModel):
+    continues_input: ClassVar[bool] = True  # generation: the output is the prompt + its continuation
+
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
         self.spec = spec
@@ -68,3 +71,18 @@ class DecoderModel(GenerationMixin, ZooModel):
         if labels is not None and logits is not None:
             loss = token_cross_entropy(logits, select_labels(shift_labels_left(labels), logits_mask))
         return ModelOutput(logits=logits, last_hidden_state=out.hidden, loss=loss, attentions=out.attentions)
+
+    @property
+    def input_vocab_size(self) -> int:
+        """Generation: prompt ids must lie in [0, input_vocab_size)."""
+        return self.spec.vocab_size
+
+    def prepare_generation(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_beams: int
+    ) -> GenerationState:
+        """The decoder starts from the (left-padded) prompt itself, (B, T) -> (B * num_beams, T)."""
+        return GenerationState(
+            prompt=repeat_rows(input_ids.long(), num_beams),
+            prompt_mask=repeat_rows(attention_mask, num_beams),
+            stack=self.decoder,
+        )

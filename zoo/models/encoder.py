@@ -6,16 +6,9 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from zoo.losses import select_labels, token_cross_entropy
 from zoo.models.base import ZooModel, build_embedding, build_stack
-from zoo.models.heads import (
-    ClassificationHead,
-    MLMHead,
-    Pooler,
-    check_logits_mask,
-    select_labels,
-    select_positions,
-    token_cross_entropy,
-)
+from zoo.models.heads import ClassificationHead, MLMHead, Pooler, check_logits_mask, select_positions
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
 

@@ -11,25 +11,28 @@ gives the source its own vocabulary.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack
-from zoo.models.heads import (
-    IGNORE_INDEX,
-    LMHead,
-    check_logits_mask,
-    select_labels,
-    select_positions,
-    token_cross_entropy,
+from zoo.generation.protocol import GenerationState
+from zoo.losses import IGNORE_INDEX, select_labels, token_cross_entropy
+from zoo.models.base import (
+    GenerationMixin,
+    ZooModel,
+    build_embedding,
+    build_stack,
+    repeat_rows,
 )
+from zoo.models.heads import LMHead, check_logits_mask, select_positions
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
 from zoo.stacks import StackOutput
 
 
 class EncoderDecoderModel(GenerationMixin, ZooModel):
+    continues_input: ClassVar[bool] = False  # generation: input_ids are the source, not the output's start
+
     def __init__(self, spec: EncoderDecoderSpec) -> None:
         super().__init__()
         self.spec = spec
@@ -126,6 +129,33 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoded.hidden,
             encoder_attentions=encoded.attentions,
+        )
+
+    @property
+    def input_vocab_size(self) -> int:
+        """Generation: source ids must lie in [0, input_vocab_size)."""
+        return self.spec.source_vocab_size or self.spec.vocab_size
+
+    def prepare_generation(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_beams: int
+    ) -> GenerationState:
+        """Run the encoder once over the source (B, S); the decoder starts from the start token (B * N, 1).
+
+        The beams of a sentence share its encoder output (repeated, not recomputed).
+        """
+        memory = self.encode(input_ids, attention_mask).hidden  # (B, S, C)
+        prompt = torch.full(
+            (input_ids.shape[0] * num_beams, 1),
+            self.spec.start_token_id,
+            dtype=torch.long,
+            device=memory.device,
+        )
+        return GenerationState(
+            prompt=prompt,
+            prompt_mask=None,
+            stack=self.decoder,
+            memory=repeat_rows(memory, num_beams),
+            memory_mask=repeat_rows(attention_mask, num_beams),
         )
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:

@@ -6,14 +6,32 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zoo.blocks import build_norm
-from zoo.blocks.ffn import ACTIVATIONS
+from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec
 
-IGNORE_INDEX = -100
+
+class TiedOutput:
+    """An output matrix of its own (``weight``, V x E) or the token embedding table it is tied to.
+
+    The tied matrix is read from its owner at call time (a plain list, so it is not registered twice):
+    one tensor on disk, and still right after `.to()`, `to_empty()` or an assigning state-dict load.
+    """
+
+    weight: nn.Parameter | None
+    _tied_to: list[nn.Module]
+
+    def _init_output(self, *, vocab_size: int, dim: int, tied_to: nn.Module | None) -> None:
+        """Call from ``__init__`` where ``weight`` belongs in the parameter order (it is the state-dict order)."""
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim)) if tied_to is None else None
+        self._tied_to = [tied_to] if tied_to is not None else []
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The (V, E) output matrix, the embedding table when tied."""
+        return self._tied_to[0].weight if self._tied_to else self.weight
 
 
-class LMHead(nn.Module):
+class LMHead(TiedOutput, nn.Module):
     """hidden (B, T, C) -> logits (B, T, V). A tied head reuses the token embedding matrix.
 
     T5 v1.0 scales the hidden state by d_model**-0.5 before a tied head (its embeddings are unscaled and
@@ -22,20 +40,12 @@ class LMHead(nn.Module):
 
     def __init__(self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Module | None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab_size, d_model)) if tied_to is None else None
-        # The tied matrix is read from its owner at call time (a plain list, so it is not registered twice):
-        # one tensor on disk, and still right after `.to()`, `to_empty()` or an assigning state-dict load.
-        self._tied_to = [tied_to] if tied_to is not None else []
+        self._init_output(vocab_size=vocab_size, dim=d_model, tied_to=tied_to)
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
         if spec.logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
         else:
             self.final_logits_bias = None
-
-    @property
-    def output_weight(self) -> torch.Tensor:
-        """The (V, C) output matrix, the embedding table when tied."""
-        return self._tied_to[0].weight if self._tied_to else self.weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.rescale != 1.0:
@@ -46,7 +56,7 @@ class LMHead(nn.Module):
         return logits
 
 
-class MLMHead(nn.Module):
+class MLMHead(TiedOutput, nn.Module):
     """BERT's masked-LM head: dense -> activation -> norm -> decoder (tied to the embeddings) + bias.
 
     With factorized embeddings (ALBERT) the dense layer maps C -> E so the tied (V, E) decoder fits.
@@ -60,13 +70,8 @@ class MLMHead(nn.Module):
         self.dense = nn.Linear(d_model, embed_dim)
         self.act = ACTIVATIONS[spec.activation]
         self.norm = build_norm(norm, dim=embed_dim)
-        self.weight = nn.Parameter(torch.empty(vocab_size, embed_dim)) if tied_to is None else None
-        self._tied_to = [tied_to] if tied_to is not None else []  # read at call time, as in LMHead
+        self._init_output(vocab_size=vocab_size, dim=embed_dim, tied_to=tied_to)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
-
-    @property
-    def output_weight(self) -> torch.Tensor:
-        return self._tied_to[0].weight if self._tied_to else self.weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self.norm(self.act(self.dense(hidden)))  # (B, T, E)
@@ -123,29 +128,3 @@ def select_positions(hidden: torch.Tensor, logits_mask: torch.Tensor | None) -> 
         return hidden
     rows = logits_mask.reshape(-1).nonzero().squeeze(1).to(hidden.device, non_blocking=True)  # (N,)
     return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)  # (N, C)
-
-
-def select_labels(labels: torch.Tensor, logits_mask: torch.Tensor | None) -> torch.Tensor:
-    """labels (B, T) -> (N,) at the positions `select_positions` keeps (or unchanged without a mask)."""
-    if logits_mask is None:
-        return labels
-    return labels[logits_mask.to(labels.device)]
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the positions whose label is not -100: logits (..., V), labels (...).
-
-    Padding is excluded from both the sum and the count (dividing by every position, padding included, a
-    common slip, would shrink the loss of short sentences).
-    """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
-    )
-
-
-def shift_labels_left(labels: torch.Tensor) -> torch.Tensor:
-    """(B, T) -> (B, T): position t is scored against token t + 1; the last position against nothing.
-
-    Shifting the labels rather than slicing ``logits[:, :-1]`` avoids copying the whole (B, T, V) logits.
-    """
-    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)

@@ -25,7 +25,7 @@ from zoo.spec import InitSpec
 @torch.no_grad()
 def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: int) -> None:
     """Initialise every parameter of ``model`` in place."""
-    residual_std = spec.std / math.sqrt(2 * num_layers) if spec.scaled_residual else spec.std
+    residual_std = spec.std / math.sqrt(2 * num_layers) if spec.scaled_residual else None
     for module in model.modules():
         if isinstance(module, nn.Linear):
             _init_matrix(module.weight, spec, std=spec.std)
@@ -42,19 +42,11 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
             module.weight.normal_(0.0, spec.std if spec.scheme != "t5" else d_model**-0.5)
         elif isinstance(module, LMHead | MLMHead) and module.weight is not None:
             module.weight.normal_(0.0, spec.std if spec.scheme != "t5" else module.weight.shape[1] ** -0.5)
-    for module in model.modules():  # second pass: the special cases on top of the defaults
+    for module in model.modules():  # second pass: each block's own changes on top of the defaults
         if isinstance(module, Attention):
-            if spec.scaled_residual:
-                module.out_proj.weight.normal_(0.0, residual_std)
-            if spec.scheme == "t5" and module.scale == 1.0:
-                q = (
-                    module.q_proj.weight
-                    if module.cross
-                    else module.qkv_proj.weight[: module.num_heads * module.head_dim]
-                )
-                q.mul_(module.head_dim**-0.5)
-        elif isinstance(module, FeedForward) and spec.scaled_residual:
-            module.down_proj.weight.normal_(0.0, residual_std)
+            module.init_weights(residual_std=residual_std, fold_scale_into_query=spec.scheme == "t5")
+        elif isinstance(module, FeedForward):
+            module.init_weights(residual_std=residual_std)
 
 
 def _init_matrix(weight: torch.Tensor, spec: InitSpec, *, std: float) -> None:

@@ -1,0 +1,79 @@
+"""What generation needs of a model: the `GenerativeModel` protocol.
+
+`DecoderModel` and `EncoderDecoderModel` implement it; generation calls only these members (and
+`nn.Module`'s ``parameters`` / ``train`` / ``eval``), never a model's submodules, and never asks its family.
+Shapes: B batch, N beams, R = B * N rows, T prompt length, t tokens fed this step, V vocab, S source length.
+
+    generate(model, input_ids (B, T), attention_mask (B, T))
+      │ check the call against spec.max_positions, `input_vocab_size`, `continues_input`
+      v
+    state = model.prepare_generation(input_ids, attention_mask, num_beams=N)     once per run
+      │ state.prompt (R, T') starts the token buffer; state.stack sizes the KV cache
+      v
+    logits = model.next_token_logits(ids, position_ids, mask, cache, state)      once per step, (R, V)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from zoo.spec import ModelSpec
+from zoo.stacks import Stack, StackCache
+
+__all__ = ["GenerationState", "GenerativeModel"]
+
+
+@dataclass(frozen=True)
+class GenerationState:
+    """What a model hands generation for one run (`prepare_generation`); R = batch x beams rows.
+
+    Generation never imports a model: it sees one only through this state and `GenerativeModel`.
+    """
+
+    prompt: torch.Tensor  # (R, T) the decoder's first tokens: the prompt itself, or the start token
+    prompt_mask: torch.Tensor | None  # (R, T) 1 = token, 0 = (left) padding; None when there is none
+    stack: Stack  # the decoder stack, which a KV cache is sized for and filled by
+    memory: torch.Tensor | None = None  # (R, S, C) the encoder output, computed once per run
+    memory_mask: torch.Tensor | None = None  # (R, S) the source padding for cross-attention
+
+
+@runtime_checkable
+class GenerativeModel(Protocol):
+    """A model `zoo.generation.generate` can decode from (an `nn.Module` with these members)."""
+
+    spec: ModelSpec  # max_positions, vocab_size, eos/pad token ids; ``lm_head: null`` means no LM head
+
+    #: True: the output continues ``input_ids`` (a decoder's prompt: left-padded, returned with the new
+    #: tokens). False: ``input_ids`` are a source the output is conditioned on (an encoder-decoder's).
+    continues_input: bool
+
+    @property
+    def input_vocab_size(self) -> int:
+        """Ids of ``input_ids`` must lie in [0, input_vocab_size) (an encoder-decoder's source vocabulary)."""
+        ...
+
+    def prepare_generation(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_beams: int
+    ) -> GenerationState:
+        """Everything computed once per run, before the first step: input_ids (B, T) and attention_mask
+        (B, T; None when nothing is padded) -> the decoder's prompt (R, T') and its padding, the decoder
+        stack a KV cache is built for, and any memory (an encoder output, (R, S, C), with its mask).
+        Rows come in sentence order, the N beams of a sentence next to each other."""
+        ...
+
+    def next_token_logits(
+        self,
+        ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: StackCache | None,
+        state: GenerationState,
+    ) -> torch.Tensor:
+        """One decoder step: ids (R, t) — the tokens ``cache`` has not seen (all of them without a cache)
+        — at position_ids (R or 1, t), attention_mask (R, cached + t) or None -> next-token logits (R, V)
+        in the model's dtype. Writes the new keys/values into ``cache``. Must trace under
+        ``torch.compile`` (no data-dependent Python branches)."""
+        ...
