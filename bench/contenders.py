@@ -18,8 +18,8 @@ from torch.nn import functional as F
 import zoo
 from bench.workloads import GenerateWorkload, TrainWorkload
 from zoo.blocks.position import sinusoidal_table
-from zoo.models.heads import shift_labels_left
-from zoo.training.losses import IGNORE_INDEX, mask_tokens
+from zoo.losses import IGNORE_INDEX, shift_labels_left
+from zoo.training.masking import mask_tokens
 
 
 def trainable(model: nn.Module) -> int:

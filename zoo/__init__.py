@@ -11,9 +11,7 @@ that needs torch is imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from zoo._lazy import lazy_exports
 from zoo.spec import ModelSpec, SpecError, json_schema, list_presets, load_spec, parse_spec, preset
 
 __version__ = "0.1.0"
@@ -30,7 +28,7 @@ _LAZY = {
     "load": "zoo.io.checkpoint:load",
     "load_tokenizer": "zoo.io.checkpoint:load_tokenizer",
     "read_spec": "zoo.io.checkpoint:read_spec",
-    "CheckpointError": "zoo.io.checkpoint_files:CheckpointError",
+    "CheckpointError": "zoo.io.checkpoint:CheckpointError",
     "from_hf": "zoo.io.hf:from_hf",
     "to_hf": "zoo.io.hf:to_hf",
     "read_hf_spec": "zoo.io.hf:read_hf_spec",
@@ -56,17 +54,4 @@ __all__ = [
 # subpackages reachable as attributes after a bare `import zoo` (zoo.generation.stream_text, zoo.training...)
 _SUBPACKAGES = ("analysis", "blocks", "generation", "io", "models", "training", "viz")
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"zoo.{name}")
-    if name not in _LAZY:
-        raise AttributeError(f"module 'zoo' has no attribute {name!r}")
-    module, attribute = _LAZY[name].split(":")
-    value = getattr(importlib.import_module(module), attribute)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, submodules=_SUBPACKAGES, eager=__all__)

@@ -12,8 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from zoo.blocks import Attention, FeedForward, RMSNorm, TokenEmbedding
-from zoo.blocks.ffn import ACTIVATIONS
+from zoo.blocks import ACTIVATIONS, Attention, FeedForward, RMSNorm, TokenEmbedding
 from zoo.blocks.position import (
     AlibiBias,
     LearnedPositions,

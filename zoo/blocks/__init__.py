@@ -2,11 +2,12 @@
 
 from zoo.blocks.attention import Attention, KVSlot
 from zoo.blocks.embedding import TokenEmbedding
-from zoo.blocks.ffn import FeedForward
+from zoo.blocks.ffn import ACTIVATIONS, FeedForward
 from zoo.blocks.norm import RMSNorm, build_norm
 from zoo.blocks.position import build_positions, sinusoidal_table
 
 __all__ = [
+    "ACTIVATIONS",
     "Attention",
     "FeedForward",
     "KVSlot",

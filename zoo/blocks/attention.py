@@ -62,6 +62,21 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
 
+    @torch.no_grad()
+    def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
+        """This block's part of `zoo.models.init.initialize`, on top of the default for every matrix.
+
+        ``residual_std``: redraw ``out_proj``, which writes into the residual stream, from N(0, residual_std)
+        (GPT-2's scaled residual). ``fold_scale_into_query``: when the logits are unscaled (T5), shrink
+        the query rows by head_dim**-0.5 instead, so the first logits are as small as a scaled model's.
+        """
+        if residual_std is not None:
+            self.out_proj.weight.normal_(0.0, residual_std)
+        if fold_scale_into_query and self.scale == 1.0:
+            q_rows = self.num_heads * self.head_dim
+            q = self.q_proj.weight if self.cross else self.qkv_proj.weight[:q_rows]  # rows [q | k | v]
+            q.mul_(self.head_dim**-0.5)
+
     def forward(
         self,
         x: torch.Tensor,

@@ -34,6 +34,13 @@ class FeedForward(nn.Module):
         self.act = ACTIVATIONS[spec.activation]
         self.dropout = nn.Dropout(spec.dropout)
 
+    @torch.no_grad()
+    def init_weights(self, *, residual_std: float | None = None) -> None:
+        """This block's part of `zoo.models.init.initialize`: with ``residual_std``, redraw ``down_proj``,
+        which writes into the residual stream, from N(0, residual_std) (GPT-2's scaled residual)."""
+        if residual_std is not None:
+            self.down_proj.weight.normal_(0.0, residual_std)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up_proj(x)  # (B, T, F) or (B, T, 2F)
         if self.gated:

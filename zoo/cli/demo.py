@@ -1,6 +1,6 @@
 """``zoo demo``: the main job on its embedded defaults.
 
-Trains the canonical Transformer (``transformer-tiny``, see `zoo.training.demo`) as an English -> Korean
+Trains the canonical Transformer (``transformer-tiny``, see `zoo.demo.config`) as an English -> Korean
 translator on the generated toy corpus: trains the tokenizer, trains the model with the paper's schedule
 and label smoothing (on CUDA when available), reports held-out BLEU, translates a few sentences with
 greedy and beam search, saves everything to ``runs/demo/`` and reloads it from disk to show that the saved
@@ -34,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
     import zoo
     from zoo.cli import console
     from zoo.cli.train import ProgressCallback, setup_logging
-    from zoo.training import toy_corpus as tc
+    from zoo.demo import corpus
+    from zoo.demo.config import DEMO_MODEL, DEMO_SENTENCES, demo_config, write_toy_data
     from zoo.training import train, translate
     from zoo.training.bleu import bleu_signature
-    from zoo.training.demo import DEMO_MODEL, DEMO_SENTENCES, demo_config, write_toy_data
 
     setup_logging()
     out: Path = args.output_dir
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title="translations")
     for column in ("English", "greedy", f"beam ({args.beams})", "reference"):
         table.add_column(column, overflow="fold")
-    for row in zip(sentences, greedy, beam, map(tc.translate, sentences)):
+    for row in zip(sentences, greedy, beam, map(corpus.translate, sentences)):
         table.add_row(*row)
     console.print(table)
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zoo.training.layout import METRICS_NAME
 from zoo.viz.backend import new_figure, save
 
-METRICS_FILE = "metrics.jsonl"
 RUN_FILE = "run.json"
 # Every record's keys (zoo.training.records.METRIC_KEYS, spelled out so plotting never imports the
 # training stack); any other numeric key is a custom metric.
@@ -52,10 +52,10 @@ class Metrics:
 def metrics_path(run: str | Path) -> Path:
     """``run`` itself when it is a file, else ``run/metrics.jsonl``."""
     path = Path(run).expanduser()
-    file = path / METRICS_FILE if path.is_dir() else path
+    file = path / METRICS_NAME if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(
-            f"{file}: no metrics log (a training run writes {METRICS_FILE} in its folder)"
+            f"{file}: no metrics log (a training run writes {METRICS_NAME} in its folder)"
         )
     return file
 
