@@ -73,3 +73,46 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The data flow, bottom to top: a module may import from its own row or the rows below it. Rows with
+# several packages are side by side: they may not import each other.
+LAYERS = (
+    ("zoo._lazy", "zoo.spec", "zoo.devices"),
+    ("zoo.blocks",),
+    ("zoo.layers",),
+    ("zoo.stacks",),
+    ("zoo.generation", "zoo.losses"),  # generation sees models only through its protocol
+    ("zoo.models",),
+    ("zoo.io",),
+    ("zoo.analysis", "zoo.training"),
+    ("zoo.demo", "zoo.viz"),
+    ("zoo.cli",),
+    ("zoo.__main__",),
+)
+
+
+def _place(module: str) -> tuple[int, str] | None:
+    for row, packages in enumerate(LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return row, package
+    return None  # `zoo` itself: the public facade, which names everything lazily
+
+
+def test_every_import_points_down_the_flow() -> None:
+    modules = _modules()
+    wrong = []
+    for name, path in sorted(modules.items()):
+        here = _place(name)
+        for target in sorted(_imports(name, path, modules)):
+            there = _place(target)
+            if here is None or there is None:
+                continue
+            if there[0] > here[0] or (there[0] == here[0] and there[1] != here[1]):
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, "imports against the flow: " + ", ".join(wrong)
+
+
+def test_every_module_has_a_place_in_the_flow() -> None:
+    assert [m for m in _modules() if _place(m) is None] == ["zoo"]

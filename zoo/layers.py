@@ -77,7 +77,9 @@ class Layer(nn.Module):
         ))  # fmt: skip
         cross_weights = None
         if self.cross_attn is not None:
-            x, cross_weights = self._branch(self.cross_attn_norm, x, lambda h: self.cross_attn(
+            cross_attn = self.cross_attn  # a local: the lambda keeps its not-None type
+            assert self.cross_attn_norm is not None  # built together with cross_attn in __init__
+            x, cross_weights = self._branch(self.cross_attn_norm, x, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
             ))  # fmt: skip
         x, _ = self._branch(self.ffn_norm, x, lambda h: (self.ffn(h), None))

@@ -23,10 +23,18 @@ from zoo.spec import EmbeddingSpec, ResolvedStack
 
 
 class StackCache(Protocol):
-    """What a stack needs from a KV cache (see `zoo.generation.cache`)."""
+    """What a stack needs from a KV cache (see `zoo.generation.cache`); it only reads ``length`` and
+    ``layers`` (read-only properties, so a cache may hold them as a plain int and list)."""
 
-    length: int  # keys already cached, before this forward
-    layers: Sequence[Any]  # per layer: .self_attn and .cross_attn slots (`zoo.blocks.attention.KVSlot`)
+    @property
+    def length(self) -> int:
+        """Keys already cached, before this forward."""
+        ...
+
+    @property
+    def layers(self) -> Sequence[Any]:
+        """Per layer: .self_attn and .cross_attn slots (`zoo.blocks.attention.KVSlot`)."""
+        ...
 
     def advance(self, steps: int) -> None: ...
 

@@ -11,6 +11,7 @@ the runs, the memory follows the distinct tensors. ``tied`` is the size of a mat
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch import nn
@@ -33,8 +34,8 @@ class ParameterCounts:
     tied: int
 
 
-def _distinct(params: object) -> dict[int, int]:
-    return {id(p): p.numel() for p in params}  # type: ignore[attr-defined]
+def _distinct(params: Iterable[nn.Parameter]) -> dict[int, int]:
+    return {id(p): p.numel() for p in params}
 
 
 def count_parameters(model: nn.Module) -> ParameterCounts:

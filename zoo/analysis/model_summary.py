@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from zoo.io.names import SPEC_NAME
 from zoo.spec import ModelSpec, SpecError, load_spec, parse_spec, preset
@@ -150,8 +150,11 @@ def summary(
     from zoo.analysis.tree import build_tree
     from zoo.models.build import build_model
 
+    model: nn.Module
+    spec: ModelSpec
     if isinstance(model_or_spec, nn.Module):
-        model, spec = model_or_spec, model_or_spec.spec
+        # nn.Module types attributes it does not declare as Tensor | Module; a zoo model's spec is a ModelSpec.
+        model, spec = model_or_spec, cast(ModelSpec, model_or_spec.spec)
         if dtype is None:
             dtype = next(model.parameters()).dtype
     else:

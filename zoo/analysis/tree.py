@@ -145,7 +145,7 @@ def _head(m: LMHead | MLMHead, *, paths: dict[int, str], **_: Any) -> str:
         vocab, width = m._tied_to[0].weight.shape
         text = f"tied: reads {paths[id(m._tied_to[0])]}.weight ({vocab:,} × {width}), no own output matrix"
     else:
-        vocab, width = m.weight.shape
+        vocab, width = m.output_weight.shape  # untied: its own ``weight``
         text = f"own output matrix {vocab:,} × {width}"
     if getattr(m, "rescale", 1.0) != 1.0:
         text += f", hidden × {m.rescale:.4g} before the tied matrix"
@@ -164,7 +164,7 @@ def _layer(m: Layer, **_: Any) -> str:
     return " → ".join(branches)
 
 
-def _norm(m: nn.Module, **_: Any) -> str:
+def _norm(m: nn.LayerNorm | RMSNorm, **_: Any) -> str:
     dim = m.weight.shape[0] if m.weight is not None else m.normalized_shape[0]
     return f"{'RMSNorm' if isinstance(m, RMSNorm) else 'LayerNorm'}({dim}), eps {m.eps:g}"
 

@@ -26,7 +26,7 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model) if spec.scale else 1.0
 
     @property
-    def weight(self) -> nn.Parameter:
+    def weight(self) -> torch.Tensor:
         """The token table, (V, E): what a tied output head reuses."""
         return self.tokens.weight
 

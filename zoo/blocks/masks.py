@@ -50,18 +50,17 @@ def self_attention_mask(
     ``attention_mask`` is (B, Tk) over every key, cached ones included. Returns ``(mask, is_causal)``:
     ``mask`` is None when nothing needs masking, else (B, 1, Tq, Tk) or (1, 1, Tq, Tk) bool.
     """
-    has_padding = attention_mask is not None and not bool(attention_mask.bool().all())
+    # The user's mask when it pads any key; None without a mask or when every key is a real token.
+    padded = attention_mask if attention_mask is not None and not bool(attention_mask.bool().all()) else None
     if not causal:
-        return (padding_mask(attention_mask) if has_padding else None), False  # type: ignore[arg-type]
-    if not has_padding:
+        return (padding_mask(padded) if padded is not None else None), False
+    if padded is None:
         if q_len == k_len:
             return None, True
         if q_len == 1:  # one new token sees every cached key
             return None, False
         return causal_mask(q_len, k_len, device=device)[None, None], False
-    mask = causal_mask(q_len, k_len, device=device)[None, None] & padding_mask(
-        attention_mask
-    )  # (B, 1, Tq, Tk)
+    mask = causal_mask(q_len, k_len, device=device)[None, None] & padding_mask(padded)  # (B, 1, Tq, Tk)
     return open_empty_rows(mask), False
 
 

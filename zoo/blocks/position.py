@@ -35,6 +35,7 @@ def sinusoidal_table(num_positions: int, dim: int, *, layout: str = "interleaved
 
 class SinusoidalPositions(nn.Module):
     role = "absolute"
+    table: torch.Tensor  # buffer (P, E)
 
     def __init__(self, *, layout: str, max_positions: int, dim: int) -> None:
         super().__init__()
@@ -66,6 +67,8 @@ class RotaryPositions(nn.Module):
     """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair."""
 
     role = "rotary"
+    cos: torch.Tensor  # buffer (P, D)
+    sin: torch.Tensor  # buffer (P, D)
 
     def __init__(self, *, theta: float, max_positions: int, head_dim: int) -> None:
         super().__init__()
@@ -134,6 +137,7 @@ class AlibiBias(nn.Module):
     """ALiBi (Press et al. 2022): logit penalty slope_h * distance, slopes a geometric sequence per head."""
 
     role = "bias"
+    slopes: torch.Tensor  # buffer (H,)
 
     def __init__(self, *, num_heads: int, bidirectional: bool) -> None:
         super().__init__()

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             overrides[key] = value
     config = TrainConfig.from_yaml(args.config, **overrides)
     # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
+    progress: ProgressBar | bool
     if not args.no_progress and wants_progress("auto", stream=sys.stdout):
         progress, callbacks = ProgressBar(console), []
     else:

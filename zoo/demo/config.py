@@ -22,6 +22,7 @@ as soon as another process competes for the cores (PyTorch's thread pool spins w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from zoo.demo.corpus import toy_corpus
 from zoo.demo.tsv import write_tsv
@@ -34,7 +35,8 @@ DEMO_SENTENCES = (
     "two young students bought a new bag at the market",
 )
 
-DEMO_MODEL = {"preset": "transformer-tiny", "overrides": {"dropout": 0.1}}
+# The config's ``model`` section: plain data, validated with the rest of the `TrainConfig`.
+DEMO_MODEL: dict[str, Any] = {"preset": "transformer-tiny", "overrides": {"dropout": 0.1}}
 DEMO_VOCAB_SIZE = 1000
 
 

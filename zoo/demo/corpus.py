@@ -62,7 +62,12 @@ class _NounPhrase:
         if self.pronoun is not None:
             return self.pronoun[0]
         assert self.noun is not None
-        head = self.noun.en if self.form in ("the", "a", "mass", 1) else self.noun.en_plural
+        if self.form in ("the", "a", "mass", 1):
+            head = self.noun.en
+        else:
+            # Plural and number forms are sampled (and parsed) for count nouns only, which have a plural.
+            assert self.noun.en_plural is not None
+            head = self.noun.en_plural
         head = f"{self.adjective.en} {head}" if self.adjective else head
         if self.form == "a":
             return ("an " if head[0] in "aeiou" else "a ") + head

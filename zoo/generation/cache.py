@@ -16,9 +16,13 @@ calls ``advance(T)`` once all layers have written their T new positions (`zoo.st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
-from torch import nn
+
+if TYPE_CHECKING:
+    from zoo.layers import Layer
+    from zoo.stacks import Stack
 
 
 class SelfAttentionSlot:
@@ -116,13 +120,14 @@ class KVCache:
 
     @classmethod
     def for_stack(
-        cls, stack: nn.Module, *, batch_size: int, max_length: int, dtype: torch.dtype | None = None
+        cls, stack: Stack, *, batch_size: int, max_length: int, dtype: torch.dtype | None = None
     ) -> KVCache:
-        """A cache sized for ``stack`` (a `zoo.stacks.Stack`): its heads, width and device.
+        """A cache sized for ``stack``: its heads, width and device.
 
         ``dtype`` defaults to `cache_dtype` of the stack's weights.
         """
-        attention = stack.layers[0].self_attn
+        first = cast("Layer", stack.layers[0])  # nn.ModuleList types its items as Module; these are Layers
+        attention = first.self_attn
         weight = attention.qkv_proj.weight
         return cls(
             num_layers=stack.num_layers,
@@ -130,7 +135,7 @@ class KVCache:
             num_kv_heads=attention.num_kv_heads,
             head_dim=attention.head_dim,
             max_length=max_length,
-            cross_attention=stack.layers[0].cross_attn is not None,
+            cross_attention=first.cross_attn is not None,
             dtype=dtype or cache_dtype(weight.dtype, weight.device),
             device=weight.device,
         )

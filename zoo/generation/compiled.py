@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.session import StepFn, decode_step
@@ -41,7 +40,7 @@ def compiled_decode_step(model: GenerativeModel, *, rows: int, padded: bool) -> 
     branch — and graphs after a break live on shared code (the stack's, the layers'), so padded batches
     are not frozen; ``fullgraph=True`` holds the frozen path to one graph.
     """
-    parameters = list(model.parameters())  # type: ignore[attr-defined]
+    parameters = list(model.parameters())
     freeze = not padded and (parameters[0].dtype in (torch.bfloat16, torch.float16) or rows == 1)
     if not freeze:
         return _shared_step()
@@ -65,7 +64,7 @@ class _FrozenStep:
     step: StepFn
 
 
-_FROZEN: weakref.WeakKeyDictionary[nn.Module, _FrozenStep] = weakref.WeakKeyDictionary()
+_FROZEN: weakref.WeakKeyDictionary[GenerativeModel, _FrozenStep] = weakref.WeakKeyDictionary()
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, ValidationInfo, field_validator
@@ -122,7 +122,7 @@ def _need(value: Any, ok: bool, message: str) -> Any:
     return value
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -163,7 +163,8 @@ def token_ids(value: int | Sequence[int] | None, *, name: str, vocab_size: int) 
     """``eos_token_id`` as a tuple of ids, each checked against the vocabulary."""
     if value is None:
         return ()
-    ids = (value,) if _is_int(value) else tuple(value)  # type: ignore[arg-type]
+    # `_is_int` narrows only where it holds (a bool is an int but no token id): the cast names the other case.
+    ids: tuple[int, ...] = (value,) if _is_int(value) else tuple(cast("Sequence[int]", value))
     for token in ids:
         if not _is_int(token) or not 0 <= token < vocab_size:
             raise ValueError(f"generate: {name} ({value!r}) must be token ids in [0, {vocab_size})")
@@ -175,13 +176,12 @@ def check_model(model: object) -> GenerativeModel:
     spec = getattr(model, "spec", None)
     if spec is None:
         raise ValueError(f"generate needs a zoo model (with .spec), got {type(model).__name__}")
-    generative = isinstance(model, GenerativeModel)
-    if not generative or spec.lm_head is None:
-        missing = f" (this {spec.family} has lm_head: null)" if generative else ""
-        raise ValueError(
-            f"generate needs a decoder or encoder-decoder model with an LM head; got family {spec.family!r}{missing}"
-        )
-    return model
+    if isinstance(model, GenerativeModel) and spec.lm_head is not None:
+        return model
+    missing = f" (this {spec.family} has lm_head: null)" if isinstance(model, GenerativeModel) else ""
+    raise ValueError(
+        f"generate needs a decoder or encoder-decoder model with an LM head; got family {spec.family!r}{missing}"
+    )
 
 
 def check_inputs(

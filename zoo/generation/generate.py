@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from zoo.generation.beam import beam_search
 from zoo.generation.compiled import compiled_decode_step
@@ -181,6 +180,7 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
             scores = processors(scores, session.sequences, session.valid, step)
         tokens = sample(scores, generator) if config.do_sample else scores.argmax(dim=-1)  # (B,)
         if unfinished is not None:
+            assert eos is not None  # rows can finish only when there is an eos id (``unfinished`` above)
             tokens = torch.where(unfinished, tokens, run.pad)
             unfinished &= ~torch.isin(tokens, eos)
         session.append(tokens)
@@ -240,13 +240,13 @@ def prepare(
 
 
 def _device_of(model: GenerativeModel) -> torch.device:
-    for tensor in model.parameters():  # type: ignore[attr-defined]
+    for tensor in model.parameters():
         return tensor.device
     return torch.device("cpu")
 
 
 @contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
+def _eval_mode(model: GenerativeModel) -> Iterator[None]:
     """Dropout off while generating; the model's previous train/eval mode is restored afterwards."""
     was_training = model.training
     model.eval()

@@ -15,10 +15,12 @@ Shapes: B batch, N beams, R = B * N rows, T prompt length, t tokens fed this ste
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 from zoo.spec import ModelSpec
 from zoo.stacks import Stack, StackCache
@@ -44,11 +46,26 @@ class GenerationState:
 class GenerativeModel(Protocol):
     """A model `zoo.generation.generate` can decode from (an `nn.Module` with these members)."""
 
-    spec: ModelSpec  # max_positions, vocab_size, eos/pad token ids; ``lm_head: null`` means no LM head
+    # Read-only properties here, so a model may narrow them (``spec: DecoderSpec``, a ``ClassVar`` flag).
+    @property
+    def spec(self) -> ModelSpec:
+        """max_positions, vocab_size, eos/pad token ids; ``lm_head: null`` means no LM head."""
+        ...
 
-    #: True: the output continues ``input_ids`` (a decoder's prompt: left-padded, returned with the new
-    #: tokens). False: ``input_ids`` are a source the output is conditioned on (an encoder-decoder's).
-    continues_input: bool
+    @property
+    def continues_input(self) -> bool:
+        """True: the output continues ``input_ids`` (a decoder's prompt: left-padded, returned with the new
+        tokens). False: ``input_ids`` are a source the output is conditioned on (an encoder-decoder's)."""
+        ...
+
+    # What generation uses of `nn.Module`: the parameters' device and dtype, and eval mode while decoding.
+    training: bool
+
+    def parameters(self, recurse: bool = True) -> Iterator[nn.Parameter]: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
 
     @property
     def input_vocab_size(self) -> int:

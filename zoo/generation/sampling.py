@@ -127,6 +127,7 @@ class LogitsProcessors:
         if self.ngram:
             scores = ban_repeated_ngrams(scores, ids, valid, self.ngram)
         if num_new < self.min_new_tokens:
+            assert self.eos_ids is not None  # min_new_tokens is 0 without eos ids (see __init__)
             scores = block_tokens(scores, self.eos_ids)
         for warper in self.warpers:
             scores = warper(scores)

@@ -167,4 +167,4 @@ def _ids(value: int | Iterable[int] | torch.Tensor) -> list[int]:
         value = value.tolist()
     if isinstance(value, int):
         return [value]
-    return [int(i) for i in value]  # type: ignore[union-attr]
+    return [int(i) for i in value]

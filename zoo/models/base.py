@@ -3,19 +3,26 @@ generation calls (`GenerationMixin`, the `zoo.generation.protocol.GenerativeMode
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 import torch
 from torch import nn
 
 from zoo.blocks import TokenEmbedding
 from zoo.generation.generate import generate
-from zoo.generation.protocol import GenerationState
+from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.spec import ModelSpec
 from zoo.stacks import Stack, StackCache
 
 if TYPE_CHECKING:
     from zoo.models.heads import LMHead
+
+
+@runtime_checkable
+class _FixedBuffers(Protocol):
+    """A module with fixed tables to recompute (`zoo.blocks.position`)."""
+
+    def reset_buffers(self) -> None: ...
 
 
 class ZooModel(nn.Module):
@@ -30,7 +37,7 @@ class ZooModel(nn.Module):
     def reset_buffers(self) -> None:
         """Recompute fixed tables (sinusoids, rotary angles, ALiBi slopes), e.g. after a meta-device build."""
         for module in self.modules():
-            if module is not self and hasattr(module, "reset_buffers"):
+            if module is not self and isinstance(module, _FixedBuffers):
                 module.reset_buffers()
 
     def extra_repr(self) -> str:
@@ -53,6 +60,10 @@ def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenE
     return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
 
 
+@overload
+def repeat_rows(tensor: torch.Tensor, times: int) -> torch.Tensor: ...
+@overload
+def repeat_rows(tensor: torch.Tensor | None, times: int) -> torch.Tensor | None: ...
 def repeat_rows(tensor: torch.Tensor | None, times: int) -> torch.Tensor | None:
     """(B, ...) -> (B * times, ...), each row repeated in place (the beams of a sentence stay together)."""
     if tensor is None or times == 1:
@@ -91,14 +102,15 @@ class GenerationMixin:
             memory_mask=state.memory_mask,
             cache=cache,
         ).hidden  # (R, t, C)
+        assert self.lm_head is not None  # generation refuses a model without one (`check_model`)
         return self.lm_head(hidden[:, -1])  # (R, V)
 
     def generate(
-        self,
+        self: GenerativeModel,  # the mixin's host model: a decoder or encoder-decoder
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         config: Any = None,
         **kwargs: Any,
     ) -> torch.Tensor:
         """Greedy, sampling or beam search; see `zoo.generation.generate` for every argument."""
-        return generate(self, input_ids, attention_mask, config, **kwargs)  # type: ignore[arg-type]
+        return generate(self, input_ids, attention_mask, config, **kwargs)

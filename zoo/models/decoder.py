@@ -22,6 +22,7 @@ from zoo.spec import DecoderSpec
 
 class DecoderModel(GenerationMixin, ZooModel):
     continues_input: ClassVar[bool] = True  # generation: the output is the prompt + its continuation
+    spec: DecoderSpec
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()

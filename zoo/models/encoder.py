@@ -14,6 +14,8 @@ from zoo.spec import EncoderSpec
 
 
 class EncoderModel(ZooModel):
+    spec: EncoderSpec
+
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         self.spec = spec

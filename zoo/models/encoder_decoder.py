@@ -32,6 +32,8 @@ from zoo.stacks import StackOutput
 
 class EncoderDecoderModel(GenerationMixin, ZooModel):
     continues_input: ClassVar[bool] = False  # generation: input_ids are the source, not the output's start
+    spec: EncoderDecoderSpec
+    lm_head: LMHead  # always present (`GenerationMixin` allows None for a bare decoder)
 
     def __init__(self, spec: EncoderDecoderSpec) -> None:
         super().__init__()

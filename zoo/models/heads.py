@@ -18,9 +18,9 @@ class TiedOutput:
     """
 
     weight: nn.Parameter | None
-    _tied_to: list[nn.Module]
+    _tied_to: list[nn.Embedding]
 
-    def _init_output(self, *, vocab_size: int, dim: int, tied_to: nn.Module | None) -> None:
+    def _init_output(self, *, vocab_size: int, dim: int, tied_to: nn.Embedding | None) -> None:
         """Call from ``__init__`` where ``weight`` belongs in the parameter order (it is the state-dict order)."""
         self.weight = nn.Parameter(torch.empty(vocab_size, dim)) if tied_to is None else None
         self._tied_to = [tied_to] if tied_to is not None else []
@@ -28,7 +28,10 @@ class TiedOutput:
     @property
     def output_weight(self) -> torch.Tensor:
         """The (V, E) output matrix, the embedding table when tied."""
-        return self._tied_to[0].weight if self._tied_to else self.weight
+        if self._tied_to:
+            return self._tied_to[0].weight
+        assert self.weight is not None  # an untied head owns its matrix (`_init_output`)
+        return self.weight
 
 
 class LMHead(TiedOutput, nn.Module):
@@ -38,7 +41,9 @@ class LMHead(TiedOutput, nn.Module):
     large); BART and Marian add a fixed ``final_logits_bias``.
     """
 
-    def __init__(self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Module | None) -> None:
+    def __init__(
+        self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Embedding | None
+    ) -> None:
         super().__init__()
         self._init_output(vocab_size=vocab_size, dim=d_model, tied_to=tied_to)
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
@@ -64,7 +69,7 @@ class MLMHead(TiedOutput, nn.Module):
 
     def __init__(
         self, spec: MLMHeadSpec, *, norm: NormSpec, d_model: int, embed_dim: int, vocab_size: int,
-        tied_to: nn.Module | None,
+        tied_to: nn.Embedding | None,
     ) -> None:  # fmt: skip
         super().__init__()
         self.dense = nn.Linear(d_model, embed_dim)

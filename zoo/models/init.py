@@ -36,7 +36,7 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
             module.weight.normal_(0.0, std)
         elif isinstance(module, nn.LayerNorm | RMSNorm):
             module.weight.fill_(1.0)
-            if getattr(module, "bias", None) is not None:
+            if isinstance(module, nn.LayerNorm) and module.bias is not None:  # RMSNorm has no bias
                 module.bias.zero_()
         elif isinstance(module, LearnedPositions | RelativeBias):
             module.weight.normal_(0.0, spec.std if spec.scheme != "t5" else d_model**-0.5)

@@ -265,7 +265,7 @@ _ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(titl
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     """Validate a mapping (e.g. parsed YAML) into the right family's spec; raises pydantic's ValidationError."""
     if isinstance(data, _ModelSpecBase):
-        return data  # type: ignore[return-value]
+        return data
     return _ADAPTER.validate_python(data)
 
 

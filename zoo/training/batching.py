@@ -143,7 +143,9 @@ class Collator:
         if self.task == "seq2seq":
             sources = [self.data.sources[i] for i in indices]  # type: ignore[index]
             input_ids, attention_mask = self._pad(sources, self.pad_id)  # (B, S)
-            decoder_inputs = [[self.start_id, *ids[:-1]] for ids in targets]
+            start_id = self.start_id
+            assert start_id is not None  # __init__ refuses seq2seq without one
+            decoder_inputs = [[start_id, *ids[:-1]] for ids in targets]
             decoder_input_ids, decoder_mask = self._pad(decoder_inputs, self.pad_id)  # (B, T)
             labels, _ = self._pad(targets, IGNORE_INDEX)  # (B, T)
             inputs = {

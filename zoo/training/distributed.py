@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -104,6 +104,7 @@ def checkpoint_activations(model: nn.Module) -> None:
     ``fully_shard`` still sees the layer. The recomputation replays the same dropout masks.
     """
     for layer in transformer_layers(model):
+        # An instance attribute shadows the method on purpose (see above); mypy forbids assigning to methods.
         layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False)  # type: ignore[method-assign]
 
 
@@ -137,17 +138,31 @@ def wrap_model(
     return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=find_unused)
 
 
+@runtime_checkable
+class _NoSync(Protocol):
+    """DistributedDataParallel's switch (a context)."""
+
+    def no_sync(self) -> AbstractContextManager[Any]: ...
+
+
+@runtime_checkable
+class _GradientSyncToggle(Protocol):
+    """FSDP2's switch (``FSDPModule``)."""
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool) -> None: ...
+
+
 @contextmanager
 def no_gradient_sync(module: nn.Module, enabled: bool) -> Iterator[None]:
     """Skip the gradient all-reduce on all but the last micro-batch of an accumulated step."""
     if not enabled:
         yield
         return
-    if hasattr(module, "no_sync"):  # DDP
+    if isinstance(module, _NoSync):  # DDP
         with module.no_sync():
             yield
         return
-    if hasattr(module, "set_requires_gradient_sync"):  # FSDP2
+    if isinstance(module, _GradientSyncToggle):  # FSDP2
         module.set_requires_gradient_sync(False)
         try:
             yield

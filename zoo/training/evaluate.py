@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -17,6 +18,9 @@ from zoo.io.tokenizer import Tokenizer
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.training.batching import Batch
 from zoo.training.bleu import BleuMetric, corpus_bleu
+
+if TYPE_CHECKING:
+    from zoo.models.encoder_decoder import EncoderDecoderModel
 
 
 @torch.no_grad()
@@ -48,7 +52,7 @@ def validation_loss(
 
 
 def translate(
-    model: nn.Module,
+    model: EncoderDecoderModel,
     sources: Sequence[str],
     *,
     source_tokenizer: Tokenizer,
@@ -62,7 +66,7 @@ def translate(
 
     Sentences are batched by length so little padding is decoded; each output stops at its first eos.
     """
-    spec = model.spec  # type: ignore[attr-defined]
+    spec = model.spec
     device = torch.device(device) if device is not None else next(model.parameters()).device
     limit = spec.max_positions
     encoded = [ids[:limit] for ids in source_tokenizer.encode_batch(list(sources), add_eos=True)]
@@ -78,7 +82,7 @@ def translate(
             input_ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
             attention_mask[r, : len(encoded[i])] = 1
         new_tokens = max_new_tokens or min(limit - 1, 2 * width + 10)
-        generated = model.generate(  # type: ignore[attr-defined]
+        generated = model.generate(
             input_ids.to(device),
             attention_mask=attention_mask.to(device),
             max_new_tokens=new_tokens,
@@ -93,7 +97,7 @@ def translate(
 
 
 def bleu(
-    model: nn.Module,
+    model: EncoderDecoderModel,
     pairs: Sequence[tuple[str, str]],
     *,
     source_tokenizer: Tokenizer,

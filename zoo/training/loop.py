@@ -31,6 +31,7 @@ from zoo.io.atomic import write_text_atomic
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
+from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.training import distributed as dist_
 from zoo.training import prepare
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
@@ -159,10 +160,12 @@ class Trainer:
         special = tuple(i for i in self.tokenizers.target.special_ids().values() if i is not None)
 
         def collator(data: Any) -> Collator:
+            pad_id = self.spec.pad_token_id
+            assert pad_id is not None  # `prepare.wire_spec` refuses a spec without a pad token
             return Collator(
                 data,
                 task=self.task,
-                pad_id=self.spec.pad_token_id,
+                pad_id=pad_id,
                 start_id=getattr(self.spec, "start_token_id", None),
                 mask_id=self.tokenizers.target.mask_id,
                 special_ids=special,
@@ -291,8 +294,12 @@ class Trainer:
         )
         val_bleu = None
         if self.task == "seq2seq" and self.config.eval.bleu:
-            pairs = list(zip(self.valid_text.sources, self.valid_text.targets))  # type: ignore[union-attr]
+            # valid_data (checked above) is encoded from valid_text, and seq2seq text has sources
+            assert self.valid_text is not None and self.valid_text.sources is not None
+            pairs = list(zip(self.valid_text.sources, self.valid_text.targets))
             pairs = pairs[: self.config.eval.bleu_samples]
+            # `resolve_task`: only an encoder-decoder model trains on seq2seq
+            assert isinstance(self.model, EncoderDecoderModel)
             with self.autocast():
                 val_bleu = bleu(
                     self.model,

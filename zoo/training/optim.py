@@ -14,7 +14,8 @@ from zoo.training.config import OptimConfig
 
 def build_optimizer(model: nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
     """Adam or AdamW over ``model``'s trainable parameters, in two groups: with and without decay."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)

@@ -111,8 +111,9 @@ class Reporter:
             if isinstance(bar, ProgressBar):
                 bar.close()
         for sink in self.sinks:
-            if callable(getattr(sink, "close", None)):
-                sink.close()
+            close = getattr(sink, "close", None)  # optional: `MetricSink` needs only ``write``
+            if callable(close):
+                close()
 
 
 class Interval:

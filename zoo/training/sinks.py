@@ -150,7 +150,9 @@ def open_sink(name: str, output_dir: Path, *, resume_step: int | None) -> Metric
         return JsonlSink(output_dir / METRICS_NAME)
     if name == "csv":
         return CsvSink(output_dir / CSV_NAME, append=resumed)
-    return TensorBoardSink(output_dir / TENSORBOARD_DIR, purge_step=resume_step + 1 if resumed else None)
+    return TensorBoardSink(
+        output_dir / TENSORBOARD_DIR, purge_step=resume_step + 1 if resume_step is not None else None
+    )
 
 
 # --- CSV files ------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ def parse_size(size: int | str) -> int:
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(size))
         unit = match.group(2).upper() if match else None
-        if unit not in _UNITS:
+        if match is None or unit not in _UNITS:
             raise ValueError(
                 f"max_shard_size: cannot read {size!r}; expected bytes or e.g. '500MB', '2GB', '1GiB'"
             )

@@ -28,6 +28,7 @@ from safetensors.torch import save_file
 from zoo.io.atomic import write_atomic, write_text_atomic
 from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.io.jsonfile import read_json_object
 from zoo.io.names import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
@@ -67,13 +68,7 @@ def read_config(root: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"{root}: not a directory (expected a Hugging Face checkpoint folder)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; a Hugging Face checkpoint folder needs its config.json")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise HFError(f"{path}: not valid JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise HFError(f"{path}: expected a JSON object, got {type(config).__name__}")
-    return config
+    return read_json_object(path, error=HFError)
 
 
 def weight_files(root: Path) -> list[Path]:

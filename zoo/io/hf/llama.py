@@ -30,7 +30,7 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.spec import DecoderSpec, ModelSpec, parse_spec
+from zoo.spec import DecoderSpec, ModelSpec, RotaryPositions, parse_spec
 
 PREFIX = "model."
 HEADED = "LlamaForCausalLM"
@@ -111,7 +111,8 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("lm_head.logits_bias", head.logits_bias if head else False, False),
         ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
     ])  # fmt: skip
-    theta = position.theta  # type: ignore[union-attr]
+    assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
+    theta = position.theta
     return {
         "model_type": "llama",
         "architectures": [HEADED if head else "LlamaModel"],

@@ -47,7 +47,7 @@ from zoo.io.hf.common import (
     rules_to_zoo,
     token_id,
 )
-from zoo.spec import EncoderDecoderSpec, ModelSpec, ResolvedStack, parse_spec
+from zoo.spec import EncoderDecoderSpec, ModelSpec, RelativeBiasPositions, ResolvedStack, parse_spec
 
 # ours -> feed_forward_proj. "gated-gelu" means gelu_new (tanh) in transformers, so exact GELU is gelu_python.
 _PLAIN_FFN = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
@@ -178,6 +178,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("lm_head.logits_bias", head.logits_bias, False),
     ])  # fmt: skip
     ffn, attention, position = encoder.ffn, encoder.attention, encoder.position
+    assert isinstance(position, RelativeBiasPositions)  # `_stack_checks` required kind "relative_bias"
     return {
         "architectures": ["T5ForConditionalGeneration"],
         "model_type": "t5",

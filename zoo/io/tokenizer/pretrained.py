@@ -14,6 +14,7 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.atomic import write_text_atomic
+from zoo.io.jsonfile import read_json_object
 from zoo.io.names import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.tokenizer.batch import is_int
 from zoo.io.tokenizer.specials import SPECIAL_TOKENS
@@ -93,12 +94,7 @@ def read_tokenizer_config(path: Path) -> tuple[int | None, dict[str, str]]:
     """``model_max_length`` and the special tokens named by a transformers ``tokenizer_config.json``."""
     if not path.is_file():
         return None, {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from err
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    config = read_json_object(path)
     limit = config.get("model_max_length")
     limit = limit if is_int(limit) and 0 < limit < _NO_LIMIT else None
     names = {}
