@@ -38,7 +38,7 @@ test-all: $(VENV)/.installed-dev
 	$(PY) -m pytest -m "slow or not slow"
 
 lint: $(VENV)/.installed-dev
-	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy
 
 format: $(VENV)/.installed-dev
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
