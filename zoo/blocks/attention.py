@@ -10,7 +10,10 @@ Grouped-query attention shares each key/value head among H / K query heads:
     q heads:  0 1 2 3 | 4 5 6 7        (H = 8)
     kv heads:    0    |    1           (K = 2)
 
-Fast path: `torch.nn.functional.scaled_dot_product_attention` (fused kernels, GQA via ``enable_gqa``).
+Fast path: `torch.nn.functional.scaled_dot_product_attention` (fused kernels). GQA goes to SDPA as
+``enable_gqa`` where a fused kernel accepts it, or as keys/values expanded to H heads where none would
+(`gqa_mode`): on CUDA the flash kernel takes no mask and the memory-efficient kernel takes no ``enable_gqa``,
+so a masked GQA call with ``enable_gqa`` would fall back to the O(T²)-memory math kernel.
 Eager path (``output_attentions=True``): the same math written out, returning the (B, H, T, S) weights.
 
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
@@ -20,7 +23,7 @@ encoder's keys/values are projected once, stored with ``update`` and reused).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 from torch import nn
@@ -30,6 +33,22 @@ from zoo.blocks.masks import causal_mask
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
 from zoo.spec import AttentionSpec
+
+GQAMode = Literal["mha", "enable_gqa", "expand"]
+
+
+def gqa_mode(*, device_type: str, masked: bool, num_heads: int, num_kv_heads: int) -> GQAMode:
+    """How SDPA should see K < H key/value heads so a fused kernel runs.
+
+    ``mha``: K == H, nothing to do. ``enable_gqa``: SDPA shares each key/value head itself (CPU kernels and
+    CUDA's flash kernel, which needs no mask). ``expand``: repeat keys/values to H heads first — on CUDA
+    with a mask, where only the memory-efficient kernel (no GQA support) accepts the mask.
+    """
+    if num_kv_heads == num_heads:
+        return "mha"
+    if device_type == "cuda" and masked:
+        return "expand"
+    return "enable_gqa"
 
 
 class KVSlot(Protocol):
@@ -142,6 +161,15 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         if mask is not None and mask.dtype != torch.bool:
             mask = mask.to(q.dtype)
+        mode = gqa_mode(
+            device_type=q.device.type,
+            masked=mask is not None,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+        )
+        if mode == "expand":
+            groups = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
         return F.scaled_dot_product_attention(
             q,
             k,
@@ -150,7 +178,7 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal and mask is None,
             scale=self.scale,
-            enable_gqa=self.num_kv_heads != self.num_heads,
+            enable_gqa=mode == "enable_gqa",
         )  # (B, H, T, D)
 
     def _eager(
