@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import zoo
-from zoo.io.checkpoint import CheckpointError, CheckpointNotFoundError
+from zoo.io.checkpoint import CheckpointError, CheckpointNotFoundError, limits
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def test_index_may_not_point_outside_its_directory(sharded: Path) -> None:
 def test_shards_from_two_different_saves_are_not_mixed(sharded: Path, tmp_path: Path) -> None:
     zoo.save(zoo.build("gpt2-tiny"), tmp_path / "other", max_shard_size=100_000)
     shard = shards(sharded)[2]
-    (sharded / shard).write_bytes((tmp_path / "other" / shard).read_bytes())  # an interrupted overwrite
+    (sharded / shard).write_bytes((tmp_path / "other" / shards(tmp_path / "other")[2]).read_bytes())
     message = load_error(sharded)
     assert shard in message and "another save" in message
 
@@ -173,3 +174,128 @@ def test_nonexistent_path_is_a_checkpoint_error_and_a_file_not_found_error(tmp_p
     assert isinstance(error.value, FileNotFoundError) and str(tmp_path / "nope") in str(error.value)
     with pytest.raises(CheckpointNotFoundError):
         zoo.load_tokenizer(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    "shard", ["..", "/etc/passwd", "sub/model.safetensors", "", "C:model.safetensors"], ids=repr
+)
+def test_index_may_name_only_plain_file_names_in_its_directory(sharded: Path, shard: str) -> None:
+    index_file = sharded / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    index["weight_map"]["embed.tokens.weight"] = shard
+    index_file.write_text(json.dumps(index))
+    message = load_error(sharded)
+    assert (
+        str(index_file) in message and "not a plain file name" in message and "embed.tokens.weight" in message
+    )
+
+
+@pytest.mark.parametrize("metadata", ["x", 3, None, ["format", "zoo"]], ids=repr)
+def test_index_metadata_that_is_not_an_object_is_named(sharded: Path, metadata: object) -> None:
+    index_file = sharded / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    index["metadata"] = metadata
+    index_file.write_text(json.dumps(index))
+    message = load_error(sharded)
+    assert str(index_file) in message and "'metadata' must be a JSON object" in message
+
+
+def test_an_alias_to_a_tensor_the_file_does_not_store_is_named(tmp_path: Path) -> None:
+    model = zoo.build(zoo.preset("gpt2-tiny", **{"lm_head.tied": False}))
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    metadata = zoo_metadata(model.spec.model_dump(mode="json"))
+    metadata["aliases"] = json.dumps({"lm_head.weight": "embed.nowhere.weight"})
+    save_file(state, str(tmp_path / "model.safetensors"), metadata=metadata)
+    message = load_error(tmp_path)
+    assert "'aliases'" in message and "lm_head.weight" in message and "embed.nowhere.weight" in message
+    with pytest.raises(CheckpointError, match=r"embed\.nowhere\.weight"):
+        zoo.load(tmp_path, strict=False)  # not a silently fresh head either
+
+
+def tampered(tmp_path: Path, name: str, dtype: torch.dtype) -> Path:
+    """gpt2-tiny saved with tensor ``name`` stored as ``dtype``."""
+    model = zoo.build("gpt2-tiny")
+    state = dict(model.state_dict())
+    state[name] = state[name].to(dtype)
+    save_file(
+        state, str(tmp_path / "model.safetensors"), metadata=zoo_metadata(model.spec.model_dump(mode="json"))
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool], ids=str)
+def test_an_integer_tensor_where_a_float_belongs_is_named_whatever_the_dtype(tmp_path: Path, dtype) -> None:
+    path = tampered(tmp_path, "decoder.layers.1.ffn.up_proj.weight", dtype)
+    message = load_error(path)
+    assert str(path / "model.safetensors") in message and "decoder.layers.1.ffn.up_proj.weight" in message
+    assert f"stored as {str(dtype).removeprefix('torch.')}" in message and "floating-point" in message
+    with pytest.raises(CheckpointError, match="floating-point"):
+        zoo.load(path, dtype=torch.float32)  # a cast does not make integers weights
+
+
+def test_a_float16_tensor_among_float32_ones_is_named_unless_a_dtype_is_asked_for(tmp_path: Path) -> None:
+    path = tampered(tmp_path, "decoder.final_norm.weight", torch.float16)
+    message = load_error(path)
+    assert "decoder.final_norm.weight is stored as float16" in message and "float32" in message
+    assert "dtype=" in message
+    loaded = zoo.load(path, dtype=torch.float32)  # one dtype asked for: every tensor cast to it
+    assert {t.dtype for t in loaded.state_dict().values()} == {torch.float32}
+
+
+def hostile(tmp_path: Path, preset: str = "gpt2-tiny", **spec: object) -> Path:
+    """A tiny checkpoint of ``preset`` whose metadata spec says ``spec`` (e.g. a billion layers)."""
+    model = zoo.build(preset)
+    data = model.spec.model_dump(mode="json") | spec
+    file = tmp_path / "model.safetensors"
+    save_file(model.state_dict(), str(file), metadata=zoo_metadata(data))
+    return file
+
+
+def test_a_spec_asking_for_a_billion_layers_is_refused_fast(tmp_path: Path) -> None:
+    file = hostile(tmp_path, num_layers=10**9)
+    start = time.perf_counter()
+    for strict in (True, False):
+        with pytest.raises(CheckpointError) as error:
+            zoo.load(tmp_path, strict=strict)
+        assert str(file) in str(error.value) and "num_layers" in str(error.value)
+    assert time.perf_counter() - start < 2
+
+
+def test_a_spec_asking_for_more_layers_than_the_file_holds_is_refused_before_building(tmp_path: Path) -> None:
+    file = hostile(tmp_path, num_layers=10_000)  # within the spec's own bounds; the file holds 2
+    start = time.perf_counter()
+    message = load_error(tmp_path)
+    assert time.perf_counter() - start < 2
+    assert f"{file}: the spec says num_layers 10000 but the file holds tensors for 2 layers" in message
+
+
+def test_a_spec_wider_than_any_tensor_in_the_file_is_refused_before_building(tmp_path: Path) -> None:
+    file = hostile(tmp_path, d_model=2**16)  # a 2**16-wide gpt2-tiny: 10**11 parameters to allocate
+    with pytest.raises(CheckpointError) as error:
+        zoo.load(tmp_path, strict=False)  # would build the wide model to copy the fitting tensors into
+    message = str(error.value)
+    assert (
+        f"{file}: the spec says d_model 65536 but the largest tensor dimension in the file is 512" in message
+    )
+
+
+def test_fixed_tables_far_beyond_the_file_are_refused_before_allocation(tmp_path: Path) -> None:
+    # transformer-tiny: two sinusoid tables of max_positions x 128, computed, not stored (the file: 3M)
+    file = hostile(tmp_path, "transformer-tiny", max_positions=2**20)
+    start = time.perf_counter()
+    message = load_error(tmp_path)
+    assert time.perf_counter() - start < 2
+    assert str(file) in message and "max_positions 1048576" in message and "TABLE_ALLOWANCE" in message
+
+
+def test_the_table_allowance_is_read_at_each_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hostile(tmp_path, "llama-tiny", max_positions=2**16)  # rotary cos and sin: 2 x 2**16 x 16 elements
+    assert zoo.load(tmp_path).decoder.positions.cos.shape == (2**16, 16)  # within the default allowance
+    monkeypatch.setattr(limits, "TABLE_ALLOWANCE", 2**20)
+    message = load_error(tmp_path)
+    assert "fixed tables for max_positions 65536: 2,097,152" in message
+    assert "ZOO_MAX_TABLE_ELEMENTS=2097152" in message  # how to allow it
+    monkeypatch.setenv("ZOO_MAX_TABLE_ELEMENTS", "2097152")  # the variable wins over the module default
+    assert zoo.load(tmp_path).decoder.positions.cos.shape == (2**16, 16)
+    monkeypatch.setenv("ZOO_MAX_TABLE_ELEMENTS", "1e6")
+    assert "fixed tables" in load_error(tmp_path)

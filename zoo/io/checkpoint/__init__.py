@@ -9,7 +9,8 @@ The package, along the data flow:
 
     files.py     one safetensors file: header parsing and checks, tied tensors, shard plans, the errors
     layout.py    one checkpoint on disk, headers only: which files, which spec, which tensors (`open_checkpoint`)
-    saving.py    `save`: every file written atomically, the index as the commit point
+    limits.py    what a spec may ask for given the tensors a file holds (layers, widths, fixed tables)
+    saving.py    `save`: every file written atomically; the old checkpoint switches to the new in one step
     loading.py   `load`, `read_spec`, `load_tokenizer`: checked before any tensor is read
 """
 

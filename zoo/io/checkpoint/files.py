@@ -5,7 +5,9 @@
       spec.json                          the same spec, indented, for people
       tokenizer.json                     optional
     or, above ``max_shard_size``:
-      model-00001-of-00003.safetensors   ... each shard carries the same metadata
+      model-00001-of-00003-<tag>.safetensors   ... each shard carries the same metadata; <tag> (8 hex
+                                               digits) is this save's own, so no save overwrites a shard
+                                               the current index names
       model.safetensors.index.json       {"metadata": {..., "spec": {...}}, "weight_map": {name: shard}}
 
 Headers are parsed and checked here, before a single tensor is read, so that a truncated or foreign file
@@ -15,6 +17,7 @@ fails with one message naming the file and the problem instead of a Rust or pick
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +55,10 @@ class TensorInfo:
 
     dtype: torch.dtype
     shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 def read_header(path: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:

@@ -1,16 +1,19 @@
 """Finding and checking a zoo checkpoint on disk, headers only: which files, which spec, which tensors.
 
 `open_checkpoint` accepts a checkpoint directory, its ``model.safetensors``, or its
-``model.safetensors.index.json``; a directory holding both an index and a single file is read through the
-index (while `zoo.save` replaces one layout by the other, the index is the commit point). Every problem
-is a `CheckpointError` naming the file: nothing here reads tensor data, so a bad checkpoint fails before
-any memory is spent on it.
+``model.safetensors.index.json``. A directory holding both an index and a single file is read through the
+index: that precedence is what makes every `zoo.save` switch from the old checkpoint to the new one in one
+step (writing the index switches to shards, removing it switches to the single file; see saving.py). Every
+problem is a `CheckpointError` naming the file: nothing here reads tensor data, so a bad checkpoint fails
+before any memory is spent on it. An index may name only plain file names in its own directory, checked
+before any of them is opened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,8 @@ from zoo.io.checkpoint.files import (
     TensorInfo,
     read_header,
 )
-from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME
+from zoo.io.checkpoint.limits import zoo_layers_held
+from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME, is_plain_file_name
 from zoo.spec import ModelSpec, parse_spec
 from zoo.spec.presets import format_validation_error
 
@@ -90,8 +94,25 @@ class Checkpoint:
         )
 
     def floating_dtype(self) -> torch.dtype | None:
-        """The dtype of the first floating-point tensor (what the model was saved in), if any."""
-        return next((info.dtype for _, info in self.tensors.values() if info.dtype.is_floating_point), None)
+        """The dtype most floating-point elements are stored in (what the model was saved in), if any."""
+        elements: Counter[torch.dtype] = Counter()
+        for _, info in self.tensors.values():
+            if info.dtype.is_floating_point:
+                elements[info.dtype] += info.numel
+        return elements.most_common(1)[0][0] if elements else None
+
+    @property
+    def elements(self) -> int:
+        """Tensor elements stored in the file(s)."""
+        return sum(info.numel for _, info in self.tensors.values())
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: info.shape for name, (_, info) in self.tensors.items()}
+
+    def layers_held(self) -> dict[str, set[int]]:
+        """For each stack of the spec, the layer indices the file holds tensors for (aliases count)."""
+        names = [*self.tensors, *self.aliases]
+        return {stack: zoo_layers_held(names, stack) for stack in self.spec.stacks()}
 
 
 def checkpoint_metadata(spec: ModelSpec, *, checkpoint_id: str, aliases: Mapping[str, str]) -> dict[str, str]:
@@ -145,7 +166,7 @@ def _open_single(file: Path) -> Checkpoint:
         source=file,
         spec=_spec(file, metadata),
         tensors={name: (file, info) for name, info in infos.items()},
-        aliases=_aliases(file, metadata.get("aliases")),
+        aliases=_aliases(file, metadata.get("aliases"), stored=set(infos)),
     )
 
 
@@ -154,12 +175,22 @@ def _open_sharded(index: Path) -> Checkpoint:
         data = json.loads(index.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{index}: not a valid index: not JSON ({error})") from None
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(shard, str) and shard == Path(shard).name for shard in weight_map.values()
-    ):
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{index}: not a valid index: a JSON object was expected")
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index}: not a valid index: 'weight_map' must map tensor names to file names")
-    metadata = data.get("metadata") or {}
+    for name, shard in weight_map.items():  # every name checked before any file is opened
+        if not is_plain_file_name(shard):
+            raise CheckpointError(
+                f"{index}: not a valid index: 'weight_map' sends {name} to {shard!r}, which is not a plain "
+                "file name in the index's directory"
+            )
+    metadata = data.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise CheckpointError(
+            f"{index}: not a valid index: 'metadata' must be a JSON object, got {type(metadata).__name__}"
+        )
     spec = _spec(index, metadata)
     by_shard: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
@@ -183,9 +214,8 @@ def _open_sharded(index: Path) -> Checkpoint:
                 f"{file}: holds other tensors than {index} says: missing {absent or 'none'}, extra {extra or 'none'}"
             )
         tensors |= {name: (file, infos[name]) for name in names}
-    return Checkpoint(
-        source=index, spec=spec, tensors=tensors, aliases=_aliases(index, metadata.get("aliases"))
-    )
+    aliases = _aliases(index, metadata.get("aliases"), stored=set(tensors))
+    return Checkpoint(source=index, spec=spec, tensors=tensors, aliases=aliases)
 
 
 def _read_header(file: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
@@ -224,7 +254,8 @@ def _spec(source: Path, metadata: Mapping[str, Any]) -> ModelSpec:
         ) from None
 
 
-def _aliases(source: Path, raw: Any) -> dict[str, str]:
+def _aliases(source: Path, raw: Any, *, stored: set[str]) -> dict[str, str]:
+    """{alias: stored name}: each alias must name a tensor the file stores, and not be stored itself."""
     try:
         aliases = json.loads(raw) if isinstance(raw, str) else (raw or {})
     except json.JSONDecodeError:
@@ -233,4 +264,15 @@ def _aliases(source: Path, raw: Any) -> dict[str, str]:
         raise CheckpointError(
             f"{source}: corrupted metadata: 'aliases' must map tensor names to tensor names"
         )
+    for alias, kept in aliases.items():
+        if kept not in stored:
+            raise CheckpointError(
+                f"{source}: corrupted metadata: 'aliases' makes {alias} a copy of {kept}, which the "
+                "checkpoint does not store"
+            )
+        if alias in stored:
+            raise CheckpointError(
+                f"{source}: corrupted metadata: 'aliases' makes {alias} a copy of {kept}, but {alias} is "
+                "stored too"
+            )
     return aliases

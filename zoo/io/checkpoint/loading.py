@@ -1,9 +1,10 @@
 """`zoo.load`: a checkpoint directory (or its weights file, or its index) back to a model.
 
-Loading reads only safetensors (never pickle). It checks every header, the spec and every name and shape
-before reading any tensor data, builds the model on the ``meta`` device, reads each tensor straight onto
-the target device (cast to ``dtype`` if floating point) and assigns it, so no second full copy is made;
-then it recomputes the fixed tables (sinusoids, rotary angles, ALiBi slopes) on the target device.
+Loading reads only safetensors (never pickle). Before reading any tensor data it checks every header, the
+spec, every name, shape and dtype, and that the spec asks for no more than the file holds (limits.py). It
+builds the model on the ``meta`` device, reads each tensor straight onto the target device (cast to
+``dtype`` if floating point) and assigns it, so no second full copy is made; then it recomputes the fixed
+tables (sinusoids, rotary angles, ALiBi slopes) on the target device.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from safetensors import safe_open
 from zoo.devices import resolve_device
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
 from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
+from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
 from zoo.io.names import TOKENIZER_NAME
 from zoo.models import ZooModel, build_model
 
@@ -44,7 +46,10 @@ def load(
 
     ``device``: where the tensors go (default CPU; ``"auto"``: CUDA when available); asking for a device
     that is not there (``"cuda"`` without CUDA) is a `ValueError`, raised before anything is read.
-    ``dtype``: cast floating-point tensors (integer and bool tensors keep theirs); default: as saved.
+    ``dtype``: cast floating-point tensors (integer and bool tensors keep theirs); default: as saved, which
+    must then be one floating-point dtype (a float16 tensor among float32 ones is refused, naming it: pass
+    ``dtype`` to load such a file in one dtype). A stored tensor whose kind differs from the model's (an
+    integer where a floating-point weight belongs) is refused whatever ``dtype`` says.
     ``strict`` (default): any missing, unexpected or shape-mismatched tensor raises one `CheckpointError`
     naming them all. ``strict=False`` loads the tensors that fit, leaves the missing ones freshly
     initialised, and logs a warning; pass ``return_report=True`` to get ``(model, LoadReport)`` with the
@@ -53,18 +58,22 @@ def load(
     # Checked first: without it, CUDA's absence surfaced from deep in safetensors (a pin_memory error).
     device = resolve_device(device if device is not None else "cpu")
     checkpoint = open_checkpoint(path)
-    spec = checkpoint.spec
+    spec, source = checkpoint.spec, str(checkpoint.source)
+    check_spec_fits(spec, checkpoint.shapes(), checkpoint.layers_held(), source=source)  # before any build
     model = build_model(spec, device="meta", init=False)
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    state = model.state_dict()
+    expected = {name: tuple(t.shape) for name, t in state.items()}
     report = checkpoint.compare(expected)
     if strict and not report.ok:
         raise CheckpointError(
-            f"{checkpoint.source}: the tensors do not fit the spec ({spec.name or spec.family}):\n{report}"
+            f"{source}: the tensors do not fit the spec ({spec.name or spec.family}):\n{report}"
         )
     if not report.ok:
         logger.warning("%s: loaded with strict=False:\n%s", checkpoint.source, report)
     not_loaded = {*report.missing, *report.mismatched_names}
     matched = [name for name in expected if name not in not_loaded]
+    _check_dtypes(checkpoint, {name: state[name].dtype for name in matched}, dtype=dtype)
+    check_allocation(model, spec, loaded=set(matched), file_elements=checkpoint.elements, source=source)
     if report.missing or report.mismatched:
         # The tensors not loaded need values: build for real (initialised) and copy the rest in, one by one.
         model = build_model(spec, device=device, dtype=dtype or checkpoint.floating_dtype())
@@ -134,6 +143,32 @@ def _read_tensors(
             if isinstance(error, CheckpointError):
                 raise
             raise CheckpointError(f"{file}: cannot read tensors: {error}") from None
+
+
+def _check_dtypes(
+    checkpoint: Checkpoint, expected: dict[str, torch.dtype], *, dtype: torch.dtype | None
+) -> None:
+    """Refuse, before any tensor is read, a stored tensor of another kind than the model's (an integer where a
+    float belongs), and with ``dtype=None`` floating-point tensors of more than one dtype."""
+    main = dtype or checkpoint.floating_dtype() or torch.float32
+    for name, want in expected.items():
+        file, info = checkpoint.tensors[checkpoint.aliases.get(name, name)]
+        if info.dtype.is_floating_point != want.is_floating_point or (
+            not want.is_floating_point and info.dtype != want
+        ):
+            wanted = f"a floating-point tensor ({_name(main)})" if want.is_floating_point else _name(want)
+            raise CheckpointError(
+                f"{file}: {name} is stored as {_name(info.dtype)}; the model expects {wanted}"
+            )
+        if dtype is None and info.dtype.is_floating_point and info.dtype != main:
+            raise CheckpointError(
+                f"{file}: {name} is stored as {_name(info.dtype)} but the checkpoint's other floating-point "
+                f"tensors are {_name(main)}; pass dtype= to load every tensor in one dtype"
+            )
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def materialize_buffers(model: torch.nn.Module, device: torch.device) -> None:

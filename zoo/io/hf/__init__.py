@@ -6,6 +6,12 @@
 Each family module (gpt2, llama, bert [+ roberta], albert, t5, bart [+ marian]) holds one declarative
 `FamilyMapping`; this module only reads and writes files and picks the mapping by ``model_type``. Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
+
+Reading checks before it builds: every file an index names is a plain name in the folder (checked before
+any file is opened), every header parses, the spec that config.json gives asks for no more layers, widths
+and tables than the weights hold (`zoo.io.checkpoint.limits`), and every weight is floating point in one
+dtype (or ``dtype=`` casts them). ``model.safetensors`` is read before an index, as transformers does:
+`to_hf` writes it, then config.json, then removes a previous export's index and shards.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,11 +32,22 @@ from pydantic import ValidationError
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from zoo.io.atomic import write_atomic, write_text_atomic
+from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_atomic, write_text_atomic
+from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
+from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
 from zoo.io.jsonfile import read_json_object
-from zoo.io.names import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
+from zoo.io.names import (
+    CONFIG_NAME,
+    HF_SHARD_PATTERN,
+    INDEX_NAME,
+    SPECIAL_TOKENS_MAP_NAME,
+    TOKENIZER_CONFIG_NAME,
+    TOKENIZER_NAME,
+    WEIGHTS_NAME,
+    is_plain_file_name,
+)
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
 from zoo.spec import ModelSpec
@@ -39,6 +57,15 @@ __all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
 
 FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart")
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+# The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
+_OWN_FILES = re.compile(
+    "|".join(
+        map(
+            re.escape,
+            (WEIGHTS_NAME, CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME),
+        )
+    )
+)
 
 
 @cache
@@ -72,20 +99,34 @@ def read_config(root: Path) -> dict[str, Any]:
 
 
 def weight_files(root: Path) -> list[Path]:
-    """The safetensors files of a checkpoint: the shards its index names, else ``model.safetensors``."""
+    """The safetensors files of a checkpoint: ``model.safetensors``, else the shards its index names.
+
+    ``model.safetensors`` comes first, as in transformers' ``from_pretrained``: a folder holding both (an
+    export interrupted before it removed the previous index) loads the same in both libraries. Every name
+    in the index must be a plain file name in ``root``, checked before any file is looked at.
+    """
+    if (root / WEIGHTS_NAME).is_file():
+        return [root / WEIGHTS_NAME]
     index = root / INDEX_NAME
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
-            raise HFError(f"{index}: not a safetensors index with a weight_map ({error})") from None
+        data = read_json_object(index, error=HFError)
+        weight_map = data.get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise HFError(
+                f"{index}: not a safetensors index: 'weight_map' must map tensor names to file names, "
+                f"got {type(weight_map).__name__}"
+            )
+        for name, shard in weight_map.items():
+            if not is_plain_file_name(shard):
+                raise HFError(
+                    f"{index}: 'weight_map' sends {name} to {shard!r}, which is not a plain file name in "
+                    "this folder; refusing to read outside it"
+                )
         shards = [root / name for name in dict.fromkeys(weight_map.values())]
         for shard in shards:
             if not shard.is_file():
                 raise FileNotFoundError(f"{shard}: shard listed in {index} is missing")
         return shards
-    if (root / WEIGHTS_NAME).is_file():
-        return [root / WEIGHTS_NAME]
     pickles = [name for name in _PICKLES if (root / name).is_file()]
     if pickles:
         raise FileNotFoundError(
@@ -97,9 +138,26 @@ def weight_files(root: Path) -> list[Path]:
     )
 
 
-def read_tensors(files: list[Path], *, names_only: bool = False) -> StateDict:
-    """Every tensor of the given safetensors files, on the CPU (``names_only``: headers only, values None);
-    a name in two files is an error."""
+def read_headers(files: list[Path]) -> dict[str, TensorInfo]:
+    """Every tensor's dtype and shape, from the headers alone (checked like zoo's own files); a name in two
+    files is an error."""
+    infos: dict[str, TensorInfo] = {}
+    for file in files:
+        try:
+            _, found = read_header(file)
+        except CheckpointError as error:
+            raise HFError(f"{file}: not a readable safetensors file: {error}") from None
+        except OSError as error:
+            raise HFError(f"{file}: cannot read: {error.strerror or error}") from None
+        for name in found:
+            if name in infos:
+                raise HFError(f"{file}: tensor {name} also appears in another shard")
+        infos |= found
+    return infos
+
+
+def read_tensors(files: list[Path]) -> StateDict:
+    """Every tensor of the given safetensors files, on the CPU; a name in two files is an error."""
     tensors: StateDict = {}
     for file in files:
         try:
@@ -107,7 +165,7 @@ def read_tensors(files: list[Path], *, names_only: bool = False) -> StateDict:
                 for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
                     if name in tensors:
                         raise HFError(f"{file}: tensor {name} also appears in another shard")
-                    tensors[name] = None if names_only else handle.get_tensor(name)  # type: ignore[assignment]
+                    tensors[name] = handle.get_tensor(name)
         except SafetensorError as error:
             raise HFError(f"{file}: not a readable safetensors file: {error}") from None
     return tensors
@@ -132,8 +190,7 @@ def from_hf(
     >>> model = zoo.from_hf("~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>")
     """
     root = Path(path).expanduser()
-    spec, mapping = _read_spec(root)
-    files = weight_files(root)
+    spec, mapping, files = _read_spec(root)  # the spec is checked against the headers: nothing built yet
     hf_tensors = read_tensors(files)
     with _naming_errors(root):
         tensors = mapping.hf_to_zoo(hf_tensors, spec)
@@ -145,20 +202,31 @@ def from_hf(
 def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
     """The zoo spec of a Hugging Face checkpoint folder, as `from_hf` derives it, without reading weights.
 
-    Reads ``config.json`` and the weight files' headers (which tensors exist decides e.g. a tied head).
+    Reads ``config.json`` and the weight files' headers (which tensors exist decides e.g. a tied head), and
+    refuses a config asking for more layers or wider tensors than the weights hold.
     """
     return _read_spec(Path(path).expanduser())[0]
 
 
-def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping]:
+def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping, list[Path]]:
+    """(spec, mapping, weight files): config.json read, every header checked, the spec held against them."""
     config = read_config(root)
     mapping = _mapping_for(config.get("model_type"), str(root / CONFIG_NAME))
-    names = set(read_tensors(weight_files(root), names_only=True))  # headers only: errors before the read
+    files = weight_files(root)
+    infos = read_headers(files)  # headers only: errors before any tensor is read
     name = _checkpoint_name(root)
     with _naming_errors(root):
-        spec = mapping.config_to_spec(config, names)
+        spec = mapping.config_to_spec(config, set(infos))
         source = f"Hugging Face {architecture(config) or config['model_type']} ({name})"
-        return spec.override(name=name, source=source), mapping
+        spec = spec.override(name=name, source=source)
+    # Hugging Face names its layers h.N, layers.N, layer.N or block.N: N layers, N numbers in the names.
+    layers = numbered_parts(infos)
+    shapes = {n: info.shape for n, info in infos.items()}
+    held = {stack: set(range(len(layers))) for stack in spec.stacks()}
+    check_spec_fits(
+        spec, shapes, held, source=str(root / CONFIG_NAME), held_by="the checkpoint", error=HFError
+    )
+    return spec, mapping, files
 
 
 def load_strict(
@@ -179,6 +247,11 @@ def load_strict(
         raise HFError(
             f"{source}: the converted tensors do not fit the model: {'; '.join(problems[:8])}{more}"
         )
+    _check_dtypes(tensors, source=source, cast=dtype is not None)
+    elements = sum(t.numel() for t in tensors.values())
+    check_allocation(
+        model, model.spec, loaded=set(tensors), file_elements=elements, source=source, error=HFError
+    )
 
     def place(tensor: torch.Tensor) -> torch.Tensor:
         cast = dtype is not None and tensor.is_floating_point()
@@ -187,6 +260,28 @@ def load_strict(
     model.load_state_dict({n: place(t) for n, t in tensors.items()}, strict=True, assign=True)
     materialize_buffers(model, device)  # non-persistent buffers are not in the file: give them real storage
     model.reset_buffers()
+
+
+def _check_dtypes(tensors: StateDict, *, source: str, cast: bool) -> None:
+    """Every weight floating point (zoo's tensors all are); without a cast, all in one dtype."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise HFError(f"{source}: {name} is {_dtype_name(tensor)}; a floating-point weight is expected")
+    elements: Counter[torch.dtype] = Counter()
+    for tensor in tensors.values():
+        elements[tensor.dtype] += tensor.numel()
+    if cast or len(elements) < 2:
+        return
+    main = elements.most_common(1)[0][0]
+    odd = next(name for name, tensor in tensors.items() if tensor.dtype != main)
+    raise HFError(
+        f"{source}: {odd} is {_dtype_name(tensors[odd])} but the checkpoint's other weights are "
+        f"{str(main).removeprefix('torch.')}; pass dtype= to load every weight in one dtype"
+    )
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 @contextmanager
@@ -223,9 +318,16 @@ def to_hf(
     """Write ``model`` as a Hugging Face checkpoint: ``config.json`` + ``model.safetensors``.
 
     The family is the first whose format can express the spec (gpt2, llama, bert, roberta, albert, ...),
-    or ``model_type``. Files are written atomically. transformers' ``AutoModel*.from_pretrained(out_dir)``
-    loads the result. With ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside
-    the weights, so ``AutoTokenizer.from_pretrained(out_dir)`` gives zoo's ids. Returns the folder.
+    or ``model_type``. transformers' ``AutoModel*.from_pretrained(out_dir)`` loads the result. With
+    ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside the weights, so
+    ``AutoTokenizer.from_pretrained(out_dir)`` gives zoo's ids. Returns the folder.
+
+    Every file is written atomically, weights first: renaming ``model.safetensors`` into place switches the
+    folder's weights in one step (it is read before any index), then ``config.json`` follows, then a
+    previous export's ``model.safetensors.index.json`` and ``model-0000i-of-0000n.safetensors`` shards are
+    removed. Killed at any moment, the folder holds the old weights or the new ones; killed between the two
+    renames, the new weights sit beside the previous ``config.json`` (harmless when the architecture is
+    unchanged; otherwise export again).
 
     >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
     """
@@ -240,11 +342,29 @@ def to_hf(
         dtype = str(floats.most_common(1)[0][0]).removeprefix("torch.")
         config |= {"torch_dtype": dtype, "dtype": dtype}  # transformers 4.x reads torch_dtype, 5.x dtype
     out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out, _OWN_FILES)  # what killed exports left
+    # The weights switch in one rename: model.safetensors is read before any index (here and in transformers).
     write_atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _remove_previous_shards(out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out, model_max_length=spec.max_positions)
     return out
+
+
+def _remove_previous_shards(out: Path) -> None:
+    """Remove a previous sharded checkpoint's index, then its shards (only Hugging Face's shard names,
+    ``model-00001-of-00003.safetensors``): unread now that ``model.safetensors`` is there, but stale, and
+    loaded by any reader that prefers an index."""
+    index = out / INDEX_NAME
+    if index.is_file() or index.is_symlink():
+        remove_quietly(index)
+        fsync_dir(out)
+    for path in out.iterdir():
+        if HF_SHARD_PATTERN.fullmatch(path.name) and (path.is_file() or path.is_symlink()):
+            remove_quietly(path)
+    fsync_dir(out)
 
 
 def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, dict[str, Any]]:

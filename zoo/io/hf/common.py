@@ -218,7 +218,8 @@ def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:
 
 def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[str] = ()) -> StateDict:
     """Apply a table to HF tensors -> zoo tensors. Every HF tensor must be used or match an ``ignore`` regex
-    (or `COMMON_IGNORED`); every rule's HF tensors must exist."""
+    (or `COMMON_IGNORED`); every rule's HF tensors must exist and be floating point (fused parts of one
+    dtype)."""
     out: StateDict = {}
     used: set[str] = set()
     missing: list[str] = []
@@ -228,6 +229,15 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             missing += [f"{name} (for zoo's {rule.zoo})" for name in absent]
             continue
         parts = [tensors[name] for name in rule.hf]
+        for name, part in zip(rule.hf, parts):  # before any arithmetic: cat and scaling would promote ints
+            if not part.is_floating_point():
+                raise HFError(
+                    f"{name} is {str(part.dtype).removeprefix('torch.')}: a floating-point weight is expected "
+                    f"(for zoo's {rule.zoo})"
+                )
+        if len({part.dtype for part in parts}) > 1:
+            dtypes = ", ".join(f"{n} {str(p.dtype).removeprefix('torch.')}" for n, p in zip(rule.hf, parts))
+            raise HFError(f"cannot fuse {dtypes} into {rule.zoo}: their dtypes differ")
         if len(parts) > 1:
             widths = {part.shape[1:] for part in parts}
             if len(widths) > 1:
