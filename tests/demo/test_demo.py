@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,3 +70,63 @@ def test_zoo_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (tmp_path / "demo" / "model.safetensors").is_file() and (
         tmp_path / "demo" / "tokenizer.json"
     ).is_file()
+
+
+def test_zoo_demo_reruns_over_its_own_run_but_refuses_a_foreign_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zoo.cli import main
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"someone else's model")
+    demo = ["demo", "--steps", "1", "--output-dir", str(out)]
+    assert main(demo) == 2
+    err = "".join(capsys.readouterr().err.split())
+    assert "model.safetensors,whichthedemodidnotwrite" in err and "--overwrite" in err
+    assert (out / "model.safetensors").read_bytes() == b"someone else's model"
+    assert not (out / "data").exists()  # refused before anything was written
+
+    assert main([*demo, "--overwrite"]) == 0  # replaced on request
+    assert main(demo) == 0  # its own previous run: replaced without asking (`make demo` twice)
+    records = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["step"] for r in records] == [1, 1]  # one run's records: started over
+    assert zoo.load(out).num_parameters() > 0
+
+
+def test_the_demo_recognises_only_its_own_config(tmp_path: Path) -> None:
+    from zoo.demo.config import is_demo_run
+
+    out = tmp_path / "run"
+    out.mkdir()
+    assert not is_demo_run(out)  # nothing there
+    ours = demo_config(out, train=out / "data" / "train.tsv", valid=out / "data" / "valid.tsv")
+    for config, expected in [
+        (ours, True),
+        (ours.override(max_steps=7, device="cpu", num_threads=2), True),  # the demo's own options
+        (ours.override(**{"model.overrides.dropout": 0.3}), False),  # another recipe
+        (ours.override(**{"data.train": str(tmp_path / "mine.tsv")}), False),  # other data
+    ]:
+        (out / "train_config.yaml").write_text(config.to_yaml(), encoding="utf-8")
+        assert is_demo_run(out) is expected, config
+    (out / "train_config.yaml").write_text("model: [", encoding="utf-8")
+    assert not is_demo_run(out)
+
+
+def test_toy_data_never_replaces_other_data_unless_asked(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    train_path, _ = write_toy_data(data, train_size=20, valid_size=5)
+    mtime = train_path.stat().st_mtime_ns
+    write_toy_data(data, train_size=20, valid_size=5)  # the same pairs: left as they are
+    assert train_path.stat().st_mtime_ns == mtime
+    train_path.write_text("my\tdata\n", encoding="utf-8")
+    with pytest.raises(FileExistsError, match=r"train\.tsv holds other data than the demo's toy corpus"):
+        write_toy_data(data, train_size=20, valid_size=5)
+    assert train_path.read_text(encoding="utf-8") == "my\tdata\n"
+    write_toy_data(data, train_size=20, valid_size=5, overwrite=True)
+    assert len(tc.read_tsv(train_path)) == 20
+    train_path.unlink()
+    train_path.symlink_to(tmp_path / "elsewhere.tsv")
+    with pytest.raises(ValueError, match="symbolic link"):
+        write_toy_data(data, train_size=20, valid_size=5, overwrite=True)
+    assert not (tmp_path / "elsewhere.tsv").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,105 @@ def test_checkpoint_io_restores_saved_parts_bit_exactly_without_a_trainer(
     for index, values in before["state"].items():
         for key, value in values.items():
             assert torch.equal(value, after["state"][index][key]), (index, key)
+
+
+def snapshot(run: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``run`` (but the lock) with its bytes, inode and mtime: a rewrite shows."""
+    return {
+        str(p.relative_to(run)): (p.read_bytes(), p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != ".zoo-train.lock"
+    }
+
+
+def test_a_refused_resume_changes_nothing_in_the_output_dir(
+    resumable: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    train(resumable(run, 3))
+    before = snapshot(run)
+    other = resumable(run, 6).override(**{"model.overrides.ffn.d_ff": 128})
+    with pytest.raises(ValueError, match="model spec differs"):
+        train(other, resume=True)
+    assert snapshot(run) == before  # train_config.yaml, tokenizer.json, run.json, metrics.jsonl untouched
+
+
+def test_resume_drops_a_torn_last_record_and_names_its_line(
+    resumable: Callable[..., TrainConfig], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    train(resumable(run, 3))
+    metrics = run / "metrics.jsonl"
+    whole = len(metrics.read_text().splitlines())
+    with metrics.open("a") as f:
+        f.write('{"step": 4, "loss"')  # a full disk cut the record short
+    with caplog.at_level("WARNING", logger="zoo.training"):
+        assert train(resumable(run, 6), resume=True).step == 6
+    assert f"{metrics}, line {whole + 1}: an incomplete last record" in caplog.text
+    assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6]
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-7])
+
+
+CORRUPTIONS: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "a torn trainer_state.json": (
+        "trainer_state.json: not valid JSON",
+        lambda p: p.write_text('{"step": 6, "ep'),
+    ),
+    "an incomplete trainer_state.json": (
+        "trainer_state.json: incomplete: no valid epoch, position",
+        lambda p: p.write_text('{"step": 6, "elapsed_s": 1.0, "world_size": 1, "grad_accum": 2}'),
+    ),
+    "a truncated optimizer.safetensors": ("optimizer.safetensors: truncated", _truncate),
+    "a truncated rng.safetensors": ("rng.safetensors: truncated", _truncate),
+    "a truncated model.safetensors": ("model.safetensors: truncated", _truncate),
+    "a missing rng.safetensors": ("rng.safetensors missing", Path.unlink),
+}
+FILE_OF = {
+    "a torn trainer_state.json": "trainer_state.json",
+    "an incomplete trainer_state.json": "trainer_state.json",
+    "a truncated optimizer.safetensors": "optimizer.safetensors",
+    "a truncated rng.safetensors": "rng.safetensors",
+    "a truncated model.safetensors": "model.safetensors",
+    "a missing rng.safetensors": "rng.safetensors",
+}
+
+
+def test_resume_falls_back_to_the_newest_checkpoint_that_verifies(
+    resumable: Callable[..., TrainConfig], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = tmp_path / "original"
+    train(resumable(original, 6))  # checkpoints at steps 3 and 6
+    for number, (case, (problem, corrupt)) in enumerate(CORRUPTIONS.items()):
+        run = tmp_path / f"run{number}"
+        shutil.copytree(original, run)
+        corrupt(run / "checkpoints" / "step-00000006" / FILE_OF[case])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="zoo.training"):
+            resumed = train(resumable(run, 6), resume=True)
+        assert resumed.step == 6, case
+        assert (
+            f"resuming from {run}/checkpoints/step-00000003; skipped the newer step-00000006 (" in caplog.text
+        )
+        assert problem in caplog.text, (case, caplog.text)
+        assert sorted(losses(run)) == [1, 2, 3, 4, 5, 6], case  # steps 4-6 redone, not duplicated
+
+
+def test_resume_without_a_checkpoint_that_verifies_lists_each_one_and_its_problem(
+    resumable: Callable[..., TrainConfig], tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    train(resumable(run, 6))
+    _truncate(run / "checkpoints" / "step-00000006" / "optimizer.safetensors")
+    (run / "checkpoints" / "step-00000003" / "trainer_state.json").write_text("{")
+    before = snapshot(run)
+    with pytest.raises(ValueError, match="none of its checkpoints can be resumed from") as refused:
+        train(resumable(run, 9), resume=True)
+    message = str(refused.value)
+    assert "step-00000006 (optimizer.safetensors: truncated" in message
+    assert "step-00000003 (trainer_state.json: not valid JSON" in message
+    with pytest.raises(ValueError, match=r"step-00000003: cannot resume from this checkpoint: trainer_state"):
+        train(resumable(run, 9), resume=run / "checkpoints" / "step-00000003")
+    assert snapshot(run) == before

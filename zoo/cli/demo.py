@@ -5,6 +5,10 @@ translator on the generated toy corpus: trains the tokenizer, trains the model w
 and label smoothing (on CUDA when available), reports held-out BLEU, translates a few sentences with
 greedy and beam search, saves everything to ``runs/demo/`` and reloads it from disk to show that the saved
 model gives the same translations.
+
+Run again, it replaces its own previous run there (recognised by its config, `zoo.demo.config.is_demo_run`),
+so ``make demo`` can be repeated; any other run, model or data in the output dir is refused unless
+``--overwrite``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default: 1)")
     add_device_option(parser)
     parser.add_argument("--beams", type=int, default=4, help="beam width for the beam-search column")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a run, model or data in the output dir that the demo did not write "
+        "(its own previous run it replaces anyway)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -35,13 +45,20 @@ def run(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.cli.train import ProgressCallback, setup_logging
     from zoo.demo import corpus
-    from zoo.demo.config import DEMO_MODEL, DEMO_SENTENCES, demo_config, write_toy_data
+    from zoo.demo.config import DEMO_MODEL, DEMO_SENTENCES, demo_config, is_demo_run, write_toy_data
     from zoo.training import train, translate
     from zoo.training.bleu import bleu_signature
+    from zoo.training.rundir import previous_run
 
     setup_logging()
     out: Path = args.output_dir
-    train_path, valid_path = write_toy_data(out / "data")
+    found = previous_run(out)  # checked before the data is written: a foreign run is left as it was
+    if found and not args.overwrite and not is_demo_run(out):
+        raise FileExistsError(
+            f"{out} holds {', '.join(found)}, which the demo did not write: choose another --output-dir, "
+            "or replace them (--overwrite)"
+        )
+    train_path, valid_path = write_toy_data(out / "data", overwrite=args.overwrite)
     config = demo_config(
         out,
         train=train_path,
@@ -55,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         f"from {train_path} (toy corpus: 6,000 pairs, 300 held out)"
     )
     start = time.perf_counter()
-    result = train(config, callbacks=[ProgressCallback(console)], overwrite=True)
+    result = train(config, callbacks=[ProgressCallback(console)], overwrite=bool(found))
     minutes = (time.perf_counter() - start) / 60
     model, tokenizer = result.model, result.tokenizer
     preset = zoo.preset(DEMO_MODEL["preset"])

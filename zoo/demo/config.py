@@ -17,6 +17,10 @@ sized to the tokenizer, so the demo model has 8,000 x 128 = 1,024,000 fewer para
 
 One CPU thread by default: at this size a second thread buys ~1.5x on an idle machine but costs ~10x
 as soon as another process competes for the cores (PyTorch's thread pool spins while it waits).
+
+The demo reruns in place (``make demo`` twice): it replaces a previous run only when `is_demo_run`
+recognises it by its ``train_config.yaml`` — this config, on ``<output_dir>/data/*.tsv``, whatever the
+steps, device and threads — and never a foreign run or a model saved there (that takes ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from zoo.demo.corpus import toy_corpus
-from zoo.demo.tsv import write_tsv
+from zoo.demo.tsv import read_tsv, write_tsv
 from zoo.training.config import TrainConfig
+from zoo.training.layout import CONFIG_NAME
 
 DEMO_SENTENCES = (
     "the cat eats fish",
@@ -41,15 +46,71 @@ DEMO_VOCAB_SIZE = 1000
 
 
 def write_toy_data(
-    directory: Path, *, seed: int = 0, train_size: int = 6000, valid_size: int = 300
+    directory: Path,
+    *,
+    seed: int = 0,
+    train_size: int = 6000,
+    valid_size: int = 300,
+    overwrite: bool = False,
 ) -> tuple[Path, Path]:
-    """Write the toy corpus as ``train.tsv`` and ``valid.tsv`` under ``directory``; returns both paths."""
+    """Write the toy corpus as ``train.tsv`` and ``valid.tsv`` under ``directory``; returns both paths.
+
+    A file already holding these pairs is left as it is; one holding anything else is replaced only with
+    ``overwrite`` (a FileExistsError otherwise), and a symbolic link never (a ValueError).
+    """
     corpus = toy_corpus(seed=seed, train_size=train_size, valid_size=valid_size)
     directory.mkdir(parents=True, exist_ok=True)
     train, valid = directory / "train.tsv", directory / "valid.tsv"
-    write_tsv(corpus.train, train)
-    write_tsv(corpus.valid, valid)
+    for path, pairs in ((train, corpus.train), (valid, corpus.valid)):
+        if path.is_symlink():
+            raise ValueError(f"{path} is a symbolic link: the demo does not write through it; remove it")
+        if path.exists() and _read_pairs(path) == list(pairs):
+            continue
+        if path.exists() and not overwrite:
+            raise FileExistsError(
+                f"{path} holds other data than the demo's toy corpus: choose another --output-dir, or "
+                "replace it (--overwrite)"
+            )
+        write_tsv(pairs, path)
     return train, valid
+
+
+def _read_pairs(path: Path) -> list[tuple[str, str]] | None:
+    try:
+        return read_tsv(path)
+    except (ValueError, OSError):  # not TSV, not UTF-8, a directory: not the demo's
+        return None
+
+
+def is_demo_run(output_dir: Path) -> bool:
+    """``output_dir`` holds a run of `demo_config` (any steps, device, threads and seed) on its own
+    ``data/`` files: the demo may replace it. Anything else there is foreign."""
+    try:
+        saved = TrainConfig.from_yaml(output_dir / CONFIG_NAME)
+    except (ValueError, OSError):  # none, unreadable, or not a training config
+        return False
+    data = output_dir / "data"
+    ours = demo_config(
+        output_dir,
+        train=data / "train.tsv",
+        valid=data / "valid.tsv",
+        max_steps=saved.max_steps or 1,
+        num_threads=saved.num_threads,
+        device=saved.device,
+        seed=saved.seed,
+    )
+    return _comparable(saved) == _comparable(ours)
+
+
+def _comparable(config: TrainConfig) -> dict[str, Any]:
+    """The config as data, with its paths resolved (a relative path is relative to the working directory,
+    as the run read it)."""
+    dump = config.model_dump(mode="json")
+    dump["output_dir"] = str(Path(dump["output_dir"]).resolve())
+    for split in ("train", "valid"):
+        if isinstance(dump["data"][split], str):
+            dump["data"][split] = str(Path(dump["data"][split]).resolve())
+    return dump
 
 
 def demo_config(

@@ -9,11 +9,18 @@
 No pickle: tensors go to safetensors and everything else to JSON. Each file is written through
 `zoo.io.atomic`, into a directory under a temporary name that is renamed into place once complete, so a
 crash mid-save never leaves a checkpoint that looks finished; `latest_checkpoint` only sees complete ones.
+A failed write (a full disk) removes the temporary directory and raises one `RunWriteError` naming the
+file; the checkpoints already there are untouched.
+
+Resuming trusts no file unread: `checkpoint_problem` checks that every file is there and parses, and that
+each safetensors file holds all the bytes its header promises (a truncated copy, a file system that lost
+a tail). `resumable_checkpoint` takes the newest checkpoint that passes, logging each one it skips and why.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -26,9 +33,18 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, write_atomic, write_text_atomic
+from zoo.io.checkpoint.files import read_header
+from zoo.io.checkpoint.layout import open_checkpoint
+from zoo.io.jsonfile import read_json_object
+from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
 from zoo.training.layout import CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
+from zoo.training.rundir import writing
+
+log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"step-(\d+)")
+# trainer_state.json: the progress (`TrainerState.progress`) and the provenance `CheckpointIO` adds.
+STATE_KEYS = ("step", "epoch", "position", "elapsed_s", "world_size", "grad_accum")
 
 
 class ResumeError(ValueError):
@@ -104,32 +120,42 @@ def write_checkpoint(
 ) -> Path:
     """Write a complete checkpoint to ``final`` (rank 0 only). ``save_model(dir)`` writes the weights and
     tokenizer(s) (zoo.save and Tokenizer.save write atomically too, so every file is durable)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
     # One temporary directory, renamed as a whole: `zoo.io.atomic` makes files atomic, not folders.
     temp = final.parent / f".{final.name}{TEMP_SUFFIX}"
-    shutil.rmtree(temp, ignore_errors=True)  # a previous crashed attempt
+    kept = [p.name for p in list_checkpoints(final.parent.parent) if p != final]
+    intact = f"the checkpoints before it ({', '.join(kept)}) are intact" if kept else "there is no other"
+    hint = f"this checkpoint was not kept and {intact}: free some space (or fix the cause), then continue "
+    hint += "(--resume)"
     try:
-        temp.mkdir()
-        save_model(temp)
+        with writing(final, hint=hint):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(temp, ignore_errors=True)  # a previous crashed attempt
+            temp.mkdir()
+        with writing(f"{final} (its model and tokenizer)", hint=hint):
+            save_model(temp)
         tensors, metadata = flatten_optimizer_state(optimizer_state)
-        write_atomic(temp / OPTIMIZER_NAME, lambda path: save_file(tensors, str(path), metadata=metadata))
+        with writing(final / OPTIMIZER_NAME, hint=hint):
+            write_atomic(temp / OPTIMIZER_NAME, lambda path: save_file(tensors, str(path), metadata=metadata))
         rng = {
             f"rank{rank}/{name}": t.cpu()
             for rank, states in enumerate(rng_states)
             for name, t in states.items()
         }
-        write_atomic(temp / RNG_NAME, lambda path: save_file(rng, str(path)))
+        with writing(final / RNG_NAME, hint=hint):
+            write_atomic(temp / RNG_NAME, lambda path: save_file(rng, str(path)))
         # Written last: its presence marks the checkpoint complete.
-        write_text_atomic(temp / STATE_NAME, json.dumps(trainer_state, indent=2) + "\n")
-        if final.exists():  # re-saving a step (e.g. after resuming from it): swap, never half-delete
-            old = final.parent / f".{final.name}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-            os.replace(temp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(temp, final)
-        fsync_dir(final.parent)
+        with writing(final / STATE_NAME, hint=hint):
+            write_text_atomic(temp / STATE_NAME, json.dumps(trainer_state, indent=2) + "\n")
+        with writing(final, hint=hint):
+            if final.exists():  # re-saving a step (e.g. after resuming from it): swap, never half-delete
+                old = final.parent / f".{final.name}.old"
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(final, old)
+                os.replace(temp, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(temp, final)
+            fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
@@ -140,7 +166,62 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
     file = path / STATE_NAME
     if not file.is_file():
         raise ResumeError(f"{path}: not a complete training checkpoint (no {STATE_NAME})")
-    return json.loads(file.read_text(encoding="utf-8"))
+    state = read_json_object(file, error=ResumeError)
+    bad = [key for key in STATE_KEYS if not _is_number(state.get(key))]
+    if bad:
+        raise ResumeError(f"{file}: incomplete: no valid {', '.join(bad)}")
+    return state
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# --- choosing a checkpoint to resume from ------------------------------------------------------------------
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why checkpoint ``path`` cannot be resumed from, or None when it verifies: every file there and
+    parseable, every safetensors file holding all its tensors' bytes (headers only: nothing is loaded)."""
+    if not path.is_dir():
+        return "no such directory" if not path.exists() else "not a directory"
+    needed = (STATE_NAME, SPEC_NAME, TOKENIZER_NAME, OPTIMIZER_NAME, RNG_NAME)
+    missing = [name for name in needed if not (path / name).is_file()]
+    if missing:
+        return f"{', '.join(missing)} missing"
+    try:
+        read_trainer_state(path)
+        read_json_object(path / SPEC_NAME, error=ResumeError)
+        read_json_object(path / TOKENIZER_NAME, error=ResumeError)
+        open_checkpoint(path)  # the weights: headers, sizes and spec
+        metadata, _ = read_header(path / OPTIMIZER_NAME)
+        if not isinstance(json.loads(metadata.get("param_groups", "null")), list):
+            return f"{OPTIMIZER_NAME}: no parameter groups in its metadata"
+        json.loads(metadata.get("scalars", "{}"))
+        read_header(path / RNG_NAME)
+    except (ValueError, OSError) as error:  # CheckpointError and ResumeError are ValueErrors
+        return str(error).replace(f"{path}{os.sep}", "").replace(f"{path}: ", "")
+    return None
+
+
+def resumable_checkpoint(output_dir: Path) -> Path:
+    """The newest checkpoint under ``output_dir`` that verifies (`checkpoint_problem`); each newer one
+    skipped is logged with its problem. A `ResumeError` lists them all when none verifies."""
+    candidates = list_checkpoints(output_dir)[::-1]
+    if not candidates:
+        raise ResumeError(f"{output_dir}: no complete checkpoint to resume from")
+    problems: list[str] = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            for skipped in problems:
+                log.warning("resuming from %s; skipped the newer %s", path, skipped)
+            return path
+        problems.append(f"{path.name} ({problem})")
+    raise ResumeError(
+        f"{output_dir}: none of its checkpoints can be resumed from: {'; '.join(problems)}. Resume from a "
+        "copy of a good checkpoint (--resume PATH), or start over (--overwrite)"
+    )
 
 
 def read_rng_state(path: Path, rank: int) -> dict[str, torch.Tensor] | None:

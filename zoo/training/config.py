@@ -29,8 +29,9 @@ from pydantic import (
     model_validator,
 )
 
+from zoo.spec.errors import format_validation_error, plain_tags
+from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
-from zoo.spec.presets import format_validation_error
 
 Task = Literal["seq2seq", "causal_lm", "masked_lm"]
 TASK_OF_FAMILY: dict[str, Task] = {
@@ -251,7 +252,7 @@ class TrainConfig(Section):
     def from_dict(cls, data: dict[str, Any], *, where: str = "training config") -> TrainConfig:
         """Validate a mapping; errors become one `ConfigError` listing ``dotted.field: problem`` lines."""
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(plain_tags(data, [("schedule", "kind")]))
         except ValidationError as error:
             raise ConfigError(
                 f"{where}: invalid training config:\n{format_validation_error(error)}"
@@ -259,12 +260,17 @@ class TrainConfig(Section):
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
-        """Read a YAML (or JSON) file; ``overrides`` are dotted keys, e.g. ``**{"optim.eps": 1e-8}``."""
+        """Read a YAML (or JSON) file; ``overrides`` are dotted keys, e.g. ``**{"optim.eps": 1e-8}``.
+
+        Files over 10 MiB, or whose aliases expand past 100,000 values, are refused (`zoo.spec.files`).
+        """
         path = Path(path).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"{path}: training config not found")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = read_yaml_file(path, what="training config")
+        except YAMLLimitError as error:
+            raise ConfigError(f"{path}: refused: {error}") from None
         except (yaml.YAMLError, UnicodeDecodeError) as error:
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
         if not isinstance(data, dict):

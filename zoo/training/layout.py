@@ -13,6 +13,7 @@
             optimizer.safetensors                            Adam moments by parameter name
             rng.safetensors                                  every rank's RNG streams
             trainer_state.json                               step, data position, elapsed time
+        .zoo-train.lock                     the advisory lock of the run writing here (`zoo.training.rundir`)
 
 The model's and tokenizer's own names (``model.safetensors``, ``spec.json``, ``tokenizer.json``) belong to
 `zoo.io.names`; this module names only what training adds.
@@ -31,3 +32,4 @@ CHECKPOINTS_DIR = "checkpoints"
 STATE_NAME = "trainer_state.json"
 OPTIMIZER_NAME = "optimizer.safetensors"
 RNG_NAME = "rng.safetensors"
+LOCK_NAME = ".zoo-train.lock"

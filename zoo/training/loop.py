@@ -1,6 +1,8 @@
 """The training loop: `Trainer` (and `train`, its one-call form) runs a `TrainConfig` end to end.
 
-    prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
+    lock the output dir (`runlock`: one trainer at a time) -> refuse a previous run there unless overwrite /
+    pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
+    -> prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
     -> model -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
        divided by the step's token count over every micro-batch and process -> clip -> optimizer step
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
@@ -33,7 +35,7 @@ from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.training import distributed as dist_
-from zoo.training import prepare
+from zoo.training import prepare, rundir, runlock
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
 from zoo.training.config import TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
@@ -42,7 +44,7 @@ from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rat
 from zoo.training.progress import ProgressBar, ProgressSetting
 from zoo.training.records import Callback, TrainResult, check_callbacks, write_run_info
 from zoo.training.reporting import Interval, Reporter, check_sinks
-from zoo.training.resume import CheckpointIO, resume_point
+from zoo.training.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
 from zoo.training.schedules import learning_rate
 from zoo.training.sinks import MetricSink
 from zoo.training.state import TrainerState
@@ -71,7 +73,10 @@ class Trainer:
         callbacks = check_callbacks(callbacks)
         sinks = check_sinks(sinks, config_sinks=config.log_sinks)
         self.runtime = dist_.start_runtime(config.device)
+        self._lock: runlock.RunLock | None = None
         try:
+            # Held until close(): a second trainer in this output dir fails at once, naming this process.
+            self._lock = runlock.lock_run(config.output_dir, self.runtime)
             self._setup(resume, overwrite)
             self.reporter = Reporter(
                 callbacks=callbacks,
@@ -83,7 +88,7 @@ class Trainer:
                 is_main=self.runtime.is_main,
             )
         except BaseException:
-            dist_.stop_runtime(self.runtime)
+            self._release()
             raise
 
     # --- setup ------------------------------------------------------------------------------------------
@@ -93,13 +98,21 @@ class Trainer:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
         self.output_dir = out = config.output_dir
-        self.resume_from = resume_point(out, resume, overwrite=overwrite, runtime=runtime)
-        prepared = prepare.setup(config, resumed=self.resume_from is not None, runtime=runtime)
+        # Nothing in ``out`` changes until the run is accepted: checked here, then (fresh) cleared just
+        # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.
+        self.resume_from = resume_point(out, resume, overwrite=overwrite)
+        own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
+        prepared = prepare.setup(
+            config,
+            resume_from=self.resume_from,
+            runtime=runtime,
+            before_writing=lambda: start_fresh(out, runtime),
+        )
         self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
         self.train_data, self.valid_data = prepared.train_data, prepared.valid_data
         self.valid_text = prepared.valid_text
-        if runtime.is_main:
-            write_text_atomic(out / CONFIG_NAME, config.to_yaml())
+        if self.resume_from is None:
+            self._write_run_files()
         self._plan_batches()
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
@@ -135,7 +148,16 @@ class Trainer:
             saved = self.io.load(self.resume_from)  # weights, optimizer and RNG restored in place
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
             self.order.epoch, self.order.position = saved.epoch, saved.position
-        if runtime.is_main:
+            if not own:  # another run's checkpoint continues here: whatever ``out`` held is overwritten
+                start_fresh(out, runtime)
+            self._write_run_files()  # the resume is accepted: now the run's files may change
+
+    def _write_run_files(self) -> None:
+        """``train_config.yaml`` and ``run.json`` (rank 0)."""
+        out = self.output_dir
+        if self.runtime.is_main:
+            with rundir.writing(out / CONFIG_NAME):
+                write_text_atomic(out / CONFIG_NAME, self.config.to_yaml())
             write_run_info(out, task=self.task, label_smoothing=self.label_smoothing)
 
     def _plan_batches(self) -> None:
@@ -357,8 +379,13 @@ class Trainer:
         return self.reporter.record(self.step, self.elapsed(), **values)
 
     def close(self) -> None:
-        """Close the sinks and leave the process group if this trainer started it."""
+        """Close the sinks, unlock the output dir and leave the process group if this trainer started it."""
         self.reporter.stop()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
         dist_.stop_runtime(self.runtime)
 
 

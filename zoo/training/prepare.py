@@ -1,6 +1,6 @@
 """Everything resolved before the first step: task, tokenizers, the model spec, and the encoded data.
 
-    prepared = setup(config, resumed=False, runtime=runtime)   # once, by the Trainer
+    prepared = setup(config, resume_from=None, runtime=runtime)   # once, by the Trainer
     prepared.task, prepared.spec, prepared.tokenizers, prepared.train_data, prepared.valid_data
 
 ``setup`` reads the config in one pass, in this order: the spec it names -> the task -> both data splits
@@ -16,6 +16,7 @@ must agree with the special ids the spec sets (it fills those the spec leaves un
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from zoo.training.config import TASK_OF_FAMILY, ConfigError, Task, TrainConfig
 from zoo.training.data import EncodedExamples, TextExamples, corpus_lines, encode_examples, read_examples
 from zoo.training.distributed import Runtime, barrier
 from zoo.training.layout import SOURCE_TOKENIZER_NAME
+from zoo.training.rundir import writing
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +44,28 @@ class Prepared:
     valid_text: TextExamples | None  # the raw validation pairs, for BLEU
 
 
-def setup(config: TrainConfig, *, resumed: bool, runtime: Runtime) -> Prepared:
-    """Resolve ``config`` on every process (rank 0 trains or loads the tokenizers and saves them to
-    ``config.output_dir``; a resumed run reuses the ones saved there)."""
+def setup(
+    config: TrainConfig,
+    *,
+    resume_from: Path | None,
+    runtime: Runtime,
+    before_writing: Callable[[], None] | None = None,
+) -> Prepared:
+    """Resolve ``config`` on every process. A fresh run: once the data has been read and checked,
+    ``before_writing()`` (every process; the trainer clears a run it overwrites), then rank 0 trains or
+    loads the tokenizers and saves them to ``config.output_dir``. A resumed run reads the ones saved in
+    checkpoint ``resume_from`` and writes nothing: nothing changes until the resume has been accepted."""
     spec = base_spec(config)
     task = resolve_task(config, spec)
     train_text, valid_text = read_splits(config, task=task)
-    tokenizers = shared_tokenizers(
-        config, train_text, task=task, output_dir=config.output_dir, resumed=resumed, runtime=runtime
-    )
+    if resume_from is not None:
+        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=resume_from)
+    else:
+        if before_writing is not None:
+            before_writing()
+        tokenizers = shared_tokenizers(
+            config, train_text, task=task, output_dir=config.output_dir, runtime=runtime
+        )
     spec = wire_spec(spec, tokenizers, config, task=task)
     limit = max_length(config, spec)
 
@@ -110,7 +125,8 @@ class Tokenizers:
 def load_or_train_tokenizers(
     config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None = None
 ) -> Tokenizers:
-    """From ``saved_dir`` (a resumed run), from ``tokenizer.path``, or trained on the training split."""
+    """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path``, or trained on the
+    training split."""
     cfg = config.tokenizer
     separate = task == "seq2seq" and not cfg.shared
     if saved_dir is not None and (saved_dir / TOKENIZER_NAME).is_file():
@@ -147,16 +163,15 @@ def shared_tokenizers(
     *,
     task: Task,
     output_dir: Path,
-    resumed: bool,
     runtime: Runtime,
 ) -> Tokenizers:
-    """The run's tokenizers on every process: rank 0 loads or trains them and writes them to
+    """A fresh run's tokenizers on every process: rank 0 loads or trains them and writes them to
     ``output_dir``; the other processes read what it wrote (one training, identical vocabularies)."""
     if runtime.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
-        saved = output_dir if resumed else None
-        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=saved)
-        save_tokenizers(tokenizers, output_dir)
+        tokenizers = load_or_train_tokenizers(config, train_text, task=task)
+        with writing(output_dir / TOKENIZER_NAME, hint="the run did not start"):
+            save_tokenizers(tokenizers, output_dir)
     barrier(runtime)
     if not runtime.is_main:
         tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=output_dir)

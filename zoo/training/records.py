@@ -24,6 +24,7 @@ from zoo.io.atomic import write_text_atomic
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
 from zoo.training.layout import RUN_NAME
+from zoo.training.rundir import writing
 from zoo.training.state import TrainerState
 
 METRIC_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
@@ -142,4 +143,5 @@ def write_run_info(output_dir: Path, *, task: str, label_smoothing: float) -> No
         "loss": f"training objective per target token: cross-entropy with {smoothing}",
         "val_loss": "validation negative log-likelihood per target token (no label smoothing)",
     }
-    write_text_atomic(output_dir / RUN_NAME, json.dumps(info, indent=2) + "\n")
+    with writing(output_dir / RUN_NAME):
+        write_text_atomic(output_dir / RUN_NAME, json.dumps(info, indent=2) + "\n")

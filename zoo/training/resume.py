@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -25,11 +24,11 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 import zoo
-from zoo.io.names import SPEC_NAME
+from zoo.io.names import SPEC_NAME, WEIGHTS_NAME
 from zoo.spec import ModelSpec
-from zoo.training import checkpoints
+from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
-from zoo.training.layout import CHECKPOINTS_DIR, METRICS_NAME, OPTIMIZER_NAME
+from zoo.training.layout import OPTIMIZER_NAME
 from zoo.training.prepare import Tokenizers, save_tokenizers
 from zoo.training.state import TrainerState, rng_state, set_rng_state
 
@@ -104,7 +103,10 @@ class CheckpointIO:
         """The trained model and its tokenizer(s) in ``output_dir``, ready for ``zoo.load``."""
         model = self._saveable_model()
         if self.runtime.is_main:
-            self._save_model(model, self.output_dir)
+            hint = "the trained model was not saved (the last checkpoint is intact): free some space (or fix "
+            hint += "the cause), then continue the run (--resume)"
+            with rundir.writing(self.output_dir / WEIGHTS_NAME, hint=hint):
+                self._save_model(model, self.output_dir)
         dist_.barrier(self.runtime)
 
     def load(self, path: Path) -> TrainerState:
@@ -140,24 +142,33 @@ class CheckpointIO:
             )
 
 
-def resume_point(
-    output_dir: Path, resume: bool | str | Path, *, overwrite: bool, runtime: dist_.Runtime
-) -> Path | None:
-    """The checkpoint to resume from, or None for a fresh run (clearing a previous one if ``overwrite``)."""
+def resume_point(output_dir: Path, resume: bool | str | Path, *, overwrite: bool) -> Path | None:
+    """The checkpoint to resume from (verified), or None for a fresh run. Writes nothing: a fresh run
+    refuses a previous run, a model or tokenizers in ``output_dir`` unless ``overwrite`` (`start_fresh`
+    then clears them, once the config has been checked), and a symbolic link there is always refused."""
+    rundir.check_no_links(output_dir)
     if resume is True:
-        found = checkpoints.latest_checkpoint(output_dir)
-        if found is None:
-            raise checkpoints.ResumeError(f"{output_dir}: no complete checkpoint to resume from")
-        return found
+        return checkpoints.resumable_checkpoint(output_dir)
     if resume:
-        return Path(resume)
-    previous = (output_dir / METRICS_NAME).exists() or checkpoints.latest_checkpoint(output_dir) is not None
-    if previous and not overwrite:
-        raise FileExistsError(
-            f"{output_dir} already holds a training run; resume it (--resume) or start over (--overwrite)"
-        )
-    if previous and runtime.is_main:
-        shutil.rmtree(output_dir / CHECKPOINTS_DIR, ignore_errors=True)
-        (output_dir / METRICS_NAME).unlink(missing_ok=True)
+        path = Path(resume)
+        problem = checkpoints.checkpoint_problem(path)
+        if problem is not None:
+            raise checkpoints.ResumeError(f"{path}: cannot resume from this checkpoint: {problem}")
+        if is_own_checkpoint(path, output_dir):
+            return path  # the run continues
+    found = rundir.previous_run(output_dir)
+    if found and not overwrite:
+        raise rundir.previous_run_error(output_dir, found)
+    return Path(resume) if resume else None
+
+
+def is_own_checkpoint(path: Path, output_dir: Path) -> bool:
+    """``path`` is one of ``output_dir``'s checkpoints (resuming from it continues that run)."""
+    return path.resolve().is_relative_to(output_dir.resolve())
+
+
+def start_fresh(output_dir: Path, runtime: dist_.Runtime) -> None:
+    """Clear a previous run being overwritten (rank 0; what `rundir.previous_run` finds, nothing else)."""
+    if runtime.is_main:
+        rundir.clear_run(output_dir)
     dist_.barrier(runtime)
-    return None

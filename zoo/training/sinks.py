@@ -11,14 +11,20 @@ truncates it, ``--overwrite`` detects a previous run by it, and ``zoo plot train
 Each format survives a crash mid-run: a JSONL or CSV row is one ``write`` call followed by a flush (a
 killed run leaves whole rows), and a CSV whose header must grow — a record brought a key the file has no
 column for — is rewritten through `zoo.io.atomic` (a temporary file renamed over the old one), so the file
-on disk is the old table or the new one, never half of each. Resuming truncates both files the same way.
+on disk is the old table or the new one, never half of each. Resuming truncates both files the same way,
+dropping (with a warning naming the file and line) a last row a crash or a full disk cut short. A row that
+cannot be written (a full disk) is cut back off the file and raises one `RunWriteError` naming it; the
+files are never opened through a symbolic link.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import logging
+import os
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,6 +32,9 @@ from typing import Any, Protocol
 
 from zoo.io.atomic import write_text_atomic
 from zoo.training.layout import CSV_NAME, METRICS_NAME, TENSORBOARD_DIR
+from zoo.training.rundir import open_no_link, writing
+
+log = logging.getLogger(__name__)
 
 SINK_NAMES = ("jsonl", "csv", "tensorboard")
 TENSORBOARD_HINT = "pip install tensorboard"
@@ -48,8 +57,7 @@ class JsonlSink:
         self.path = Path(path)
 
     def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_row(self.path, json.dumps(record) + "\n")
 
     def close(self) -> None:
         pass
@@ -79,8 +87,7 @@ class CsvSink:
             _, rows = read_csv(self.path)
             self.columns = _union(self.columns, record)
             write_csv(self.path, self.columns, rows)
-        with open(self.path, "a", encoding="utf-8", newline="") as f:
-            f.write(_csv_line(self.columns, record))  # one write: a crash leaves whole rows only
+        append_row(self.path, _csv_line(self.columns, record))
 
     def close(self) -> None:
         pass
@@ -155,14 +162,39 @@ def open_sink(name: str, output_dir: Path, *, resume_step: int | None) -> Metric
     )
 
 
+def append_row(path: Path, row: str) -> None:
+    """Append one row in one write (a crash leaves whole rows only); a row that fails (a full disk) is cut
+    back off, so the file keeps whole rows, and the error names the file. Never through a link."""
+    with writing(path):
+        fd = open_no_link(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                data = memoryview(row.encode("utf-8"))
+                while data:
+                    data = data[os.write(fd, data) :]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
+
+
 # --- CSV files ------------------------------------------------------------------------------------------
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     """(header, complete rows). A last line without its newline, or a row with too few cells, was cut
-    short by a crash and is dropped."""
-    text = path.read_text(encoding="utf-8")
-    text = text[: text.rfind("\n") + 1]  # up to the last whole line
+    short by a crash or a full disk and is dropped (the torn last line with a warning)."""
+    text = path.read_bytes().decode("utf-8", errors="replace")  # a torn multi-byte tail must not stop it
+    whole = text.rfind("\n") + 1
+    if text[whole:]:
+        log.warning(
+            "%s, line %d: an incomplete last row (cut short by a crash or a full disk); dropped",
+            path, text.count("\n") + 1,
+        )  # fmt: skip
+    text = text[:whole]  # up to the last whole line
     rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows:
         return [], []
@@ -173,7 +205,8 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
     """Write the whole table at once (atomically: the old table or the new one, never half of each)."""
     text = _csv_row(columns) + "".join(_csv_line(columns, row) for row in rows)
-    write_text_atomic(path, text)
+    with writing(path):
+        write_text_atomic(path, text)
 
 
 def truncate_csv(path: Path, *, after: int) -> None:
@@ -187,19 +220,29 @@ def truncate_csv(path: Path, *, after: int) -> None:
 
 def truncate_records(output_dir: Path, *, after: int) -> None:
     """Drop records past ``after`` from ``metrics.jsonl`` and ``metrics.csv``: on resume they belong to
-    steps the run is about to redo. A line a crash cut short is dropped too."""
+    steps the run is about to redo. A line a crash or a full disk cut short is dropped with a warning."""
     truncate_csv(output_dir / CSV_NAME, after=after)
     path = output_dir / METRICS_NAME
     if not path.is_file():
         return
+    text = path.read_bytes().decode("utf-8", errors="replace")  # a torn multi-byte tail must not stop it
+    lines = text.split("\n")
+    torn = lines.pop()  # after the last newline: "" unless the last record was cut short
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
-            if line and json.loads(line)["step"] <= after:
+            record = json.loads(line) if line else None
+            if record is not None and record["step"] <= after:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
-            continue
-    write_text_atomic(path, "".join(f"{line}\n" for line in kept))
+            log.warning("%s, line %d: not a metric record (%.40r); dropped", path, number, line)
+    if torn:
+        log.warning(
+            "%s, line %d: an incomplete last record (cut short by a crash or a full disk); dropped",
+            path, len(lines) + 1,
+        )  # fmt: skip
+    with writing(path):
+        write_text_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 def _step(row: dict[str, str]) -> float:
