@@ -140,3 +140,67 @@ def test_zoo_generate_refuses_an_unknown_device_before_loading(gpt, capsys):
         main(["generate", str(directory), "--prompt", "the", "--device", "gpu0"])
     err = capsys.readouterr().err
     assert exit.value.code == 2 and "invalid device 'gpu0'" in err and "Traceback" not in err
+
+
+# -- everything is checked before the prompt is echoed ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--beams", "0"],
+        ["--max-new-tokens", "100000"],
+        ["--sample", "--top-k", "-1"],
+        ["--beams", "2", "--top-p", "2"],
+    ],
+)
+def test_zoo_generate_checks_its_settings_before_echoing_the_prompt(gpt, capsys, argv):
+    directory, _ = gpt
+    assert main(["generate", str(directory), "--prompt", "the cat", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing echoed: the error is the only output
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_zoo_generate_refuses_a_seed_torch_cannot_take(gpt, capsys):
+    directory, _ = gpt
+    with pytest.raises(SystemExit) as exit:
+        main(["generate", str(directory), "--prompt", "the", "--sample", "--seed", str(2**80)])
+    out, err = capsys.readouterr()
+    assert exit.value.code == 2 and out == ""
+    assert "invalid seed" in err and "0 to 2**64 - 1" in err
+
+
+def _save_with(directory: Path, model, tokenizer, change) -> Path:
+    with torch.no_grad():
+        change(dict(model.named_parameters()))
+    zoo.save(model, directory, tokenizer=tokenizer)
+    return directory
+
+
+@pytest.mark.parametrize("search", [[], ["--sample", "--seed", "0"], ["--beams", "2"]])
+def test_zoo_generate_refuses_nan_weights_before_echoing(gpt, tokenizer, tmp_path, capsys, search):
+    """NaN weights make every logit NaN: sampling failed with torch's RuntimeError midway, and greedy search
+    printed token 0 (pad, nothing) over and over and exited 0."""
+    _, model = gpt
+    broken = _save_with(
+        tmp_path / "nan", model, tokenizer, lambda p: p["embed.tokens.weight"].fill_(float("nan"))
+    )
+    assert main(["generate", str(broken), "--prompt", "the cat", *search]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "weight embed.tokens.weight holds NaN or inf" in " ".join(err.split())
+
+
+def test_zoo_generate_sampling_from_overflowing_logits_names_the_step(gpt, tokenizer, tmp_path, capsys):
+    """Finite weights, infinite logits (as fp16 overflow gives): torch.multinomial's RuntimeError becomes a
+    one-line error that says what happened and where."""
+    _, model = gpt
+    huge = _save_with(
+        tmp_path / "inf", model, tokenizer, lambda p: p["decoder.final_norm.weight"].fill_(3e38)
+    )
+    assert main(["generate", str(huge), "--prompt", "the cat", "--sample", "--seed", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "the cat\n"  # the echoed prompt, its line ended before the error
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "NaN/inf logits at step 1" in " ".join(err.split())

@@ -48,6 +48,12 @@ OK = torch.tensor([[5, 6, 7]])
         (dict(input_ids=torch.tensor([5, 6])), r"input_ids must be a \(batch, length\) tensor, got \(2,\)"),
         (dict(input_ids=torch.tensor([[0.5]])), r"integer token ids"),
         (dict(num_beams=0), r"num_beams must be an int >= 1, got 0"),
+        (dict(num_beams=1025), r"num_beams \(1025\) is over the limit of 1024: each beam copies"),
+        (dict(num_beams=10**6), r"num_beams \(1000000\) is over the limit of 1024"),
+        (
+            dict(num_beams=600, max_new_tokens=1),
+            r"num_beams \(600\) is more than the vocab_size \*\* max_new_tokens = 512 \*\* 1 = 512 different",
+        ),
         (dict(top_p=0.0, do_sample=True), r"top_p must be in \(0, 1\], got 0.0"),
         (dict(top_p=1.5), r"top_p must be in \(0, 1\], got 1.5"),
         (dict(top_k=-1), r"top_k must be None or an int >= 0"),
@@ -124,3 +130,22 @@ def test_stream_checks_its_arguments_when_called_not_when_iterated(guarded):
         stream(model, OK, num_beams=2)
     with pytest.raises(TypeError, match="unexpected arguments: beams"):
         stream(model, OK, beams=2)
+
+
+def test_beams_are_bounded_by_the_continuations_the_vocabulary_allows(guarded):
+    model = guarded("gpt2-tiny")
+    with pytest.raises(ValueError, match=r"vocab_size \*\* max_new_tokens = 512 \*\* 1 = 512"):
+        model.generate(OK, num_beams=513, max_new_tokens=1)
+    tiny_vocab = zoo.build(zoo.preset("gpt2-tiny").override(vocab_size=6))
+    with pytest.raises(ValueError, match=r"6 \*\* 2 = 36 different continuations"):
+        tiny_vocab.generate(torch.tensor([[3, 4]]), num_beams=37, max_new_tokens=2, eos_token_id=[])
+    assert tiny_vocab.generate(
+        torch.tensor([[3, 4]]), num_beams=36, max_new_tokens=2, eos_token_id=[]
+    ).shape == (1, 4)
+
+
+def test_a_bad_value_is_quoted_briefly_however_large_it_is(guarded):
+    model = guarded("gpt2-tiny")
+    with pytest.raises(ValueError) as error:
+        model.generate(OK, top_k=[[1] * 1000] * 1000)
+    assert "top_k must be None or an int >= 0" in str(error.value) and len(str(error.value)) < 300

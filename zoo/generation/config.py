@@ -16,6 +16,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from zoo.generation.protocol import GenerativeModel
+from zoo.spec.errors import short_repr
+
+MAX_BEAMS = 1024
+"""The most beams a search may keep. Each beam is a full copy of the sequence and of the KV cache, and every
+step sorts ``num_beams * vocab_size`` scores per sentence: 100,000 beams of a small model take gigabytes
+and minutes before the first token. Published systems use 4 to 16 (Vaswani et al. 2017: 4)."""
 
 
 class GenerationConfig(BaseModel):
@@ -60,6 +66,16 @@ class GenerationConfig(BaseModel):
     @classmethod
     def _at_least_one(cls, value: Any, info: ValidationInfo) -> Any:
         return _need(value, _is_int(value) and value >= 1, f"{info.field_name} must be an int >= 1")
+
+    @field_validator("num_beams")
+    @classmethod
+    def _beams_bounded(cls, value: int) -> int:
+        if value > MAX_BEAMS:
+            raise ValueError(
+                f"num_beams ({value}) is over the limit of {MAX_BEAMS}: each beam copies the sequence and its "
+                "KV cache, and each step sorts num_beams x vocab_size scores per sentence"
+            )
+        return value
 
     @field_validator("min_new_tokens", mode="before")
     @classmethod
@@ -118,7 +134,7 @@ class GenerationConfig(BaseModel):
 
 def _need(value: Any, ok: bool, message: str) -> Any:
     if not ok:
-        raise ValueError(f"{message}, got {value!r}")
+        raise ValueError(f"{message}, got {short_repr(value)}")  # bounded: the value may be anything
     return value
 
 
@@ -169,6 +185,28 @@ def token_ids(value: int | Sequence[int] | None, *, name: str, vocab_size: int) 
         if not _is_int(token) or not 0 <= token < vocab_size:
             raise ValueError(f"generate: {name} ({value!r}) must be token ids in [0, {vocab_size})")
     return ids
+
+
+def check_beams(config: GenerationConfig, *, vocab_size: int) -> None:
+    """Raise ValueError when ``num_beams`` exceeds the distinct continuations the search can hold.
+
+    All beams start from the same prompt, so after t steps there are at most ``vocab_size ** t`` different
+    hypotheses: beams beyond ``vocab_size ** max_new_tokens`` can never be filled, only computed.
+    """
+    beams, steps = config.num_beams, config.max_new_tokens
+    if beams == 1:
+        return
+    # vocab_size ** steps without a huge int: stop once it reaches num_beams (a vocabulary of 2 or more
+    # gets there within num_beams.bit_length() steps).
+    continuations = 1
+    for _ in range(min(steps, beams.bit_length())):
+        continuations *= vocab_size
+        if continuations >= beams:
+            return
+    raise ValueError(
+        f"generate: num_beams ({beams}) is more than the vocab_size ** max_new_tokens = "
+        f"{vocab_size} ** {steps} = {continuations} different continuations the search can hold"
+    )
 
 
 def check_model(model: object) -> GenerativeModel:

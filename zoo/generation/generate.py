@@ -22,7 +22,14 @@ import torch
 
 from zoo.generation.beam import beam_search
 from zoo.generation.compiled import compiled_decode_step
-from zoo.generation.config import GenerationConfig, check_inputs, check_model, token_ids, validated
+from zoo.generation.config import (
+    GenerationConfig,
+    check_beams,
+    check_inputs,
+    check_model,
+    token_ids,
+    validated,
+)
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.sampling import LogitsProcessors, sample
 from zoo.generation.session import Session, StepFn, decode_step
@@ -205,6 +212,7 @@ def prepare(
     model = check_model(model)
     spec = model.spec
     vocab = spec.vocab_size
+    check_beams(config, vocab_size=vocab)
     eos_setting = config.eos_token_id
     eos = token_ids(
         eos_setting if eos_setting is not None else spec.eos_token_id, name="eos_token_id", vocab_size=vocab

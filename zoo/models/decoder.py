@@ -15,7 +15,8 @@ from zoo.models.base import (
     build_stack,
     repeat_rows,
 )
-from zoo.models.heads import LMHead, check_logits_mask, select_positions
+from zoo.models.heads import LMHead, select_positions
+from zoo.models.inputs import check_labels, check_logits_mask, check_tokens
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 
@@ -58,8 +59,22 @@ class DecoderModel(GenerationMixin, ZooModel):
         ``logits_mask`` (B, T) bool runs the LM head only where it is True: logits are then (N, V) and the
         loss counts only those positions (position t is scored against label t + 1, so pass
         ``shift_labels_left(labels) != -100`` to skip padding and the last position).
+
+        Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
-        check_logits_mask(logits_mask, input_ids, head="LM head", has_head=self.lm_head is not None)
+        where, V = "DecoderModel.forward", self.spec.vocab_size
+        B, T = check_tokens(
+            input_ids,
+            attention_mask,
+            where=where,
+            vocab_size=V,
+            max_positions=self.spec.max_positions,
+            cached=cache.length if cache is not None else 0,
+        )
+        check_labels(labels, where=where, shape=(B, T), num_classes=V, like="input_ids")
+        check_logits_mask(
+            logits_mask, input_ids, where=where, head="LM head", has_head=self.lm_head is not None
+        )
         out = self.decoder(
             self.embed(input_ids),
             attention_mask=attention_mask,

@@ -8,7 +8,8 @@ from torch.nn import functional as F
 
 from zoo.losses import select_labels, token_cross_entropy
 from zoo.models.base import ZooModel, build_embedding, build_stack
-from zoo.models.heads import ClassificationHead, MLMHead, Pooler, check_logits_mask, select_positions
+from zoo.models.heads import ClassificationHead, MLMHead, Pooler, select_positions
+from zoo.models.inputs import check_labels, check_logits_mask, check_token_types, check_tokens
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
 
@@ -57,8 +58,28 @@ class EncoderModel(ZooModel):
         ``logits_mask`` (B, T) bool runs the MLM head only where it is True (e.g. ``labels != -100``):
         logits are then (N, V) for those N positions and the loss counts only them. MLM labels ~15% of
         the positions, so this skips most of the vocabulary-wide projection and its softmax.
+
+        Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
-        check_logits_mask(logits_mask, input_ids, head="MLM head", has_head=self.mlm_head is not None)
+        where, spec = "EncoderModel.forward", self.spec
+        B, T = check_tokens(
+            input_ids,
+            attention_mask,
+            where=where,
+            vocab_size=spec.vocab_size,
+            max_positions=spec.max_positions,
+        )
+        check_token_types(
+            token_type_ids, where=where, shape=(B, T), segment_vocab_size=spec.embedding.segment_vocab_size
+        )
+        if self.mlm_head is not None:
+            check_labels(labels, where=where, shape=(B, T), num_classes=spec.vocab_size, like="input_ids")
+        elif self.classifier is not None:
+            num_labels = spec.heads.num_labels or 0
+            check_labels(labels, where=where, shape=(B,), num_classes=num_labels, like="one label per row")
+        check_logits_mask(
+            logits_mask, input_ids, where=where, head="MLM head", has_head=self.mlm_head is not None
+        )
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
             attention_mask=attention_mask,

@@ -24,7 +24,8 @@ from zoo.models.base import (
     build_stack,
     repeat_rows,
 )
-from zoo.models.heads import LMHead, check_logits_mask, select_positions
+from zoo.models.heads import LMHead, select_positions
+from zoo.models.inputs import check_labels, check_logits_mask, check_mask, check_memory, check_tokens
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
 from zoo.stacks import StackOutput
@@ -59,10 +60,39 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         *,
         output_attentions: bool = False,
     ) -> StackOutput:
-        """Source ids (B, S) -> the encoder output (B, S, C)."""
+        """Source ids (B, S) -> the encoder output (B, S, C). Checks its arguments first (`zoo.models.inputs`)."""
+        self._check_source(input_ids, attention_mask, where="EncoderDecoderModel.encode")
+        return self._encode(input_ids, attention_mask, output_attentions=output_attentions)
+
+    def _encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, output_attentions: bool = False
+    ) -> StackOutput:
         embed = self.source_embed if self.source_embed is not None else self.embed
         return self.encoder(
             embed(input_ids), attention_mask=attention_mask, output_attentions=output_attentions
+        )
+
+    def _check_source(self, input_ids: object, attention_mask: object, *, where: str) -> tuple[int, int]:
+        return check_tokens(
+            input_ids,
+            attention_mask,
+            where=where,
+            vocab_size=self.input_vocab_size,
+            max_positions=self.spec.max_positions,
+        )
+
+    def _check_target(
+        self, ids: object, mask: object, *, where: str, cached: int = 0, mask_name: str
+    ) -> tuple[int, int]:
+        return check_tokens(
+            ids,
+            mask,
+            where=where,
+            vocab_size=self.spec.vocab_size,
+            max_positions=self.spec.max_positions,
+            cached=cached,
+            ids_name="decoder_input_ids",
+            mask_name=mask_name,
         )
 
     def decode(
@@ -78,8 +108,43 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         output_attentions: bool = False,
     ) -> tuple[StackOutput, torch.Tensor]:
         """Target ids (B, T) attending to ``memory`` (B, S, C) -> (decoder output, logits (B, T, V)), or
-        logits (N, V) at the N positions where ``logits_mask`` (B, T) is True."""
-        check_logits_mask(logits_mask, decoder_input_ids, head="LM head")
+        logits (N, V) at the N positions where ``logits_mask`` (B, T) is True.
+
+        Checks its arguments first (`zoo.models.inputs`); ``attention_mask`` covers cached + new tokens."""
+        where = "EncoderDecoderModel.decode"
+        B, _ = self._check_target(
+            decoder_input_ids,
+            attention_mask,
+            where=where,
+            mask_name="attention_mask",
+            cached=cache.length if cache is not None else 0,
+        )
+        S = check_memory(memory, where=where, rows=B, d_model=self.spec.d_model)
+        check_mask(memory_mask, where=where, name="memory_mask", shape=(B, S), like="memory")
+        check_logits_mask(logits_mask, decoder_input_ids, where=where, head="LM head")
+        return self._decode(
+            decoder_input_ids,
+            memory=memory,
+            memory_mask=memory_mask,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            logits_mask=logits_mask,
+            output_attentions=output_attentions,
+        )
+
+    def _decode(
+        self,
+        decoder_input_ids: torch.Tensor,
+        *,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None = None,
+        cache: Any = None,
+        logits_mask: torch.Tensor | None,
+        output_attentions: bool,
+    ) -> tuple[StackOutput, torch.Tensor]:
         out = self.decoder(
             self.embed(decoder_input_ids),
             attention_mask=attention_mask,
@@ -107,14 +172,28 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
 
         ``logits_mask`` (B, T) bool (e.g. ``labels != -100``) runs the LM head only where it is True:
         logits are then (N, V) and the loss counts only those positions.
+
+        Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
+        where, V = "EncoderDecoderModel.forward", self.spec.vocab_size
+        B, _ = self._check_source(input_ids, attention_mask, where=where)
         if decoder_input_ids is None:
             if labels is None:
-                raise ValueError("EncoderDecoderModel.forward needs decoder_input_ids or labels")
+                raise ValueError(f"{where} needs decoder_input_ids or labels")
+            # the labels become the decoder inputs: (B, length) ids before they are shifted
+            check_labels(labels, where=where, shape=(B, None), num_classes=V, like="input_ids")
             decoder_input_ids = self.shift_right(labels)
-        check_logits_mask(logits_mask, decoder_input_ids, head="LM head")
-        encoded = self.encode(input_ids, attention_mask, output_attentions=output_attentions)
-        decoded, logits = self.decode(
+        rows, T = self._check_target(
+            decoder_input_ids, decoder_attention_mask, where=where, mask_name="decoder_attention_mask"
+        )
+        if rows != B:
+            raise ValueError(
+                f"{where}: decoder_input_ids has {rows} rows and input_ids {B}: give one target per source"
+            )
+        check_labels(labels, where=where, shape=(B, T), num_classes=V, like="decoder_input_ids")
+        check_logits_mask(logits_mask, decoder_input_ids, where=where, head="LM head")
+        encoded = self._encode(input_ids, attention_mask, output_attentions=output_attentions)
+        decoded, logits = self._decode(
             decoder_input_ids,
             memory=encoded.hidden,
             memory_mask=attention_mask,
@@ -145,7 +224,8 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
 
         The beams of a sentence share its encoder output (repeated, not recomputed).
         """
-        memory = self.encode(input_ids, attention_mask).hidden  # (B, S, C)
+        # `zoo.generation` has checked the source (`check_inputs`): straight to the encoder.
+        memory = self._encode(input_ids, attention_mask).hidden  # (B, S, C)
         prompt = torch.full(
             (input_ids.shape[0] * num_beams, 1),
             self.spec.start_token_id,

@@ -106,28 +106,12 @@ class ClassificationHead(nn.Module):
         return self.out_proj(self.dropout(pooled))  # (B, num_labels)
 
 
-def check_logits_mask(
-    logits_mask: torch.Tensor | None, ids: torch.Tensor, *, head: str, has_head: bool = True
-) -> None:
-    """Before any compute: ``logits_mask`` must be bool and shaped like the (B, T) ids the head scores, and
-    the model must have the token-level ``head`` it selects positions for."""
-    if logits_mask is None:
-        return
-    if not has_head:
-        raise ValueError(f"logits_mask selects positions for the {head}; this model has none")
-    if logits_mask.dtype != torch.bool or tuple(logits_mask.shape) != tuple(ids.shape):
-        raise ValueError(
-            f"logits_mask must be a bool tensor of shape {tuple(ids.shape)} (batch, positions) for the "
-            f"{head}; got {logits_mask.dtype} of shape {tuple(logits_mask.shape)}"
-        )
-
-
 def select_positions(hidden: torch.Tensor, logits_mask: torch.Tensor | None) -> torch.Tensor:
     """hidden (B, T, C) -> (N, C): the rows where ``logits_mask`` (B, T) is True, in row-major order.
 
     A head run on these rows alone skips the positions no loss reads (BERT labels ~15% of them; padding).
     The mask may live on the CPU while ``hidden`` is on a GPU: the indices are found on the CPU and no
-    device sync is needed. `check_logits_mask` validates the mask first.
+    device sync is needed. `zoo.models.inputs.check_logits_mask` validates the mask first.
     """
     if logits_mask is None:
         return hidden

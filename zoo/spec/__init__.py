@@ -13,6 +13,7 @@ from zoo.spec.blocks import (
     RotaryPositions,
     SinusoidalPositions,
 )
+from zoo.spec.errors import SpecError, SpecValidationError
 from zoo.spec.model import (
     DecoderSpec,
     EncoderDecoderSpec,
@@ -25,7 +26,8 @@ from zoo.spec.model import (
     json_schema,
     parse_spec,
 )
-from zoo.spec.presets import SpecError, list_presets, load_spec, preset, presets_dir
+from zoo.spec.presets import list_presets, load_spec, preset, presets_dir
+from zoo.spec.sizes import buffer_count, parameter_count
 from zoo.spec.stacks import ResolvedStack, StackSpec
 
 __all__ = [
@@ -50,10 +52,13 @@ __all__ = [
     "RotaryPositions",
     "SinusoidalPositions",
     "SpecError",
+    "SpecValidationError",
     "StackSpec",
+    "buffer_count",
     "json_schema",
     "list_presets",
     "load_spec",
+    "parameter_count",
     "parse_spec",
     "preset",
     "presets_dir",

@@ -13,7 +13,15 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, TypeAdapter, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from zoo.spec.blocks import (
     Activation,
@@ -26,6 +34,8 @@ from zoo.spec.blocks import (
     SinusoidalPositions,
     Spec,
 )
+from zoo.spec.errors import SpecValidationError, plain_tags
+from zoo.spec.limits import check_limits
 from zoo.spec.stacks import ResolvedStack, StackSpec
 
 
@@ -143,6 +153,7 @@ class _ModelSpecBase(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> _ModelSpecBase:
+        check_limits(self)  # first: the checks below, and any build, may then trust the sizes
         for stack in self.stacks().values():
             self._check_stack(stack)
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -260,13 +271,22 @@ def _check_lm_head(head: LMHeadSpec | None) -> None:
 
 ModelSpec = Annotated[EncoderSpec | DecoderSpec | EncoderDecoderSpec, Field(discriminator="family")]
 _ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(title="ModelSpec"))
+# Where a spec holds union tags (see `plain_tags`).
+_TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encoder",), ("decoder",))]
 
 
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
-    """Validate a mapping (e.g. parsed YAML) into the right family's spec; raises pydantic's ValidationError."""
+    """Validate a mapping (e.g. parsed YAML) into the right family's spec.
+
+    Raises `zoo.spec.errors.SpecValidationError`: a pydantic ValidationError (and a `SpecError`) whose
+    text lists ``dotted.field: problem`` lines, without pydantic's input reprs and links.
+    """
     if isinstance(data, _ModelSpecBase):
         return data
-    return _ADAPTER.validate_python(data)
+    try:
+        return _ADAPTER.validate_python(plain_tags(data, _TAGS))
+    except ValidationError as error:
+        raise SpecValidationError.from_error(error) from None
 
 
 def json_schema() -> dict[str, Any]:

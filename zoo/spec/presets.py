@@ -13,13 +13,11 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from zoo.spec.errors import SpecError, format_validation_error
+from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import ModelSpec, parse_spec
 
-_FAMILY_TAGS = ("encoder", "decoder", "encoder-decoder")
-
-
-class SpecError(ValueError):
-    """A spec file or preset that cannot be read or does not validate; the message names the file."""
+__all__ = ["SpecError", "format_validation_error", "list_presets", "load_spec", "preset", "presets_dir"]
 
 
 def presets_dir() -> Path:
@@ -54,12 +52,17 @@ def preset(name: str, **overrides: Any) -> ModelSpec:
 
 
 def load_spec(path: str | Path) -> ModelSpec:
-    """Read a YAML or JSON spec file; errors name the file and the failing field."""
+    """Read a YAML or JSON spec file; errors name the file and the failing field.
+
+    Files over `zoo.spec.files.MAX_FILE_BYTES`, or whose aliases expand past its node limit, are refused.
+    """
     path = Path(path).expanduser()
     if not path.is_file():
         raise SpecError(f"{path}: spec file not found")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is a subset of YAML
+        data = read_yaml_file(path, what="spec file")  # JSON is a subset of YAML
+    except YAMLLimitError as error:
+        raise SpecError(f"{path}: refused: {error}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
     if not isinstance(data, dict):
@@ -68,16 +71,3 @@ def load_spec(path: str | Path) -> ModelSpec:
         return parse_spec(data)
     except ValidationError as error:
         raise SpecError(f"{path}: invalid spec:\n{format_validation_error(error)}") from None
-
-
-def format_validation_error(error: ValidationError) -> str:
-    """One line per problem: ``dotted.field: message``."""
-    lines = []
-    for item in error.errors():
-        loc = [str(part) for part in item["loc"]]
-        if loc and loc[0] in _FAMILY_TAGS:  # pydantic puts the union tag first; it is not a field
-            loc = loc[1:]
-        where = ".".join(loc) or "spec"
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {where}: {message}")
-    return "\n".join(lines)

@@ -1,0 +1,206 @@
+"""What a model's ``forward`` (and ``encode``/``decode``) accepts, checked before any compute.
+
+One `ValueError` names the call, the argument, what was expected and what came: ``DecoderModel.forward:
+input_ids contains token id 512, outside the vocabulary [0, 512)``, instead of an index error deep in an
+embedding or a mask that silently broadcasts. The rules (Hugging Face's names and conventions):
+
+    input_ids, decoder_input_ids   (B, T) integer token ids in [0, vocab); cached + T <= max_positions
+    attention_mask & co            (B, cached + T) bool or integer, 1 = token, 0 = padding
+    token_type_ids                 (B, T) integer segment ids in [0, segment_vocab_size)
+    labels                         like the ids, or (B,) for a classifier: class ids, or -100 (ignored)
+    memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
+    logits_mask                    (B, T) bool, for a model with the token-level head it selects for
+
+Cost. Shapes and dtypes are metadata: always checked, free. Values (id ranges, 0/1 masks) are read only
+where reading is free: a real tensor on the CPU. On an accelerator a read is a host sync per forward, which
+the training and decoding loops are built to avoid, so values are not read there; an out-of-range id then
+still stops at the embedding kernel's own bounds check (a device-side assert), while a mask value other
+than 0/1 counts as "non-zero = token". Meta tensors have no values, and under ``torch.compile`` or
+FakeTensor tracing a read would be data-dependent control flow: values are skipped there too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.losses import IGNORE_INDEX
+
+
+def values_readable(tensor: torch.Tensor) -> bool:
+    """Whether reading ``tensor``'s values costs nothing: a plain CPU tensor, not traced or compiled."""
+    return (
+        tensor.device.type == "cpu"
+        and type(tensor) in (torch.Tensor, torch.nn.Parameter)  # not a FakeTensor or another subclass
+        and tensor.numel() > 0
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+    )
+
+
+def check_tokens(
+    ids: object,
+    mask: object,
+    *,
+    where: str,
+    vocab_size: int,
+    max_positions: int,
+    cached: int = 0,
+    ids_name: str = "input_ids",
+    mask_name: str = "attention_mask",
+) -> tuple[int, int]:
+    """`check_ids` and `check_mask` for one sequence argument and its padding mask; returns (B, T)."""
+    B, T = check_ids(
+        ids, where=where, name=ids_name, vocab_size=vocab_size, max_positions=max_positions, cached=cached
+    )
+    check_mask(mask, where=where, name=mask_name, shape=(B, cached + T), like=ids_name, cached=cached > 0)
+    return B, T
+
+
+def check_ids(
+    ids: object, *, where: str, name: str, vocab_size: int, max_positions: int, cached: int = 0
+) -> tuple[int, int]:
+    """``ids`` must be (B, T) integer token ids in [0, vocab_size), cached + T <= max_positions; -> (B, T)."""
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        hint = (
+            f"; for one sequence pass {name}[None]"
+            if isinstance(ids, torch.Tensor) and ids.dim() == 1
+            else ""
+        )
+        raise ValueError(
+            f"{where}: {name} must be a (batch, length) tensor of token ids, got {_shape(ids)}{hint}"
+        )
+    _need_integers(ids, where=where, name=name, what="token ids")
+    B, T = ids.shape
+    if cached + T > max_positions:
+        held = f"{cached} cached + {T} new" if cached else f"{T}"
+        raise ValueError(
+            f"{where}: {name} has {held} positions, more than the model's max_positions ({max_positions})"
+        )
+    if values_readable(ids):
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{where}: {name} contains token id {low if low < 0 else high}, outside the vocabulary [0, {vocab_size})"
+            )
+    return B, T
+
+
+def check_mask(
+    mask: object, *, where: str, name: str, shape: tuple[int, int], like: str, cached: bool = False
+) -> None:
+    """``mask`` must be None or a bool/integer tensor of ``shape`` holding 0s and 1s (1 = token)."""
+    if mask is None:
+        return
+    length = "cached + length" if cached else "length"
+    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != shape:
+        raise ValueError(
+            f"{where}: {name} must have shape (batch, {length}) = {shape}, like {like}; got {_shape(mask)}"
+        )
+    if mask.dtype.is_floating_point or mask.dtype.is_complex:
+        raise ValueError(
+            f"{where}: {name} must be bool or integer (1 = token, 0 = padding), got dtype {mask.dtype}; "
+            "an additive float mask (0 / -inf) is another convention"
+        )
+    if mask.dtype != torch.bool and values_readable(mask):
+        low, high = int(mask.min()), int(mask.max())
+        if low < 0 or high > 1:
+            raise ValueError(
+                f"{where}: {name} must hold only 0 (padding) and 1 (token), got {low if low < 0 else high}"
+            )
+
+
+def check_token_types(
+    token_type_ids: object, *, where: str, shape: tuple[int, int], segment_vocab_size: int
+) -> None:
+    """``token_type_ids`` must be None or (B, T) integer segment ids in [0, segment_vocab_size).
+
+    A model without segment embeddings ignores them (Hugging Face tokenizers return them anyway): then only
+    their shape and dtype are checked.
+    """
+    if token_type_ids is None:
+        return
+    if not isinstance(token_type_ids, torch.Tensor) or tuple(token_type_ids.shape) != shape:
+        raise ValueError(
+            f"{where}: token_type_ids must have shape {shape}, like input_ids; got {_shape(token_type_ids)}"
+        )
+    _need_integers(token_type_ids, where=where, name="token_type_ids", what="segment ids")
+    if segment_vocab_size and values_readable(token_type_ids):
+        low, high = int(token_type_ids.min()), int(token_type_ids.max())
+        if low < 0 or high >= segment_vocab_size:
+            raise ValueError(
+                f"{where}: token_type_ids contains segment id {low if low < 0 else high}, outside "
+                f"[0, {segment_vocab_size})"
+            )
+
+
+def check_labels(
+    labels: object, *, where: str, shape: tuple[int | None, ...], num_classes: int, like: str
+) -> None:
+    """``labels`` must be None or an integer tensor of ``shape`` (None: any size there) holding class ids
+    in [0, num_classes) or -100 (ignored by the loss)."""
+    if labels is None:
+        return
+    wanted = (
+        "(" + ", ".join("length" if n is None else str(n) for n in shape) + ("," * (len(shape) == 1)) + ")"
+    )
+    if (
+        not isinstance(labels, torch.Tensor)
+        or labels.dim() != len(shape)
+        or any(want is not None and have != want for have, want in zip(labels.shape, shape))
+    ):
+        raise ValueError(f"{where}: labels must have shape {wanted}, like {like}; got {_shape(labels)}")
+    _need_integers(labels, where=where, name="labels", what="class ids")
+    if values_readable(labels):
+        real = labels[labels != IGNORE_INDEX]
+        low, high = (int(real.min()), int(real.max())) if real.numel() else (0, 0)
+        if low < 0 or high >= num_classes:
+            raise ValueError(
+                f"{where}: labels contains {low if low < 0 else high}, outside [0, {num_classes}) "
+                f"and not {IGNORE_INDEX} (ignored)"
+            )
+
+
+def check_memory(memory: object, *, where: str, rows: int, d_model: int) -> int:
+    """``memory`` must be an encoder output (rows, S, d_model); returns S."""
+    if (
+        not isinstance(memory, torch.Tensor)
+        or memory.dim() != 3
+        or memory.shape[0] != rows
+        or memory.shape[2] != d_model
+    ):
+        raise ValueError(
+            f"{where}: memory must be the encoder output, ({rows}, source length, {d_model}) for {rows} "
+            f"target rows; got {_shape(memory)}"
+        )
+    return memory.shape[1]
+
+
+def check_logits_mask(
+    logits_mask: object, ids: torch.Tensor, *, where: str, head: str, has_head: bool = True
+) -> None:
+    """``logits_mask`` must be None or bool and shaped like the (B, T) ids the head scores, and the model
+    must have the token-level ``head`` it selects positions for."""
+    if logits_mask is None:
+        return
+    if not has_head:
+        raise ValueError(f"{where}: logits_mask selects positions for the {head}; this model has none")
+    if (
+        not isinstance(logits_mask, torch.Tensor)
+        or logits_mask.dtype != torch.bool
+        or tuple(logits_mask.shape) != tuple(ids.shape)
+    ):
+        dtype = logits_mask.dtype if isinstance(logits_mask, torch.Tensor) else type(logits_mask).__name__
+        raise ValueError(
+            f"{where}: logits_mask must be a bool tensor of shape {tuple(ids.shape)} (batch, positions) for "
+            f"the {head}; got {dtype} of shape {_shape(logits_mask)}"
+        )
+
+
+def _need_integers(tensor: torch.Tensor, *, where: str, name: str, what: str) -> None:
+    dtype = tensor.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise ValueError(f"{where}: {name} must hold integer {what}, got dtype {dtype}")
+
+
+def _shape(value: object) -> str:
+    return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__

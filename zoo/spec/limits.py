@@ -1,0 +1,108 @@
+"""Upper bounds on what a spec may ask for, checked when it validates (before anything is built).
+
+A spec is data, often from a file: ``num_layers: 1000000000`` is easy to write and would otherwise hang
+``zoo show`` building a billion layers, or end in an allocator traceback. Each bound is generous (several
+times today's largest published models) and can be raised with an environment variable:
+
+    ZOO_MAX_PARAMETERS  1e12       parameters + fixed buffer elements (`zoo.spec.sizes`), the whole model
+    ZOO_MAX_LAYERS      10,000     num_layers of each stack
+    ZOO_MAX_POSITIONS   1,048,576  max_positions, and a learned table's offset
+    ZOO_MAX_WIDTH       1,048,576  d_model, factorized_dim, d_ff, num_heads, num_kv_heads, head_dim, num_buckets
+    ZOO_MAX_VOCAB       16,777,216 vocab_size, source_vocab_size, segment_vocab_size, num_labels
+
+The variables are read at every check, so ``os.environ["ZOO_MAX_LAYERS"] = "20000"`` takes effect for the
+next spec. Values are integers (``1_000_000`` and ``1e13`` are accepted).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from zoo.spec.errors import number
+from zoo.spec.sizes import SizedSpec, buffer_count, parameter_count
+
+
+@dataclass(frozen=True)
+class Limit:
+    env: str  # the environment variable that overrides it
+    default: int
+    unit: str  # what is counted, for messages
+
+    @property
+    def value(self) -> int:
+        text = os.environ.get(self.env, "").strip()
+        if not text:
+            return self.default
+        try:
+            value = int(float(text)) if any(c in text for c in ".eE") else int(text)
+        except (ValueError, OverflowError):
+            value = 0
+        if value <= 0:
+            raise ValueError(
+                f"the environment variable {self.env} must be a positive integer, got {text[:40]!r}"
+            )
+        return value
+
+
+PARAMETERS = Limit("ZOO_MAX_PARAMETERS", 10**12, "parameters and buffer elements")
+LAYERS = Limit("ZOO_MAX_LAYERS", 10_000, "layers per stack")
+POSITIONS = Limit("ZOO_MAX_POSITIONS", 2**20, "positions")
+WIDTH = Limit("ZOO_MAX_WIDTH", 2**20, "")
+VOCAB = Limit("ZOO_MAX_VOCAB", 2**24, "")
+
+
+def check_limits(spec: SizedSpec) -> None:
+    """Raise ValueError naming the field, its value, the limit and how to raise it, if ``spec`` is too big.
+
+    Each field is checked first, so the size estimate then runs on bounded numbers.
+    """
+    for field, value, limit in _fields(spec):
+        if value is not None and value > limit.value:
+            raise ValueError(_message(field, value, limit))
+    params, buffers = parameter_count(spec), buffer_count(spec)
+    if params + buffers > PARAMETERS.value:
+        raise ValueError(
+            f"the model would have {number(params)} parameters and {number(buffers)} fixed buffer elements, "
+            f"over the limit of {number(PARAMETERS.value)} {PARAMETERS.unit}; "
+            f"set the environment variable {PARAMETERS.env} to allow more (e.g. {PARAMETERS.env}={params + buffers})"
+        )
+
+
+def _message(field: str, value: int, limit: Limit) -> str:
+    unit = f" {limit.unit}" if limit.unit else ""
+    return (
+        f"{field} ({number(value)}) is over the limit of {number(limit.value)}{unit}; "
+        f"set the environment variable {limit.env} to allow more (e.g. {limit.env}={value})"
+        if value.bit_length() <= 100
+        else f"{field} ({number(value)}) is over the limit of {number(limit.value)}{unit} ({limit.env})"
+    )
+
+
+def _fields(spec: SizedSpec) -> Iterator[tuple[str, int | None, Limit]]:
+    """(dotted field, value, limit) for every size a spec sets, stack overrides under their own path."""
+    yield "vocab_size", spec.vocab_size, VOCAB
+    yield "source_vocab_size", getattr(spec, "source_vocab_size", None), VOCAB
+    heads: Any = getattr(spec, "heads", None)
+    yield "heads.num_labels", heads.num_labels if heads is not None else None, VOCAB
+    yield "embedding.segment_vocab_size", spec.embedding.segment_vocab_size, VOCAB
+    yield "d_model", spec.d_model, WIDTH
+    yield "embedding.factorized_dim", spec.embedding.factorized_dim, WIDTH
+    yield "max_positions", spec.max_positions, POSITIONS
+    for stack in spec.stacks().values():
+        src = stack.sources
+        yield src["num_layers"], stack.num_layers, LAYERS
+        for block in ("attention", "cross_attention"):
+            attention = getattr(stack, block)
+            if attention is not None:
+                yield f"{src[block]}.num_heads", attention.num_heads, WIDTH
+                yield f"{src[block]}.num_kv_heads", attention.num_kv_heads, WIDTH
+                yield f"{src[block]}.head_dim", attention.head_dim, WIDTH
+        yield f"{src['ffn']}.d_ff", stack.ffn.d_ff, WIDTH
+        position = stack.position
+        if position.kind == "learned":
+            yield f"{src['position']}.offset", position.offset, POSITIONS
+        if position.kind == "relative_bias":
+            yield f"{src['position']}.num_buckets", position.num_buckets, WIDTH

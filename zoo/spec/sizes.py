@@ -1,0 +1,122 @@
+"""How big a spec's model is, from the spec alone: parameters and fixed buffers, counted without torch.
+
+`parameter_count` is exact: it equals ``zoo.build(spec).num_parameters()`` (a tied or shared tensor counts
+once), so a spec can be sized, and refused (`zoo.spec.limits`), before a single tensor is allocated.
+`buffer_count` counts the fixed tables built with the model (sinusoids, rotary angles, ALiBi slopes, BART's
+logits bias). Per-call memory (activations, the KV cache) depends on the batch, not the spec: not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from zoo.spec.blocks import AttentionSpec, EmbeddingSpec, FFNSpec, NormSpec
+from zoo.spec.stacks import ResolvedStack
+
+
+class SizedSpec(Protocol):
+    """What sizing reads from a model spec (`zoo.spec.model` validates with this module, so it cannot be
+    imported here); family-specific fields (heads, lm_head, source_vocab_size) are read if present."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def max_positions(self) -> int: ...
+    @property
+    def norm(self) -> NormSpec: ...
+    @property
+    def embedding(self) -> EmbeddingSpec: ...
+    @property
+    def embedding_dim(self) -> int: ...
+    def stacks(self) -> dict[str, ResolvedStack]: ...
+
+
+def parameter_count(spec: SizedSpec) -> int:
+    """Distinct parameters of the model ``spec`` describes (== ``zoo.build(spec).num_parameters()``)."""
+    E, C = spec.embedding_dim, spec.d_model
+    total = _embedding(spec, spec.vocab_size)
+    source_vocab_size: int | None = getattr(spec, "source_vocab_size", None)
+    if source_vocab_size:
+        total += _embedding(spec, source_vocab_size)
+    for stack in spec.stacks().values():
+        total += _stack(stack, embed_dim=E, d_model=C, max_positions=spec.max_positions, spec=spec)
+    heads: Any = getattr(spec, "heads", None)  # an encoder's EncoderHeadsSpec
+    lm_head: Any = getattr(spec, "lm_head", None)  # a decoder's LMHeadSpec
+    if heads is not None:
+        if heads.pooler:
+            total += _linear(C, C, bias=True)
+        if heads.mlm is not None:
+            total += _linear(C, E, bias=True) + _norm(spec.norm, E) + spec.vocab_size  # + output bias
+            total += 0 if heads.mlm.tied else spec.vocab_size * E
+        if heads.num_labels is not None:
+            total += _linear(C, heads.num_labels, bias=True)
+    if lm_head is not None and not lm_head.tied:
+        total += spec.vocab_size * C
+    return total
+
+
+def buffer_count(spec: SizedSpec) -> int:
+    """Elements of the fixed (non-persistent) tables built with the model."""
+    total = 0
+    for stack in spec.stacks().values():
+        kind = stack.position.kind
+        if kind == "sinusoidal":
+            total += spec.max_positions * spec.embedding_dim
+        elif kind == "rotary":
+            total += 2 * spec.max_positions * stack.attention.resolved_head_dim(spec.d_model)  # cos, sin
+        elif kind == "alibi":
+            total += stack.attention.num_heads
+    lm_head: Any = getattr(spec, "lm_head", None)
+    if lm_head is not None and lm_head.logits_bias:
+        total += spec.vocab_size
+    return total
+
+
+def _embedding(spec: SizedSpec, vocab_size: int) -> int:
+    return (vocab_size + spec.embedding.segment_vocab_size) * spec.embedding_dim
+
+
+def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions: int, spec: SizedSpec) -> int:
+    position = stack.position
+    total = 0
+    if position.kind == "learned":
+        total += (max_positions + position.offset) * embed_dim
+    elif position.kind == "relative_bias":
+        total += position.num_buckets * stack.attention.num_heads
+    if spec.embedding.norm:
+        total += _norm(stack.norm, embed_dim)
+    if spec.embedding.factorized_dim:
+        total += _linear(embed_dim, d_model, bias=True)
+    layer = _attention(stack.attention, d_model) + _norm(stack.norm, d_model)
+    if stack.cross_attention is not None:
+        layer += _attention(stack.cross_attention, d_model) + _norm(stack.norm, d_model)
+    layer += _ffn(stack.ffn, d_model) + _norm(stack.norm, d_model)
+    total += layer * (1 if stack.share_layers else stack.num_layers)
+    if stack.norm.has_final:
+        total += _norm(stack.norm, d_model)
+    return total
+
+
+def _attention(spec: AttentionSpec, d_model: int) -> int:
+    """Self- and cross-attention alike: q, k, v and output projections (+ per-head q/k norms)."""
+    head_dim = spec.resolved_head_dim(d_model)
+    q_width, kv_width = spec.num_heads * head_dim, spec.kv_heads * head_dim
+    total = _linear(d_model, q_width + 2 * kv_width, bias=spec.bias) + _linear(
+        q_width, d_model, bias=spec.bias
+    )
+    return total + (2 * head_dim if spec.qk_norm else 0)
+
+
+def _ffn(spec: FFNSpec, d_model: int) -> int:
+    up = spec.d_ff * (2 if spec.gated else 1)
+    return _linear(d_model, up, bias=spec.bias) + _linear(spec.d_ff, d_model, bias=spec.bias)
+
+
+def _norm(spec: NormSpec, dim: int) -> int:
+    return dim * (2 if spec.kind == "layernorm" and spec.bias else 1)
+
+
+def _linear(n_in: int, n_out: int, *, bias: bool) -> int:
+    return n_in * n_out + (n_out if bias else 0)
