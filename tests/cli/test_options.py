@@ -111,3 +111,14 @@ def test_convert_casts_with_either_spelling(tmp_path: Path, spelling: str) -> No
     argv = ["convert", "--from-zoo", str(tmp_path / "a"), "--out", str(tmp_path / "b"), "--dtype", spelling]
     assert main(argv) == 0
     assert {p.dtype for p in zoo.load(tmp_path / "b").parameters()} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("text", ["xla", "hpu", "meta", "cpu:1", "ipu"])
+def test_a_device_zoo_does_not_run_on_is_a_usage_error_before_loading(capsys, text: str) -> None:
+    """torch.device parses these; loading weights onto them failed with a page of dispatcher text."""
+    with pytest.raises(SystemExit) as exit:
+        main(["generate", "DIR", "--prompt", "hi", "--device", text])
+    err = capsys.readouterr().err
+    assert (
+        exit.value.code == 2 and f"invalid device {text!r} (expected auto, cpu, cuda, cuda:N or mps)" in err
+    )

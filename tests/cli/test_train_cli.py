@@ -140,3 +140,21 @@ def test_zoo_train_draws_the_bar_on_a_terminal_unless_told_not_to(
     assert main(["train", *base, "--overwrite", "--no-progress"]) == 0
     plain = capsys.readouterr().out
     assert "tok/s" not in plain and "val_loss" in plain  # lines only
+
+
+def test_zoo_train_on_a_full_disk_names_the_output_folder(
+    tiny_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    import zoo.io.atomic
+
+    def disk_full(final: Path, write: object) -> Path:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as write(2) reports it: no file name
+
+    monkeypatch.setattr(zoo.io.atomic, "write_temp", disk_full)
+    assert main(["train", str(tiny_config), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert squash("the disk is full") in squash(err) and squash(str(tmp_path / "run")) in squash(err)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,53 @@ def test_check_special_tokens_rejects_a_small_model_vocab(trained: Tokenizer) ->
         check_special_tokens(
             trained, pad_token_id=0, bos_token_id=1, eos_token_id=2, vocab_size=10, where="spec.yaml"
         )
+
+
+# -- hostile input: long words, other encodings, bad settings -----------------------------------------------
+
+
+def test_a_one_megabyte_word_trains_in_seconds(tmp_path: Path) -> None:
+    """BPE rescans a word for every merge that touches it: one unbroken 1 MB line (a minified file) took
+    minutes, a 5 MB one hours. Cut into MAX_WORD_CHARS pieces for training, it costs what text does.
+    A subprocess, so that the slow case fails on its timeout rather than stalling the suite."""
+    import random
+    import subprocess
+    import sys
+
+    rng = random.Random(0)
+    word = "".join(rng.choice("abcdefghij") for _ in range(1_000_000))
+    path = tmp_path / "minified.txt"
+    path.write_text(f"the cat sat on the mat\n{word}\na dog\n", encoding="utf-8")
+    code = (
+        "import sys; from zoo.io.tokenizer import train_tokenizer; "
+        "tok = train_tokenizer([sys.argv[1]], kind='bpe', vocab_size=2000); "
+        "print(max(len(t) for t in tok.hf.get_vocab()))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) <= 100
+
+
+def test_words_longer_than_the_cap_are_cut_for_training_only(tmp_path: Path) -> None:
+    from zoo.io.tokenizer.training import MAX_WORD_CHARS
+
+    long_word = "abcdefghij" * 25  # 250 characters: three pieces when training
+    tok = train_tokenizer(iter(["the cat sat", f"a {long_word} b"] * 3), kind="bpe", vocab_size=400)
+    assert max(len(token) for token in tok.hf.get_vocab()) <= MAX_WORD_CHARS
+    steps = json.loads(tok.hf.to_str())["pre_tokenizer"]["pretokenizers"]
+    assert [step["type"] for step in steps] == ["WhitespaceSplit", "Metaspace"]  # the saved one does not cut
+    assert tok.decode(tok.encode(f"the {long_word} cat")) == f"the {long_word} cat"
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line_and_byte_offset(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("good line\ncaf\u00e9 au lait\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1\.txt:2: not UTF-8 text \(byte 0xe9 at byte offset 13\)"):
+        train_tokenizer([path], kind="bpe", vocab_size=100)
+
+
+def test_a_negative_min_frequency_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"min_frequency \(-1\) must be >= 0"):
+        train_tokenizer(iter(["a b c"]), kind="bpe", vocab_size=100, min_frequency=-1)

@@ -3,6 +3,8 @@ the only place in zoo that prints or uses rich.
 
 Exit status: 0 success; 1 `zoo diff` found differences (as diff(1)); 2 an error, reported in one line
 (argparse's usage errors included); 130 interrupted; 141 stdout closed early (``zoo schema | head``).
+Which errors are the user's (one line) and which are bugs (a traceback): `zoo.cli.errors`. Text from files
+is printed through `zoo.cli.sanitize`, so that no file can send escape sequences to the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 
 from rich.console import Console
 from rich.markup import escape
+
+from zoo.cli.errors import is_user_error, one_line
 
 # One line per subcommand module, in the order `zoo --help` lists them.
 COMMANDS = (
@@ -81,14 +85,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-    except (ValueError, FileNotFoundError, OSError) as error:
-        # zoo's errors already name the file, field or tensor: show the message, not a traceback.
-        # soft_wrap: one line, however long; the terminal folds it, rich does not break it into several.
-        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
-        return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except Exception as error:
+        if not is_user_error(error):
+            raise  # a bug: its traceback is what a report needs
+        # zoo's errors already name the file, field or tensor: show the message, not a traceback.
+        # soft_wrap: one line, however long; the terminal folds it, rich does not break it into several.
+        err_console.print(f"[bold red]error:[/] {escape(one_line(error))}", highlight=False, soft_wrap=True)
+        return 2
 
 
 def _silence_stdout() -> None:

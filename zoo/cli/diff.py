@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,12 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-
     from zoo.analysis import diff_specs
     from zoo.analysis.diff import MISSING
     from zoo.cli import console
     from zoo.cli.options import load_target_spec
+    from zoo.cli.sanitize import json_text, markup
     from zoo.cli.tables import Column, print_table
 
     rows = diff_specs(load_target_spec(args.a), load_target_spec(args.b))
@@ -40,16 +38,16 @@ def run(args: argparse.Namespace) -> int:
             {"field": path} | ({} if a is MISSING else {"a": a}) | ({} if b is MISSING else {"b": b})
             for path, a, b in rows
         ]
-        print(json.dumps(data, indent=2, ensure_ascii=False))
+        print(json_text(data))  # C1 controls escaped too: valid JSON, nothing for a terminal to act on
         return status
     if not rows:
         console.print(
-            f"{escape(args.a)} and {escape(args.b)} are identical: every field, every stack resolved"
+            f"{markup(args.a)} and {markup(args.b)} are identical: every field, every stack resolved"
         )
         return status
 
     def show(value: object) -> str:
-        return "—" if value is MISSING else json.dumps(value, ensure_ascii=False)
+        return "—" if value is MISSING else json_text(value, indent=None)
 
     print_table(
         [Column("field", whole=True), Column(args.a, fold=True), Column(args.b, fold=True)],

@@ -6,15 +6,23 @@
 Both read ``DIR/model.safetensors`` (+ spec) and ``DIR/tokenizer.json`` (as written by ``zoo.save(model,
 DIR, tokenizer=...)``). Greedy search and sampling print each piece of text as soon as its token is
 chosen; beam search prints the best hypothesis at the end. A summary (tokens, tokens/s) goes to stderr.
+
+Everything is checked before the prompt is echoed: the settings, the prompt's length, and the weights
+(NaN or inf in a weight would make every step's logits NaN: sampling would fail midway, greedy search would
+print token 0 over and over). The text printed is `zoo.cli.sanitize.clean`: a tokenizer.json is a file like
+any other, and its tokens could hold terminal escape sequences.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype
+from zoo.cli.options import add_device_option, add_dtype_option, parse_seed, torch_dtype, utf8_text
+from zoo.cli.sanitize import clean
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Continue a prompt with a saved decoder-only model and its tokenizer.",
     )
     generate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
-    generate.add_argument("--prompt", required=True, help="the text to continue")
+    generate.add_argument("--prompt", required=True, type=utf8_text, help="the text to continue")
     generate.add_argument(
         "--no-bos", action="store_true", help="do not start the prompt with the bos token (default: add it)"
     )
@@ -37,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Translate one sentence with a saved encoder-decoder model and its tokenizer.",
     )
     translate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
-    translate.add_argument("sentence", help="the source sentence")
+    translate.add_argument("sentence", type=utf8_text, help="the source sentence")
     _search_options(translate, default_new_tokens=None)
     translate.set_defaults(run=run_translate)
 
@@ -57,7 +65,12 @@ def _search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int 
     search.add_argument(
         "--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass, in (0, 1]"
     )
-    search.add_argument("--seed", type=int, default=None, help="random seed, for reproducible sampling")
+    search.add_argument(
+        "--seed",
+        type=parse_seed,
+        default=None,
+        help="random seed, for reproducible sampling (0 to 2**64 - 1)",
+    )
     search.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams")
     search.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats")
     search.add_argument(
@@ -95,7 +108,20 @@ def _load(args: argparse.Namespace, *, family: str, other: str) -> tuple[Any, An
             f"{args.checkpoint}: holds a {model.spec.family} model; `zoo {args.command}` needs a {family} model"
             + (f" (try `zoo {other}`)" if model.spec.family in ("decoder", "encoder-decoder") else "")
         )
+    check_finite(model, where=args.checkpoint)
     return model, zoo.load_tokenizer(args.checkpoint)
+
+
+def check_finite(model: Any, *, where: str) -> None:
+    """Raise ValueError naming the first weight that holds NaN or inf (one pass over the weights)."""
+    import torch
+
+    for name, tensor in model.named_parameters():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"{where}: weight {name} holds NaN or inf values; the model cannot generate "
+                "(did its training diverge?)"
+            )
 
 
 def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *, echo: str | None) -> int:
@@ -118,23 +144,51 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
     input_ids = torch.tensor([ids], device=next(model.parameters()).device)  # where "auto" put the model
     eos = model.spec.eos_token_id
     start = time.perf_counter()
-    if echo is not None:
-        console.out(echo, end="", highlight=False, style="bold")
-    # The prompt is context only: its text is echoed above, and the first new word keeps its space.
+    # The prompt is context only: its text is echoed, and the first new word keeps its space.
     text = TextStream(tokenizer, prompt_ids=ids if echo is not None else ())
     if args.beams > 1:
-        out = generate(model, input_ids, **settings)[0, (len(ids) if echo is not None else 1) :].tolist()
+        # Validated and searched in one call; the prompt is echoed with the result, as nothing streams.
+        with _nan_logits(None):
+            out = generate(model, input_ids, **settings)[0, (len(ids) if echo is not None else 1) :].tolist()
         new = out[: out.index(eos) + 1] if eos is not None and eos in out else out
-        console.out(text.push(new) + text.flush(), highlight=False)
+        if echo is not None:
+            console.out(clean(echo), end="", highlight=False, style="bold")
+        console.out(clean(text.push(new) + text.flush()), highlight=False)
     else:
+        steps = stream(model, input_ids, **settings)  # checks every setting and the prompt, computes nothing
+        if echo is not None:
+            console.out(clean(echo), end="", highlight=False, style="bold")
         new = []
-        for tokens in stream(model, input_ids, **settings):
-            new.append(int(tokens[0]))
-            console.out(text.push(new[-1]), end="", highlight=False)
-        console.out(text.flush(), highlight=False)
+        try:
+            with _nan_logits(new):
+                for tokens in steps:
+                    new.append(int(tokens[0]))
+                    console.out(clean(text.push(new[-1])), end="", highlight=False)
+        except BaseException:  # an error or Ctrl-C mid-stream: end the line, so the message starts its own
+            console.out("", highlight=False)
+            raise
+        console.out(clean(text.flush()), highlight=False)
     seconds = time.perf_counter() - start
     err_console.print(
         f"[dim]{len(new)} tokens in {seconds:.2f} s ({len(new) / max(seconds, 1e-9):.1f} tokens/s)[/]",
         highlight=False,
     )
     return 0
+
+
+@contextmanager
+def _nan_logits(done: list[int] | None) -> Iterator[None]:
+    """torch's error for sampling from NaN / inf probabilities, said in zoo's words (the step: ``done``).
+
+    Finite weights can still overflow to inf logits (fp16); `torch.multinomial` then raises a RuntimeError
+    whose text is the only sign of it. Other RuntimeErrors pass unchanged: they are bugs.
+    """
+    try:
+        yield
+    except RuntimeError as error:
+        if "nan" not in str(error).lower():
+            raise
+        step = f" at step {len(done) + 1}" if done is not None else ""
+        raise ValueError(
+            f"the model produced NaN/inf logits{step}; cannot sample from them (try --dtype fp32)"
+        ) from error

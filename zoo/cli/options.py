@@ -1,10 +1,10 @@
-"""What several subcommands share, parsed in one place: ``--dtype``, ``--device``, and the
-NAME|SPEC_FILE|DIR target of `zoo show`, `zoo diff` and `zoo plot masks`.
+"""What several subcommands share, parsed in one place: ``--dtype``, ``--device``, ``--seed``, counts that
+cannot be negative, text that must be UTF-8, and the NAME|SPEC_FILE|DIR target of `zoo show`, `zoo diff` and `zoo plot masks`.
 
 One vocabulary for every command, so that ``--dtype bf16`` means the same to `show` as to `generate`:
 
     --dtype   fp32 | float32 | bf16 | bfloat16 | fp16 | float16
-    --device  auto (cuda when available, else cpu) | cpu | cuda | cuda:N | mps | ...
+    --device  auto (cuda when available, else cpu) | cpu | cuda | cuda:N | mps
 
 Both are checked when the command line is parsed, so a typo is argparse's one-line error (exit 2) before
 anything is loaded. The library's own helpers do the work: `zoo.analysis.dtype_info` names a dtype,
@@ -57,8 +57,13 @@ def add_dtype_option(
     )
 
 
+# The device types zoo runs on (`zoo.devices.resolve_device`). torch.device also parses "xla", "hpu", "meta"
+# and more, which fail only once the weights are read, with a page of dispatcher text.
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def parse_device(text: str) -> str:
-    """The ``type`` of every ``--device``: ``auto`` or a device string torch understands, kept as text.
+    """The ``type`` of every ``--device``: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, kept as text.
 
     Only the spelling is checked here; whether the device exists (CUDA on this machine) is for
     `zoo.load` to say, before it reads anything.
@@ -68,12 +73,54 @@ def parse_device(text: str) -> str:
     import torch
 
     try:
-        torch.device(text)
+        device = torch.device(text)
     except RuntimeError:
+        device = None
+    if device is None or device.type not in DEVICE_TYPES or (device.type != "cuda" and device.index):
+        raise argparse.ArgumentTypeError(f"invalid device {text!r} (expected auto, cpu, cuda, cuda:N or mps)")
+    return text
+
+
+# torch.Generator.manual_seed takes a 64-bit seed; a larger one raises an OverflowError mid-run.
+SEED_LIMIT = 2**64
+
+
+def parse_seed(text: str) -> int:
+    """The ``type`` of ``--seed``: an int in [0, 2**64), the range torch's generators take."""
+    seed = _int(text, "seed")
+    if not 0 <= seed < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"invalid seed {text} (expected an int from 0 to 2**64 - 1)")
+    return seed
+
+
+def non_negative_int(text: str) -> int:
+    """The ``type`` of a count where 0 means none or off, e.g. ``--min-frequency``."""
+    value = _int(text, "value")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid value {text} (expected an int >= 0)")
+    return value
+
+
+def utf8_text(text: str) -> str:
+    """The ``type`` of a text argument: bytes that are not UTF-8 (Python keeps them as lone surrogates)
+    are argparse's error here, not the tokenizer's TypeError later."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        # surrogateescape keeps an undecodable byte b (0x80-0xff) as U+DC00 + b
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
         raise argparse.ArgumentTypeError(
-            f"invalid device {text!r} (expected auto, cpu, cuda, cuda:N, mps, ...)"
+            f"not UTF-8 text ({what} at character {error.start}); check the terminal's encoding"
         ) from None
     return text
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid {what} {text!r} (expected an int)") from None
 
 
 def add_device_option(
@@ -90,7 +137,7 @@ def add_device_option(
         "--device",
         type=parse_device,
         default=default,
-        help=f"auto, cpu, cuda, cuda:N, mps, ... (default: {default_help})",
+        help=f"auto, cpu, cuda, cuda:N or mps (default: {default_help})",
     )
 
 

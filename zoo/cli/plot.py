@@ -7,6 +7,7 @@ Needs matplotlib (the ``viz`` extra).
 from __future__ import annotations
 
 import argparse
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -53,22 +54,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _runner(plot: Callable[[argparse.Namespace], Path]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from rich.markup import escape
-
         from zoo.cli import console, err_console
+        from zoo.cli.errors import writing
+        from zoo.cli.sanitize import markup
         from zoo.viz.backend import VizDependencyError, require_matplotlib
 
         try:  # before loading anything: a missing extra is the first thing to hear about
             require_matplotlib()
         except VizDependencyError as error:
-            err_console.print(f"[bold red]error:[/] {escape(str(error))}")  # escaped: '[viz]' is not markup
+            err_console.print(f"[bold red]error:[/] {markup(error)}")  # escaped: '[viz]' is not markup
             return 2
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, writing(args.out or f"the {args.kind} plot"):
             warnings.simplefilter("always")
             path = plot(args)
         for warning in caught:
-            err_console.print(f"[yellow]warning:[/] {escape(str(warning.message))}")
-        console.print(f"wrote {escape(str(path))}", highlight=False)
+            err_console.print(f"[yellow]warning:[/] {markup(warning.message)}")
+        console.print(f"wrote {markup(path)}", highlight=False)
         return 0
 
     return run
@@ -87,12 +88,15 @@ def _attention(args: argparse.Namespace) -> Path:
 
 def _masks(args: argparse.Namespace) -> Path:
     from zoo.cli.options import load_target_spec
+    from zoo.cli.sanitize import clean
     from zoo.viz import example_masks, plot_masks
 
     spec = load_target_spec(args.preset)
-    name = spec.name or Path(args.preset).stem
+    name = clean(spec.name or Path(args.preset).stem)
     title = f"{name} ({spec.family}): who may attend to whom in a padded batch (blue = may attend)"
-    return plot_masks(example_masks(spec), args.out or f"masks-{name}.png", title=title, dpi=args.dpi)
+    # The default file name comes from the spec, a file: only name characters, no path separators.
+    default = "masks-" + re.sub(r"[^\w.-]+", "_", name).lstrip(".") + ".png"
+    return plot_masks(example_masks(spec), args.out or default, title=title, dpi=args.dpi)
 
 
 def _positions(args: argparse.Namespace) -> Path:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+
+from zoo.cli.errors import writing
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,8 +20,10 @@ def run(args: argparse.Namespace) -> int:
 
     text = json.dumps(json_schema(), indent=2)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
+        from zoo.io.atomic import write_text_atomic
+
+        with writing(args.out):
+            write_text_atomic(Path(args.out), text + "\n")
     else:
         print(text)
     return 0

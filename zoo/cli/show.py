@@ -3,7 +3,8 @@
 A preset or spec is built on the meta device (instant, no memory); a zoo checkpoint directory is read for
 its spec.json only, a Hugging Face folder for its config.json and the weights' headers (see
 `zoo.cli.options.load_target_spec`). ``--json`` prints the same as JSON
-(`zoo.analysis.ModelSummary.to_dict`).
+(`zoo.analysis.ModelSummary.to_dict`). Names, sources and notes come from files: they are printed through
+`zoo.cli.sanitize` (JSON escapes control characters itself).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 from zoo.cli.options import add_dtype_option
+from zoo.cli.sanitize import markup
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,14 +49,14 @@ def run(args: argparse.Namespace) -> int:
 
 def render(s: Any, *, title: str, depth: int | None = None) -> None:
     """Print a `ModelSummary`: header, tree, parameters, estimates, notes and assumptions."""
-    from rich.markup import escape
     from rich.table import Table
     from rich.tree import Tree
 
     from zoo.cli import console
 
     console.print(
-        f"[bold]{escape(title)}[/] ({s.family})" + (f"  [dim]{escape(s.source)}[/]" if s.source else "")
+        f"[bold]{markup(title)}[/] ({markup(s.family)})"
+        + (f"  [dim]{markup(s.source)}[/]" if s.source else "")
     )
     tree = Tree(_label(s.tree, title))
     _grow(tree, s.tree, depth=depth)
@@ -112,19 +114,17 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
         )
     console.print(est)
     for note in s.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}")
+        console.print(f"[yellow]note:[/] {markup(note)}")
     console.print("[dim]assumptions:[/]")
     for assumption in s.assumptions:
-        console.print(f"[dim]  - {escape(assumption)}[/]")
+        console.print(f"[dim]  - {markup(assumption)}[/]")
 
 
 def _label(node: Any, root_title: str | None = None) -> str:
-    from rich.markup import escape
-
     name = root_title if root_title is not None else node.name
-    text = f"[bold]{escape(name)}[/] [cyan]{node.kind}[/]"
+    text = f"[bold]{markup(name)}[/] [cyan]{markup(node.kind)}[/]"
     if node.detail:
-        text += f" [dim]{escape(node.detail)}[/]"
+        text += f" [dim]{markup(node.detail)}[/]"
     if node.params:
         text += f"  [green]{node.params:,}[/]"
         if node.copies > 1:

@@ -10,7 +10,7 @@ nothing cut.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,10 +34,18 @@ class Column:
 def print_table(
     columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: str | None = None
 ) -> None:
-    """Print ``rows`` (plain text cells, no markup) under ``columns``; ``title`` only above a rich table."""
+    """Print ``rows`` (plain text cells, no markup) under ``columns``; ``title`` only above a rich table.
+
+    Headers and cells may come from files (a spec's name, a path): they are `zoo.cli.sanitize.clean`.
+    """
     from rich.measure import Measurement
 
     from zoo.cli import console
+    from zoo.cli.sanitize import clean
+
+    columns = [replace(column, header=clean(column.header)) for column in columns]
+    rows = [[clean(cell) for cell in row] for row in rows]
+    title = clean(title) if title is not None else None
 
     if console.is_terminal:
         # The narrowest the table can be drawn: whole columns whole, folding columns at _FOLD_WIDTH, the

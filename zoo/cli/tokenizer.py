@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zoo.cli.errors import writing
+from zoo.cli.options import non_negative_int, utf8_text
+from zoo.cli.sanitize import markup
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("tokenizer", help="train a tokenizer, or encode text with one")
@@ -20,14 +24,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("files", nargs="+", type=Path, help="UTF-8 text files (TSV works: tabs are spaces)")
     train.add_argument("--kind", choices=("bpe", "wordpiece", "unigram"), default="bpe")
     train.add_argument("--vocab-size", type=int, default=8000)
-    train.add_argument("--min-frequency", type=int, default=2, help="bpe / wordpiece: rarest merge kept")
+    train.add_argument(
+        "--min-frequency", type=non_negative_int, default=2, help="bpe / wordpiece: rarest merge kept"
+    )
     train.add_argument("--lowercase", action="store_true")
     train.add_argument("--out", type=Path, required=True, help="where to write tokenizer.json")
     train.set_defaults(run=run_train)
 
     encode = commands.add_parser("encode", help="show the tokens and ids of a text")
     encode.add_argument("tokenizer", type=Path, help="a tokenizer.json, or a directory holding one")
-    encode.add_argument("text")
+    encode.add_argument("text", type=utf8_text)
     encode.set_defaults(run=run_encode)
 
 
@@ -35,6 +41,9 @@ def run_train(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.io.tokenizer import train_tokenizer
 
+    for file in args.files:  # before training: the text would be gone by the time the tokenizer is written
+        if args.out.resolve() == file.resolve():
+            raise ValueError(f"--out {args.out} is one of the training files; choose another --out")
     tokenizer = train_tokenizer(
         [str(f) for f in args.files],
         kind=args.kind,
@@ -42,10 +51,11 @@ def run_train(args: argparse.Namespace) -> int:
         min_frequency=args.min_frequency,
         lowercase=args.lowercase,
     )
-    tokenizer.save(args.out)
+    with writing(args.out):
+        tokenizer.save(args.out)
     specials = "  ".join(f"{name}={i}" for name, i in tokenizer.special_ids().items())
     console.print(
-        f"{args.kind} tokenizer, {tokenizer.vocab_size:,} tokens ({specials}) -> [bold]{args.out}[/]"
+        f"{args.kind} tokenizer, {tokenizer.vocab_size:,} tokens ({specials}) -> [bold]{markup(args.out)}[/]"
     )
     if tokenizer.vocab_size < args.vocab_size:
         console.print(f"[dim]the text holds fewer distinct pieces than --vocab-size {args.vocab_size}[/]")
@@ -53,14 +63,12 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-
     from zoo.cli import console
     from zoo.io.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_file(args.tokenizer)
     ids = tokenizer.encode(args.text, add_eos=False)
     tokens = [tokenizer.id_to_token(i) for i in ids]
-    console.print(" ".join(f"{escape(str(t))}[dim]/{i}[/]" for t, i in zip(tokens, ids)), highlight=False)
+    console.print(" ".join(f"{markup(t)}[dim]/{i}[/]" for t, i in zip(tokens, ids)), highlight=False)
     console.print(f"[dim]{len(ids)} tokens[/]")
     return 0

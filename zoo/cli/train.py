@@ -21,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option
+from zoo.cli.sanitize import clean, markup
 from zoo.training.progress import ProgressBar, ProgressLines, wants_progress
 
 
@@ -59,14 +61,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=[1, 2]"]`` -> ``{"a.b": 1, "c": [1, 2]}``; values are parsed as YAML."""
+    """``["a.b=1", "c=[1, 2]"]`` -> ``{"a.b": 1, "c": [1, 2]}``; values are parsed as YAML.
+
+    A value that is not YAML (``a=[b``) is a ValueError naming the ``--set`` and what YAML expected.
+    """
     overrides = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ValueError(
+                f"--set {item!r}: the value is not valid YAML ({_yaml_problem(error)})"
+            ) from None
     return overrides
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's complaint without its multi-line excerpt: "expected ',' or ']', but got '<stream end>'"."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        problem = error.problem or error.context or "unparsable"
+        mark = error.problem_mark
+        return f"{problem} at column {mark.column + 1}" if mark is not None else problem
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def is_main_process() -> bool:
@@ -81,8 +100,16 @@ def setup_logging() -> None:
 
     logger = logging.getLogger("zoo")
     if is_main_process() and not any(isinstance(h, RichHandler) for h in logger.handlers):
-        logger.addHandler(RichHandler(console=err_console, show_path=False, show_time=False))
+        handler = RichHandler(console=err_console, show_path=False, show_time=False)
+        handler.addFilter(_clean_record)  # warnings quote data files: no escape sequences to the terminal
+        logger.addHandler(handler)
     logger.setLevel(logging.WARNING if is_main_process() else logging.ERROR)
+
+
+def _clean_record(record: logging.LogRecord) -> bool:
+    """A logging filter that strips terminal controls from the message (`zoo.cli.sanitize.clean`)."""
+    record.msg, record.args = clean(record.getMessage()), None
+    return True
 
 
 # The bar moved to the library (zoo.training.progress); its old name here stays for existing callers.
@@ -109,11 +136,12 @@ def run(args: argparse.Namespace) -> int:
         progress, callbacks = ProgressBar(console), []
     else:
         progress, callbacks = False, [ProgressLines(console)]
-    result = train(
-        config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
-    )
+    with writing(config.output_dir):
+        result = train(
+            config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
+        )
     if is_main_process():
         console.print(
-            f"trained {result.step} steps; model and tokenizer saved to [bold]{result.output_dir}[/]"
+            f"trained {result.step} steps; model and tokenizer saved to [bold]{markup(result.output_dir)}[/]"
         )
     return 0

@@ -10,6 +10,12 @@ Hangul included):
   ``##``; its decoder runs without BERT's "cleanup", which would rewrite ``" ."`` as ``"."``.
 
 They have no post-processor: :class:`Tokenizer` adds bos / eos itself.
+
+Words longer than :data:`MAX_WORD_CHARS` are cut into pieces of that length for training only. The BPE and
+WordPiece trainers rescan a word for every merge that touches it, so one unbroken line of megabytes (a
+minified file, a base64 blob) takes hours; cut, it costs what ordinary text does. The pieces after the first
+carry no word-start mark, so they count as the middle of a word, as they are. The saved tokenizer does not
+cut: it encodes a long word whole, as any other.
 """
 
 from __future__ import annotations
@@ -20,13 +26,19 @@ from itertools import chain
 from pathlib import Path
 from typing import Literal
 
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from zoo.io.tokenizer.core import PathLike, Tokenizer
 from zoo.io.tokenizer.specials import SPECIAL_TOKENS
 
 TokenizerKind = Literal["bpe", "wordpiece", "unigram"]
+
+# Longer words are cut into pieces this long for training. 100 characters: the longest words of natural
+# text (German compounds, chemical names) stay whole, and it is the limit past which Hugging Face's
+# WordPiece already gives up on a word (max_input_chars_per_word). Training then costs at most
+# 100 x 100 per distinct piece rather than the square of a line's length.
+MAX_WORD_CHARS = 100
 
 
 def train_tokenizer(
@@ -42,7 +54,13 @@ def train_tokenizer(
     ``files_or_iterator`` is a path or a list / tuple of paths (UTF-8 text, one or more sentences a line;
     tabs count as whitespace, so TSV files work), or any other iterable of strings. ``min_frequency``
     applies to BPE and WordPiece merges; the Unigram trainer has no such knob and ignores it.
+
+    Words longer than :data:`MAX_WORD_CHARS` characters are split into pieces of that length for training
+    (only: the tokenizer returned encodes them whole). A file that is not UTF-8 raises ``ValueError``
+    naming the file, the line and the byte offset.
     """
+    if min_frequency < 0:
+        raise ValueError(f"min_frequency ({min_frequency}) must be >= 0")
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size ({vocab_size}) must exceed the {len(SPECIAL_TOKENS)} special tokens")
     specials = list(SPECIAL_TOKENS.values())
@@ -80,8 +98,17 @@ def train_tokenizer(
     # NFC so that decomposed Hangul (jamo sequences) and precomposed syllables share tokens.
     steps = [normalizers.NFC(), *([normalizers.Lowercase()] if lowercase else [])]
     tok.normalizer = normalizers.Sequence(steps)
+    saved = tok.pre_tokenizer
+    # Training only: cut long words after the word-start mark, so that later pieces read as continuations.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([saved, _cut_long_words()])
     tok.train_from_iterator(_texts(files_or_iterator), trainer=trainer)
+    tok.pre_tokenizer = saved
     return Tokenizer(tok)
+
+
+def _cut_long_words() -> pre_tokenizers.PreTokenizer:
+    """A pre-tokenizer that splits every word into pieces of at most :data:`MAX_WORD_CHARS` characters."""
+    return pre_tokenizers.Split(Regex(f".{{1,{MAX_WORD_CHARS}}}"), behavior="isolated")
 
 
 def _texts(source: PathLike | Sequence[PathLike] | Iterable[str]) -> Iterator[str]:
@@ -107,6 +134,29 @@ def _texts(source: PathLike | Sequence[PathLike] | Iterable[str]) -> Iterator[st
 
 
 def _read_lines(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            yield line.rstrip("\n")
+    try:
+        with path.open(encoding="utf-8") as f:
+            yield from (line.rstrip("\n") for line in f)
+    except UnicodeDecodeError:
+        raise ValueError(_not_utf8(path)) from None
+
+
+def _not_utf8(path: Path) -> str:
+    """Where ``path`` first stops being UTF-8: ``"data.txt:3: not UTF-8 text (byte 0xff at byte offset 41)..."``.
+
+    Read again as bytes, line by line: a newline byte never occurs inside a UTF-8 character, so each line
+    decodes alone, and the first that fails holds the bad byte.
+    """
+    offset = 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                where = offset + error.start
+                return (
+                    f"{path}:{number}: not UTF-8 text (byte 0x{line[error.start]:02x} at byte offset {where}); "
+                    "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                )
+            offset += len(line)
+    return f"{path}: not UTF-8 text"  # only if the file changed between the two reads
