@@ -295,3 +295,16 @@ def test_running_out_of_gpu_memory_is_one_line(
     assert_one_line(err)
     flat = " ".join(err.split())
     assert "CUDA out of memory. Tried to allocate 2.00 GiB" in flat and "https://" not in flat
+
+
+def test_a_set_value_with_an_alias_bomb_is_refused_in_one_line(capsys) -> None:
+    from zoo.cli import main
+
+    bomb = (
+        "[&a [x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+        + ", ".join(f"&c{i} [*b,*b,*b,*b,*b,*b,*b,*b,*b]" for i in range(120))
+        + "]"
+    )
+    code = main(["train", "examples/translate.yaml", "--set", f"model.overrides={bomb}", "--max-steps", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "aliases" in err and len(err.strip().splitlines()) == 1

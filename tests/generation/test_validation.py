@@ -149,3 +149,21 @@ def test_a_bad_value_is_quoted_briefly_however_large_it_is(guarded):
     with pytest.raises(ValueError) as error:
         model.generate(OK, top_k=[[1] * 1000] * 1000)
     assert "top_k must be None or an int >= 0" in str(error.value) and len(str(error.value)) < 300
+
+
+@pytest.mark.parametrize("settings", [{}, {"do_sample": True, "seed": 0}, {"num_beams": 2}])
+def test_nan_logits_stop_generation_naming_the_step(settings) -> None:
+    model = zoo.build("gpt2-tiny").eval()
+    with torch.no_grad():
+        model.decoder.final_norm.weight.fill_(float("nan"))  # every logit NaN from the first step
+    with pytest.raises(ValueError, match=r"NaN/inf logits at step 1"):
+        model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, **settings)
+
+
+def test_generate_refuses_a_float_mask_and_a_seed_torch_cannot_take() -> None:
+    model = zoo.build("gpt2-tiny").eval()
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"attention_mask must hold 1 \(token\) / 0 \(padding\)"):
+        model.generate(ids, attention_mask=torch.ones(1, 3), max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"seed must be None or an int in \[0, 2\*\*64\)"):
+        model.generate(ids, do_sample=True, seed=2**80, max_new_tokens=2)

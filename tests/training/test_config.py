@@ -89,3 +89,12 @@ def test_example_translate_config_validates_and_its_data_reads(monkeypatch: pyte
     valid = read_examples(config.data.valid, task="seq2seq")  # type: ignore[arg-type]
     assert len(train.targets) == 3000 and len(valid.targets) == 300
     assert not set(train.sources or []) & set(valid.sources or [])
+
+
+def test_a_seed_outside_torchs_range_is_refused_when_the_config_loads() -> None:
+    import pytest
+
+    from zoo.training.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match=r"seed: Input should be less than 18446744073709551616"):
+        TrainConfig.from_yaml("examples/translate.yaml", seed=2**80)

@@ -231,7 +231,9 @@ def test_a_full_disk_during_a_record_names_the_file_and_leaves_whole_lines(
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", full_disk)
-    with pytest.raises(RunWriteError, match=r"could not write .*metrics\.jsonl: No space left on device"):
+    with pytest.raises(
+        RunWriteError, match=r"could not write .*metrics\.jsonl: the disk is full \(No space left on device\)"
+    ):
         train(config, progress=False)
     monkeypatch.undo()
     lines = (config.output_dir / "metrics.jsonl").read_text().splitlines()

@@ -37,15 +37,17 @@ if TYPE_CHECKING:  # these import torch; this module loads without it until summ
 def load_target_spec(target: Any) -> ModelSpec:
     """The spec of a preset name, a YAML/JSON spec file, a saved checkpoint directory, a mapping or a spec.
 
-    A directory is read for its ``spec.json`` (what `zoo.save` writes beside the weights), else for the
-    spec in its safetensors metadata; so is a ``.safetensors`` file. No weights are read.
+    A directory is read for the spec in its safetensors metadata (authoritative), or its ``spec.json`` when
+    it holds no weights; so is a ``.safetensors`` file. No weights are read.
     """
     if isinstance(target, dict):
         return parse_spec(target)
     if not isinstance(target, str | Path):
         return target  # already a spec
     path = Path(target).expanduser()
-    if path.is_dir() and (path / SPEC_NAME).is_file():
+    # The spec inside the weights is authoritative: after a crashed save, spec.json may lag one save behind.
+    has_weights = path.is_dir() and any(path.glob("*.safetensors*"))
+    if path.is_dir() and (path / SPEC_NAME).is_file() and not has_weights:
         return load_spec(path / SPEC_NAME)
     if path.is_dir() or path.suffix == ".safetensors":
         if path.is_dir() and not any(path.glob("*.safetensors*")):

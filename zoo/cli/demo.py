@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     import zoo
     from zoo.cli import console
+    from zoo.cli.sanitize import markup
     from zoo.cli.train import ProgressCallback, setup_logging
     from zoo.demo import corpus
     from zoo.demo.config import DEMO_MODEL, DEMO_SENTENCES, demo_config, is_demo_run, write_toy_data
@@ -105,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
         reloaded, sentences, source_tokenizer=reloaded_tokenizer, target_tokenizer=reloaded_tokenizer
     )
     if again != greedy:
-        console.print(f"[bold red]reloaded model from {result.output_dir} translates differently:[/] {again}")
+        console.print(
+            f"[bold red]reloaded model from {markup(result.output_dir)} translates differently:[/] "
+            f"{markup(again)}"
+        )
         return 1
-    console.print(f"saved to [bold]{result.output_dir}[/]; reloaded from disk: same translations")
+    console.print(f"saved to [bold]{markup(result.output_dir)}[/]; reloaded from disk: same translations")
     return 0

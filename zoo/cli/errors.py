@@ -44,7 +44,9 @@ def is_user_error(error: BaseException) -> bool:
 
 def one_line(error: BaseException) -> str:
     """The message of a user error, on one line and safe to print."""
-    if isinstance(error, OSError) and error.errno in _DISK_FULL:
+    # A raw OSError(errno, strerror, filename) from a write; zoo's own messages (one argument, e.g. a
+    # training run's "what is intact, run --resume") already say more and are kept.
+    if isinstance(error, OSError) and error.errno in _DISK_FULL and len(error.args) >= 2:
         where = f"cannot write {error.filename}" if error.filename else "cannot write the output"
         return clean(f"{where}: the disk is full ({error.strerror or 'no space left on device'})")
     text = _validation_text(error) or str(error) or type(error).__name__
@@ -60,6 +62,10 @@ def _validation_text(error: BaseException) -> str | None:
     pydantic = sys.modules.get("pydantic")
     if pydantic is None or not isinstance(error, pydantic.ValidationError):
         return None
+    from zoo.spec.errors import SpecValidationError
+
+    if isinstance(error, SpecValidationError):  # already formatted by zoo.spec.errors, without inputs
+        return str(error)
     items = [
         f"{'.'.join(str(part) for part in item['loc'])}: {item['msg'].removeprefix('Value error, ')}"
         if item["loc"]

@@ -24,6 +24,7 @@ import yaml
 from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option
 from zoo.cli.sanitize import clean, markup
+from zoo.spec.files import load_yaml
 from zoo.training.progress import ProgressBar, ProgressLines, wants_progress
 
 
@@ -71,7 +72,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            overrides[key.strip()] = yaml.safe_load(value)
+            overrides[key.strip()] = load_yaml(value)  # bounded: no alias bombs from a command line
         except yaml.YAMLError as error:
             raise ValueError(
                 f"--set {item!r}: the value is not valid YAML ({_yaml_problem(error)})"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from zoo.generation.config import GenerationConfig
-from zoo.generation.sampling import LogitsProcessors
+from zoo.generation.sampling import LogitsProcessors, check_finite
 from zoo.generation.session import Session
 
 _NEG = -1.0e9  # "impossible", as in Hugging Face (finite, so sums of it stay ordered)
@@ -57,7 +57,9 @@ def beam_search(
 
     for step in range(config.max_new_tokens):
         cur_len = prompt_len + step
-        log_probs = session.logits().float().log_softmax(dim=-1)  # (BN, V)
+        logits = session.logits().float()  # (BN, V)
+        check_finite(logits, step)
+        log_probs = logits.log_softmax(dim=-1)
         if processors.active:
             log_probs = processors(log_probs, session.sequences, session.valid, step)
         V = log_probs.shape[-1]

@@ -77,6 +77,12 @@ class GenerationConfig(BaseModel):
             )
         return value
 
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _seed(cls, value: Any) -> Any:
+        ok = value is None or (_is_int(value) and 0 <= value < 2**64)  # torch.Generator's range
+        return _need(value, ok, "seed must be None or an int in [0, 2**64)")
+
     @field_validator("min_new_tokens", mode="before")
     @classmethod
     def _not_negative(cls, value: Any, info: ValidationInfo) -> Any:
@@ -248,6 +254,11 @@ def check_inputs(
             raise ValueError(
                 f"generate: attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, T)} "
                 "like input_ids"
+            )
+        if attention_mask.dtype.is_floating_point:  # as forward: an additive 0/-inf mask would read inverted
+            raise ValueError(
+                f"generate: attention_mask must hold 1 (token) / 0 (padding) as int or bool, "
+                f"got dtype {attention_mask.dtype}"
             )
         mask = attention_mask.bool()
         if not bool(mask.any(dim=1).all()):

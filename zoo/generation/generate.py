@@ -31,7 +31,7 @@ from zoo.generation.config import (
     validated,
 )
 from zoo.generation.protocol import GenerativeModel
-from zoo.generation.sampling import LogitsProcessors, sample
+from zoo.generation.sampling import LogitsProcessors, check_finite, sample
 from zoo.generation.session import Session, StepFn, decode_step
 
 Streamer = Callable[[torch.Tensor], Any]
@@ -183,6 +183,7 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
     )
     for step in range(config.max_new_tokens):
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
+        check_finite(scores, step)
         if processors.active:
             scores = processors(scores, session.sequences, session.valid, step)
         tokens = sample(scores, generator) if config.do_sample else scores.argmax(dim=-1)  # (B,)

@@ -7,6 +7,7 @@ plain greedy run touches none of them. Removed tokens get -inf, as in Hugging Fa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -142,3 +143,13 @@ class LogitsProcessors:
         """Beam search: row i now continues old row ``rows[i]``."""
         if self.seen is not None:
             self.seen = self.seen.index_select(0, rows)
+
+
+def check_finite(scores: torch.Tensor, step: int) -> None:
+    """Stop on NaN / +inf logits, which argmax would turn into token 0 silently and sampling into a device
+    assert. -inf is fine (a banned token). One small reduction; the loop syncs once a step anyway."""
+    if not bool((scores < math.inf).all()):
+        raise ValueError(
+            f"generate: the model produced NaN/inf logits at step {step + 1} "
+            "(NaN/inf weights, or a float16 overflow: try float32)"
+        )

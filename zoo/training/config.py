@@ -209,7 +209,7 @@ class TrainConfig(Section):
     epochs: PositiveInt | None = None
     max_steps: PositiveInt | None = Field(None, description="Stop after this many optimizer steps.")
     output_dir: Path = Path("runs/train")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**64, description="Seeds every RNG; torch takes [0, 2**64).")
     device: str = Field("auto", description="auto (cuda when available), cpu, cuda, cuda:1, mps.")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA.")
     num_threads: PositiveInt | None = Field(

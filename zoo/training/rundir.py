@@ -162,8 +162,8 @@ def open_no_link(path: Path, flags: int) -> int:
 
 def write_error(path: Path | str, error: OSError, *, hint: str | None = None) -> RunWriteError:
     """One error naming ``path``, the cause, and how to go on."""
-    reason = error.strerror or str(error)
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    reason = f"the disk is full ({error.strerror})" if full else error.strerror or str(error)
     remedy = "free some space" if full else "fix that"
     hint = hint or f"the run stopped; what it wrote before is intact: {remedy}, then continue it (--resume)"
     return RunWriteError(f"could not write {path}: {reason}; {hint}", path=path, cause=error)
