@@ -131,7 +131,10 @@ class Stack(nn.Module):
             if is_causal:  # the bias must be materialised, so the causal mask must be too
                 self_mask, is_causal = masks.causal_mask(T, offset + T, device=x.device)[None, None], False
             self_mask = masks.with_bias(self_mask, self.positions(T, offset + T), dtype=x.dtype)
-        rotary = self.positions(position_ids) if role == "rotary" else None
+        rotary = None
+        if role == "rotary":  # float32 tables (`zoo.blocks.position`), cast once here rather than per layer
+            cos, sin = self.positions(position_ids)
+            rotary = cos.to(x.dtype), sin.to(x.dtype)
         cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
 
         self_weights, cross_weights = [], []

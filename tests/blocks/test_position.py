@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from zoo.blocks.position import (
     AlibiBias,
     RelativeBias,
     RotaryPositions,
+    SinusoidalPositions,
     alibi_slopes,
     apply_rotary,
     sinusoidal_table,
@@ -75,3 +77,23 @@ def test_alibi_slopes_follow_the_paper():
     bias = AlibiBias(num_heads=8, bidirectional=False)(3, 3)
     assert bias.shape == (1, 8, 3, 3)
     assert bias[0, 0, 2].tolist() == [-1.0, -0.5, 0.0]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SinusoidalPositions(layout="interleaved", max_positions=64, dim=8),
+        lambda: RotaryPositions(theta=10000.0, max_positions=64, head_dim=8),
+        lambda: AlibiBias(num_heads=12, bidirectional=False),  # 12 heads: slopes 2^-0.5k, inexact in bf16
+    ],
+    ids=["sinusoidal", "rotary", "alibi"],
+)
+def test_fixed_tables_stay_float32_through_dtype_casts_and_follow_the_device(make):
+    fresh = dict(make().named_buffers())
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.bfloat16().float()):
+        tables = dict(cast(make()).named_buffers())
+        assert all(torch.equal(tables[name], table) for name, table in fresh.items())  # float32, unrounded
+    moved = make().to("meta", torch.bfloat16)
+    assert all(t.is_meta and t.dtype == torch.float32 for t in moved.buffers())
+    moved.to_empty(device="cpu").reset_buffers()
+    assert all(torch.equal(t, fresh[name]) for name, t in moved.named_buffers())

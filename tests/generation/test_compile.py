@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from zoo.generation.compiled import _FROZEN
+from zoo.generation.session import Session, decode_step
+
 
 @pytest.mark.parametrize("name", ["llama-tiny", pytest.param("t5-tiny", marks=pytest.mark.slow)])
 def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
@@ -24,3 +27,27 @@ def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
     with torch.no_grad():
         model.embed.tokens.weight.mul_(-1.0)  # a different model, same parameter objects
     assert torch.equal(model.generate(ids, compile=True, **kwargs), model.generate(ids, **kwargs))
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny"])
+def test_a_left_padded_decode_step_compiles_to_one_graph(tiny, prompts, name):
+    """The step never asks the mask whether it pads (a host sync, and a graph break per stack)."""
+    model = tiny(name)
+    ids, mask = prompts(model.spec.vocab_size, [3, 6])
+    reports = []
+    with torch.no_grad():
+        session = Session(model, ids, mask, max_new_tokens=4)
+        assert session.mask is not None or session.state.memory_mask is not None  # padding reaches the step
+        session.append(session.logits().argmax(dim=-1))  # the prefill, eagerly
+        session.step = lambda *args: reports.append(torch._dynamo.explain(decode_step)(*args))
+        session.logits()  # one decode step, traced
+    assert (reports[0].graph_count, reports[0].graph_break_count) == (1, 0), reports[0].break_reasons
+
+
+def test_a_left_padded_bf16_batch_compiles_frozen_and_gives_the_eager_tokens(tiny, prompts):
+    model = tiny("llama-tiny").to(torch.bfloat16)
+    ids, mask = prompts(model.spec.vocab_size, [3, 6])
+    kwargs = dict(attention_mask=mask, max_new_tokens=5, eos_token_id=[])
+    compiled = model.generate(ids, compile=True, **kwargs)  # frozen: fullgraph=True, a break would raise
+    assert model in _FROZEN
+    assert torch.equal(compiled, model.generate(ids, **kwargs))

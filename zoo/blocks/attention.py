@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zoo.blocks.masks import causal_mask
+from zoo.blocks.masks import additive_as, causal_mask
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
 from zoo.spec import AttentionSpec
@@ -160,7 +160,7 @@ class Attention(nn.Module):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> torch.Tensor:
         if mask is not None and mask.dtype != torch.bool:
-            mask = mask.to(q.dtype)
+            mask = additive_as(mask, q.dtype)  # under autocast q is narrower than the mask: stay finite
         mode = gqa_mode(
             device_type=q.device.type,
             masked=mask is not None,

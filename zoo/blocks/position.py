@@ -5,12 +5,14 @@
     bias      (relative_bias, alibi)   a (1, H, Tq, Tk) additive logit bias, computed once per stack
 
 The stack asks ``module.role`` and calls the matching method; nothing here knows which model it serves.
-Fixed tables are non-persistent buffers (not saved, recomputed by `reset_buffers` after a meta-device build).
+Fixed tables are non-persistent float32 buffers (not saved, recomputed by `reset_buffers` after a meta-device
+build) that follow the model's device but never its dtype (`FixedTables`): each use casts what it reads.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -33,7 +35,33 @@ def sinusoidal_table(num_positions: int, dim: int, *, layout: str = "interleaved
     return table.float()
 
 
-class SinusoidalPositions(nn.Module):
+class FixedTables(nn.Module):
+    """Base of a module whose buffers are fixed float32 tables, computed by ``reset_buffers``.
+
+    The tables move with the module (``.to(device)``, ``.cuda()``, ``to_empty``) but keep float32 through
+    any cast (``.to(torch.bfloat16)``, ``.half()``): a model built with ``dtype=bfloat16`` then holds the
+    same tables as one loaded in bfloat16 (`zoo.load` recomputes them), and each use casts the rows it
+    reads to the activations' dtype — as Hugging Face keeps rotary ``inv_freq`` in float32.
+    """
+
+    def reset_buffers(self) -> None:
+        raise NotImplementedError
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> FixedTables:
+        tables = dict(self._buffers)
+        super()._apply(fn, recurse)
+        for name, table in tables.items():
+            moved = self._buffers[name]
+            if table is not None and moved is not None and moved.dtype != table.dtype:
+                # ``fn`` cast the table: keep the float32 one, on the device ``fn`` chose (from meta: no
+                # values to copy, `reset_buffers` fills it)
+                self._buffers[name] = (
+                    torch.empty_like(table, device=moved.device) if table.is_meta else table.to(moved.device)
+                )
+        return self
+
+
+class SinusoidalPositions(FixedTables):
     role = "absolute"
     table: torch.Tensor  # buffer (P, E)
 
@@ -63,7 +91,7 @@ class LearnedPositions(nn.Module):
         return self.weight[position_ids + self.offset]  # (B, T, E)
 
 
-class RotaryPositions(nn.Module):
+class RotaryPositions(FixedTables):
     """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair."""
 
     role = "rotary"
@@ -133,7 +161,7 @@ class RelativeBias(nn.Module):
         return values.permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
 
 
-class AlibiBias(nn.Module):
+class AlibiBias(FixedTables):
     """ALiBi (Press et al. 2022): logit penalty slope_h * distance, slopes a geometric sequence per head."""
 
     role = "bias"

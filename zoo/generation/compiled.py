@@ -25,7 +25,7 @@ from zoo.generation.protocol import GenerativeModel
 from zoo.generation.session import StepFn, decode_step
 
 
-def compiled_decode_step(model: GenerativeModel, *, rows: int, padded: bool) -> StepFn:
+def compiled_decode_step(model: GenerativeModel, *, rows: int) -> StepFn:
     """`decode_step` for ``model`` through ``torch.compile`` (dynamic shapes: the attended length grows).
 
     Half-precision models are compiled with Inductor's weight *freezing*: the weights become constants of
@@ -35,13 +35,12 @@ def compiled_decode_step(model: GenerativeModel, *, rows: int, padded: bool) -> 
     batch 8 (18.1 vs 15.8 ms).
 
     Frozen constants are one model's weights at one moment, so they must live in one graph on code of the
-    model's own, where they can be dropped alone. A padded batch (``padded``: the attention mask has zeros)
-    breaks the graph today — the stack asks the mask whether it pads (`zoo.blocks.masks`), a data-dependent
-    branch — and graphs after a break live on shared code (the stack's, the layers'), so padded batches
-    are not frozen; ``fullgraph=True`` holds the frozen path to one graph.
+    model's own, where they can be dropped alone; ``fullgraph=True`` holds the frozen path to one graph.
+    Padded batches compile to one graph too: the step never asks the mask whether it pads (`zoo.blocks.masks`:
+    a given mask is applied; generation passes None for a batch without padding, decided once per call).
     """
     parameters = list(model.parameters())
-    freeze = not padded and (parameters[0].dtype in (torch.bfloat16, torch.float16) or rows == 1)
+    freeze = parameters[0].dtype in (torch.bfloat16, torch.float16) or rows == 1
     if not freeze:
         return _shared_step()
     versions = tuple(p._version for p in parameters)

@@ -235,7 +235,6 @@ def prepare(
     if config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(config.seed)
     rows = input_ids.shape[0] * config.num_beams
-    padded = attention_mask is not None and not bool(attention_mask.bool().all())
     return Run(
         model=model,
         input_ids=input_ids,
@@ -244,7 +243,7 @@ def prepare(
         eos=torch.tensor(eos, dtype=torch.long, device=device) if eos else None,
         pad=pad,
         generator=generator,
-        step=compiled_decode_step(model, rows=rows, padded=padded) if compile else decode_step,
+        step=compiled_decode_step(model, rows=rows) if compile else decode_step,
     )
 
 

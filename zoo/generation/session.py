@@ -62,7 +62,9 @@ class Session:
         self.model, self.step = model, step
         device = input_ids.device
         if attention_mask is not None and bool(attention_mask.bool().all()):
-            attention_mask = None  # no padding: no mask at all, SDPA runs its causal / unmasked fast path
+            # No padding: no mask at all, SDPA runs its causal / unmasked fast path. Asked here, once per run on
+            # the host; a stack applies any mask it is given without asking (`zoo.blocks.masks`).
+            attention_mask = None
         self.state = model.prepare_generation(input_ids, attention_mask, num_beams=num_beams)
         prompt, prompt_mask = self.state.prompt, self.state.prompt_mask
         B, T = prompt.shape

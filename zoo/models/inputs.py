@@ -23,18 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from zoo.blocks.masks import values_readable
 from zoo.losses import IGNORE_INDEX
-
-
-def values_readable(tensor: torch.Tensor) -> bool:
-    """Whether reading ``tensor``'s values costs nothing: a plain CPU tensor, not traced or compiled."""
-    return (
-        tensor.device.type == "cpu"
-        and type(tensor) in (torch.Tensor, torch.nn.Parameter)  # not a FakeTensor or another subclass
-        and tensor.numel() > 0
-        and not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-    )
 
 
 def check_tokens(
