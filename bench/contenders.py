@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -42,7 +43,11 @@ def hf_model(spec: dict[str, Any]) -> nn.Module:
             bos_token_id=spec["bos_token_id"], eos_token_id=spec["eos_token_id"], pad_token_id=spec["pad_token_id"],
             **common,
         )  # fmt: skip
-        return tf.GPT2LMHeadModel(config)
+        model = tf.GPT2LMHeadModel(config)
+        # transformers looks its causal-LM loss up by this name and, without it, logs a warning on every
+        # forward, which under torch.compile is a graph break; the loss is the same either way.
+        model.loss_type = "ForCausalLM"
+        return model
     if spec["family"] == "encoder":
         config = tf.BertConfig(
             vocab_size=V, hidden_size=C, num_hidden_layers=L, num_attention_heads=H, intermediate_size=F_,
@@ -149,27 +154,45 @@ def train_batch(workload: TrainWorkload, device: str) -> dict[str, torch.Tensor]
 def train_step_fn(
     contender: str, workload: TrainWorkload, model: nn.Module, batch: dict
 ) -> Callable[[], float]:
-    """A closure running forward + backward + optimizer step; returns the loss."""
+    """A closure running forward + backward + optimizer step; returns the loss.
+
+    ``workload.precision`` "bf16" runs forward and loss under bf16 autocast (weights, gradients and AdamW
+    stay float32); ``workload.compile`` runs the model through ``torch.compile``. Both apply alike to every
+    contender.
+    """
     model.train()
     # The same optimizer for every contender: fused AdamW, the default of zoo's trainer and of HF's Trainer.
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     labels = batch["labels"]
     # zoo runs its head only where a label is, as its trainer does (`logits_mask`); the others everywhere.
+    # Not when compiled: selecting rows has a data-dependent shape, which would break the graph (and with
+    # every position but the last scored, there is nothing to save).
     scored = shift_labels_left(labels) if workload.family == "decoder" else labels
-    extra = {"logits_mask": scored != IGNORE_INDEX} if contender == "zoo" else {}
+    extra = {"logits_mask": scored != IGNORE_INDEX} if contender == "zoo" and not workload.compile else {}
+    # The sequences are full length, so zoo and transformers get no attention mask, as zoo's trainer passes
+    # none for a batch without padding: given one, a model on a GPU or under torch.compile cannot look
+    # inside it without a host sync or a graph break, applies it, and leaves SDPA's flash kernel.
+    run = torch.compile(model) if workload.compile else model
+    device_type = labels.device.type
+
+    def autocast() -> AbstractContextManager:
+        if workload.precision == "bf16":
+            return torch.autocast(device_type, dtype=torch.bfloat16)
+        return nullcontext()
 
     def loss() -> torch.Tensor:
         if workload.family == "encoder-decoder":
             if contender == "torch":
                 dec_in = torch.cat([torch.zeros_like(labels[:, :1]), labels[:, :-1]], dim=1)
-                logits = model(batch["src"], batch["src_mask"], dec_in)
+                logits = run(batch["src"], batch["src_mask"], dec_in)
                 return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-            return model(batch["src"], attention_mask=batch["src_mask"], labels=labels, **extra).loss
-        return model(batch["ids"], attention_mask=batch["mask"], labels=labels, **extra).loss
+            return run(batch["src"], labels=labels, **extra).loss
+        return run(batch["ids"], labels=labels, **extra).loss
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
-        value = loss()
+        with autocast():
+            value = loss()
         value.backward()
         optimizer.step()
         return float(value.detach())

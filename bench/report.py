@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 
-def machine(device: str) -> dict[str, Any]:
+def machine(device: str, *, peak_tflops: float | None = None) -> dict[str, Any]:
     cpu = platform.processor() or "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -36,13 +36,25 @@ def machine(device: str) -> dict[str, Any]:
         pass
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name()
+        info["bf16_peak_tflops"] = peak_tflops  # MFU's denominator; None: unknown GPU, MFU "n/a"
     return info
+
+
+def mfu_text(row: dict[str, Any]) -> str:
+    """A row's MFU as a percentage, "n/a" when the GPU's peak is unknown, "–" when not measured."""
+    if "mfu" not in row:
+        return "–"
+    return f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
 
 
 def markdown(record: dict[str, Any]) -> str:
     m = record["machine"]
+    gpu = ""
+    if "gpu" in m:
+        peak = m.get("bf16_peak_tflops")
+        gpu = f" ({m['gpu']}, dense bf16 peak {f'{peak:g} TFLOP/s' if peak else 'unknown'})"
     lines = [
-        f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), {m['device']}, "
+        f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), {m['device']}{gpu}, "
         f"torch {m['torch']}, transformers {m.get('transformers', '-')}; median of {record['repeats']} alternating "
         f"repetitions after {record['warmup']} warm-up, (slowest–fastest) in brackets.",
         "",
@@ -56,19 +68,21 @@ def markdown(record: dict[str, Any]) -> str:
             if section == "train"
             else "Greedy generation, 128 new tokens, KV cache"
         )
+        mfu = any("mfu" in r for r in rows)  # GPU bf16 training rows: model TFLOP/s and MFU columns
         lines += [
             f"**{title}**",
             "",
-            f"| workload | contender | {unit} | vs HF | peak memory | parameters |",
-            "|---|---|---:|---:|---:|---:|",
+            f"| workload | contender | {unit} | vs HF |{' TFLOP/s | MFU |' if mfu else ''} peak memory | parameters |",
+            f"|---|---|---:|---:|{'---:|---:|' if mfu else ''}---:|---:|",
         ]
         for r in rows:
             ratio = f"{r['vs_hf']:.2f}x" if r.get("vs_hf") else "–"
             memory = f"{r['peak_mib']:.0f} MiB" if r.get("peak_mib") else "–"
             params = f"{r['parameters']:,}" if r.get("parameters") else "–"
+            flops = f" {r['tflops']:,.1f} | {mfu_text(r)} |" if "tflops" in r else (" – | – |" if mfu else "")
             lines.append(
                 f"| {r['workload']} | {r['contender']} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
-                f"| {ratio} | {memory} | {params} |"
+                f"| {ratio} |{flops} {memory} | {params} |"
             )
         lines.append("")
     return "\n".join(lines)

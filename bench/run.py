@@ -1,7 +1,7 @@
 """Side-by-side benchmark of zoo against Hugging Face `transformers` and `torch.nn.Transformer`.
 
     python -m bench --quick             # < 5 minutes on 2 CPU cores
-    python -m bench --device cuda       # adds bf16 + torch.compile variants and MFU on a GPU
+    python -m bench --device cuda       # on a GPU: adds bf16 training (+ torch.compile) with its MFU
     python -m bench --only generate     # one section
 
 Writes bench/results/results.json and results.md (the README's tables come from there).
@@ -10,6 +10,7 @@ Writes bench/results/results.json and results.md (the README's tables come from 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 from bench import contenders, report
 from bench.memory import measure
+from bench.peaks import bf16_peak_tflops
 from bench.timing import alternate
 from bench.workloads import GenerateWorkload, TrainWorkload, suite
 
@@ -29,17 +31,35 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def run_train(workload: TrainWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
-    dtype = torch.float32
+    if workload.compile:
+        torch._dynamo.reset()  # the previous workloads' graphs (and the memory they hold) go
+    dtype = torch.float32  # the weights; bf16 workloads autocast around them (mixed precision)
     models = {name: contenders.build(name, workload.spec, args.device, dtype) for name in workload.contenders}
     parameters = contenders.check_same_size(models)
     batch = contenders.train_batch(workload, args.device)
     runs = {name: contenders.train_step_fn(name, workload, model, batch) for name, model in models.items()}
-    timings = alternate(runs, device=args.device, warmup=args.warmup, repeats=args.repeats)
+    # A compiled step compiles forward and backward on its first call and may recompile once on its second.
+    warmup = max(args.warmup, 2) if workload.compile else args.warmup
+    timings = alternate(runs, device=args.device, warmup=warmup, repeats=args.repeats)
     rows = _rows("train", workload.name, timings, workload.tokens_per_step, parameters)
+    if workload.precision == "bf16" and args.device.startswith("cuda"):
+        _add_mfu(rows, workload, args.peak_tflops)
     if not args.no_memory:
         for row in rows:
             row["peak_mib"] = measure("train", workload.name, row["contender"], device=args.device)
     return rows
+
+
+def _add_mfu(rows: list[dict[str, Any]], workload: TrainWorkload, peak_tflops: float | None) -> None:
+    """Model TFLOP/s and MFU of each row: training FLOPs per token as ``zoo show`` counts them (3 x forward:
+    2 per weight per token, plus attention scores and weighted sums) times tokens/s, over the dense bf16
+    peak. The same model FLOPs for every contender, whatever each one computes (or recomputes)."""
+    import zoo
+
+    flops_per_token = zoo.summary(workload.spec, seq_len=workload.seq, batch=workload.batch).flops.training
+    for row in rows:
+        row["tflops"] = row["rate"] * flops_per_token / 1e12
+        row["mfu"] = row["tflops"] / peak_tflops if peak_tflops else None  # None: "n/a", peak unknown
 
 
 def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -88,7 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="fewer repetitions and workloads (< 5 min on 2 cores)"
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the GPU's dense bf16 peak for MFU (default: looked up by device name; unknown: MFU n/a)",
+    )
     parser.add_argument("--only", choices=["train", "generate"], help="run one section")
     parser.add_argument("--match", default="", help="only workloads whose name contains this text")
     parser.add_argument("--repeats", type=int, default=None)
@@ -96,12 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        parser.error(f"--device {args.device}: expected cpu, cuda or cuda:N")
+    if args.device.startswith("cuda"):
+        # Never fall back to the CPU: a GPU run's numbers are the point.
+        if not torch.cuda.is_available():
+            parser.exit(
+                2,
+                f"python -m bench: --device {args.device} needs a CUDA GPU, and torch {torch.__version__} "
+                "sees none (torch.cuda.is_available() is False); leave out --device for the CPU benchmark\n",
+            )
+        torch.cuda.set_device(torch.device(args.device))
+        args.peak_tflops = args.peak_tflops or bf16_peak_tflops(torch.cuda.get_device_name())
     args.repeats = args.repeats or (2 if args.quick else 5)
     args.no_memory = args.no_memory or args.quick
     torch.manual_seed(0)
     workloads = suite(quick=args.quick, device=args.device)
     record: dict[str, Any] = {
-        "machine": report.machine(args.device),
+        "machine": report.machine(args.device, peak_tflops=args.peak_tflops),
         "quick": args.quick,
         "repeats": args.repeats,
         "warmup": args.warmup,
@@ -119,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             record["results"] += rows
             for row in rows:
                 ratio = f"  {row['vs_hf']:.2f}x HF" if row["vs_hf"] else ""
+                mfu = f"  MFU {report.mfu_text(row)}" if "mfu" in row else ""
                 print(
-                    f"{row['workload']:45s} {row['contender']:6s} {row['rate']:10,.0f}/s{ratio}", flush=True
+                    f"{row['workload']:45s} {row['contender']:6s} {row['rate']:10,.0f}/s{ratio}{mfu}",
+                    flush=True,
                 )
     record["elapsed_s"] = time.perf_counter() - started
     json_path, md_path = report.write(record, args.out)

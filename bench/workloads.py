@@ -3,6 +3,12 @@
 Shapes: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
 encoder-decoder and a T5-small-shaped model, all 6 layers (T5: 6+6), width 512, 8 heads, vocab 8192.
 The MLM workload scores 15% of the positions, as BERT's recipe does; every other one scores every position.
+
+On CUDA two training workloads are added, both in bf16 mixed precision (float32 weights, bf16 autocast, as
+zoo's trainer runs ``precision: bf16``), with their MFU against the GPU's dense bf16 peak (`bench.peaks`):
+GPT-2 medium's shape at sequence length 1024 under ``torch.compile``, and the 2017 Transformer base
+(Vaswani et al. table 3: 6+6 layers, width 512, FFN 2048, 8 heads, 37k shared vocabulary) against
+`transformers`' Marian of the same shape, eager.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ class TrainWorkload:
     seq: int  # decoder-only / encoder-only length, or the target length of an encoder-decoder
     source: int = 0  # encoder-decoder source length
     contenders: tuple[str, ...] = ("zoo", "hf")
+    precision: str = "fp32"  # or "bf16": autocast to bfloat16 around float32 weights, for every contender
+    compile: bool = False  # torch.compile the whole model, for every contender
 
     @property
     def tokens_per_step(self) -> int:
@@ -109,6 +117,22 @@ T5 = {
 }
 
 
+# GPU-only shapes. GPT-2 medium (24 layers, width 1024, 16 heads) with its 50257-token vocabulary padded to
+# 50304 (a multiple of 64, as nanoGPT does: the head's GEMM runs on aligned tiles).
+GPT2_MEDIUM = {
+    **GPT,
+    "d_model": 1024,
+    "num_layers": 24,
+    "attention": {"num_heads": 16},
+    "ffn": {"d_ff": 4096, "activation": "gelu_tanh"},
+    "max_positions": 1024,
+    "vocab_size": 50304,
+}
+# The 2017 Transformer base in Marian's wiring (the only way transformers has it): sinusoids in the
+# half/half layout rather than interleaved and a (frozen) logits bias — neither changes the cost.
+TRANSFORMER_BASE = {**MARIAN, "vocab_size": 37000, "max_positions": 1024}
+
+
 @dataclass(frozen=True)
 class Suite:
     train: list[TrainWorkload] = field(default_factory=list)
@@ -152,22 +176,26 @@ def suite(*, quick: bool, device: str) -> Suite:
             for dtype in dtypes
             for batch in (1, 8)
         ]
-    if device == "cuda":
-        train.append(
+    if device.startswith("cuda"):
+        train += [
             TrainWorkload(
-                "gpt2-medium-shaped train step, seq 1024",
+                "gpt2-medium-shaped train step, seq 1024, bf16 + compile",
                 "decoder",
-                {
-                    **GPT,
-                    "d_model": 1024,
-                    "num_layers": 24,
-                    "attention": {"num_heads": 16},
-                    "ffn": {"d_ff": 4096, "activation": "gelu_tanh"},
-                    "max_positions": 1024,
-                    "vocab_size": 50304,
-                },
+                GPT2_MEDIUM,
                 batch=8,
                 seq=1024,
-            )
-        )
+                precision="bf16",
+                compile=True,
+            ),
+            TrainWorkload(
+                "transformer-base (Marian-shaped) seq2seq train step, bf16",
+                "encoder-decoder",
+                TRANSFORMER_BASE,
+                batch=64,
+                seq=128,
+                source=128,
+                precision="bf16",
+                contenders=("zoo", "hf", "torch"),
+            ),
+        ]
     return Suite(train=train, generate=generate)

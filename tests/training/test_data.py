@@ -136,6 +136,15 @@ def test_teacher_forcing_shifts_decoder_inputs_right_and_pads_labels_with_ignore
     assert batch.num_tokens == 6 + 6
 
 
+def test_moving_a_batch_drops_only_the_masks_that_hide_nothing() -> None:
+    data = EncodedExamples(targets=[[5, 6, 7, 2], [8, 9, 2]], sources=[[9, 2], [10, 2]], origins=["a", "b"])
+    batch = Collator(data, task="seq2seq", pad_id=0, start_id=1)([0, 1])
+    moved = batch.to("cpu")
+    assert "attention_mask" not in moved.inputs  # both sources are 2 tokens: nothing to mask
+    assert moved.inputs["decoder_attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
+    assert set(batch.inputs) == {"input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask"}
+
+
 def test_causal_lm_targets_are_the_next_tokens() -> None:
     data = EncodedExamples(targets=[[1, 5, 6, 2], [1, 7, 2]], sources=None, origins=["a", "b"])
     batch = Collator(data, task="causal_lm", pad_id=0)([0, 1])

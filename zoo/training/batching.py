@@ -38,7 +38,17 @@ class Batch:
     num_tokens: int  # real (non-pad) input tokens, source and target, for throughput
 
     def to(self, device: torch.device | str) -> Batch:
-        inputs = {name: t.to(device, non_blocking=True) for name, t in self.inputs.items()}
+        """The batch on ``device``, without the masks that hide nothing (every row full length).
+
+        Whether a mask pads anything is free to read here on the CPU; on an accelerator the model would not
+        read it (a host sync) and would apply it all the same (`zoo.blocks.masks`), keeping SDPA off its
+        flash kernel. A missing mask means no padding, so the results are the same.
+        """
+        inputs = {
+            name: t.to(device, non_blocking=True)
+            for name, t in self.inputs.items()
+            if not (name.endswith("attention_mask") and bool(t.all()))
+        }
         return Batch(inputs, self.targets.to(device, non_blocking=True), self.num_tokens)
 
 

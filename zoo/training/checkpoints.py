@@ -4,7 +4,8 @@
         model.safetensors, spec.json, tokenizer.json   zoo.save: a loadable model on its own
         optimizer.safetensors                           Adam moments by parameter name; groups in metadata
         rng.safetensors                                 every rank's torch (and CUDA) RNG state
-        trainer_state.json                              step, epoch, batch position, elapsed time
+        trainer_state.json                              step, epoch, batch position, elapsed time;
+                                                        fp16: the loss scale (``grad_scaler``)
 
 No pickle: tensors go to safetensors and everything else to JSON. Each file is written through
 `zoo.io.atomic`, into a directory under a temporary name that is renamed into place once complete, so a
@@ -38,12 +39,14 @@ from zoo.io.checkpoint.layout import open_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
 from zoo.training.layout import CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
+from zoo.training.precision import scaler_state_problem
 from zoo.training.rundir import writing
 
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"step-(\d+)")
-# trainer_state.json: the progress (`TrainerState.progress`) and the provenance `CheckpointIO` adds.
+# trainer_state.json: the progress (`TrainerState.progress`) and the provenance `CheckpointIO` adds (and,
+# from an fp16 run, ``grad_scaler``: GradScaler's state as JSON numbers, checked when present).
 STATE_KEYS = ("step", "epoch", "position", "elapsed_s", "world_size", "grad_accum")
 
 
@@ -170,6 +173,8 @@ def read_trainer_state(path: Path) -> dict[str, Any]:
     bad = [key for key in STATE_KEYS if not _is_number(state.get(key))]
     if bad:
         raise ResumeError(f"{file}: incomplete: no valid {', '.join(bad)}")
+    if "grad_scaler" in state and (problem := scaler_state_problem(state["grad_scaler"])) is not None:
+        raise ResumeError(f"{file}: {problem}")
     return state
 
 

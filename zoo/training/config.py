@@ -211,7 +211,11 @@ class TrainConfig(Section):
     output_dir: Path = Path("runs/train")
     seed: int = Field(0, ge=0, lt=2**64, description="Seeds every RNG; torch takes [0, 2**64).")
     device: str = Field("auto", description="auto (cuda when available), cpu, cuda, cuda:1, mps.")
-    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 autocast on CUDA.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="Autocast dtype; fp16 adds dynamic loss scaling (GradScaler). auto: bf16 on CUDA, else "
+        "fp32 (zoo.training.precision).",
+    )
     num_threads: PositiveInt | None = Field(
         None, description="CPU threads for PyTorch (torch.set_num_threads); default: PyTorch's choice."
     )

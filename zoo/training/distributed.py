@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -26,6 +26,10 @@ from torch.utils.checkpoint import checkpoint
 
 from zoo.devices import resolve_device
 from zoo.layers import Layer
+
+
+class TorchVersionError(ImportError, ValueError):
+    """This torch lacks what the run asks for (a ValueError too, so the CLI shows its one line)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,7 @@ def wrap_model(
     if not runtime.distributed:
         return model
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-
+        fully_shard, register_fsdp_forward_method = _fsdp2()
         for layer in transformer_layers(model):
             fully_shard(layer)
         fully_shard(model)
@@ -136,6 +139,19 @@ def wrap_model(
 
     device_ids = [runtime.device] if runtime.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=find_unused)
+
+
+def _fsdp2() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """FSDP2's ``fully_shard`` and ``register_fsdp_forward_method``, public in ``torch.distributed.fsdp``
+    from torch 2.6 (2.4 and 2.5 had them under ``torch.distributed._composable.fsdp``)."""
+    try:
+        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+    except ImportError:
+        raise TorchVersionError(
+            f"FSDP2 (distributed.strategy: fsdp) needs torch >= 2.6 (found {torch.__version__}): upgrade "
+            "torch, or train with strategy: ddp"
+        ) from None
+    return fully_shard, register_fsdp_forward_method
 
 
 @runtime_checkable

@@ -12,7 +12,8 @@
             model.safetensors, spec.json, tokenizer.json     a loadable model on its own
             optimizer.safetensors                            Adam moments by parameter name
             rng.safetensors                                  every rank's RNG streams
-            trainer_state.json                               step, data position, elapsed time
+            trainer_state.json                               step, data position, elapsed time (fp16:
+                                                             and the loss scale)
         .zoo-train.lock                     the advisory lock of the run writing here (`zoo.training.rundir`)
 
 The model's and tokenizer's own names (``model.safetensors``, ``spec.json``, ``tokenizer.json``) belong to

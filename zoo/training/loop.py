@@ -4,7 +4,8 @@
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
     -> prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
     -> model -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
-       divided by the step's token count over every micro-batch and process -> clip -> optimizer step
+       divided by the step's token count over every micro-batch and process -> (fp16: unscale) -> clip
+       -> optimizer step (fp16: skipped when the gradients overflowed; `zoo.training.precision`)
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
        resumable checkpoint -> final validation, and the model + tokenizer saved to ``output_dir``
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ from zoo.training.config import TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
 from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
+from zoo.training.precision import LossScaling, resolve_precision
+from zoo.training.precision import autocast as precision_autocast
 from zoo.training.progress import ProgressBar, ProgressSetting
 from zoo.training.records import Callback, TrainResult, check_callbacks, write_run_info
 from zoo.training.reporting import Interval, Reporter, check_sinks
@@ -128,9 +131,12 @@ class Trainer:
             find_unused=self.task == "masked_lm",  # BERT's pooler computes outputs no MLM loss reads
         )
         self.optimizer = build_optimizer(self.model, config.optim)
+        self.precision = resolve_precision(config.precision, runtime.device)
+        self.scaling = LossScaling(self.precision, runtime.device)  # fp16's loss scale; else a pass-through
         self.io = CheckpointIO(
             model=self.model,
             optimizer=self.optimizer,
+            scaling=self.scaling,
             runtime=runtime,
             spec=self.spec,
             tokenizers=self.tokenizers,
@@ -145,7 +151,7 @@ class Trainer:
         self._started = time.perf_counter()
         torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout: a different stream per process
         if self.resume_from is not None:
-            saved = self.io.load(self.resume_from)  # weights, optimizer and RNG restored in place
+            saved = self.io.load(self.resume_from)  # weights, optimizer, loss scale and RNG restored in place
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
             self.order.epoch, self.order.position = saved.epoch, saved.position
             if not own:  # another run's checkpoint continues here: whatever ``out`` held is overwritten
@@ -206,13 +212,8 @@ class Trainer:
         return eps if eps is not None else (0.1 if self.task == "seq2seq" else 0.0)
 
     def autocast(self) -> AbstractContextManager:
-        precision, device = self.config.precision, self.runtime.device
-        if precision == "auto":
-            bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
-            precision = "bf16" if bf16_ok else "fp32"
-        if precision == "fp32":
-            return nullcontext()
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        """The run's autocast (``precision``, resolved for the device: `zoo.training.precision`)."""
+        return precision_autocast(self.precision, self.runtime.device)
 
     def fit(self) -> TrainResult:
         """Train to ``total_steps`` (resuming where a checkpoint left off), validate, save; returns the result."""
@@ -286,19 +287,21 @@ class Trainer:
                 with self.autocast():
                     logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V)
                 sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
-                (sums.loss * scale).backward()
+                self.scaling.scale(sums.loss * scale).backward()  # fp16: times the loss scale
             self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
             self.interval.input_tokens += batch.num_tokens
         self.interval.target_tokens += local
+        self.scaling.unscale(self.optimizer)  # fp16: the clip and the reported norm see true gradients
         self.grad_norm = clip_gradients(self.model, self.config.optim.clip_grad_norm)
-        self.optimizer.step()
+        self.scaling.step(self.optimizer, self.grad_norm)  # fp16: skipped if the gradients overflowed
         self.optimizer.zero_grad(set_to_none=True)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._started
 
     def _log(self) -> None:
-        record = self._record(**self.interval.measure(self.runtime), lr=self.lr)
+        # fp16 runs add loss_scale and skipped_steps (since the last record) after the standard keys.
+        record = self._record(**self.interval.measure(self.runtime), lr=self.lr, **self.scaling.measure())
         self.reporter.report("on_log", self.state, record)
 
     def evaluate(self) -> dict[str, Any]:
@@ -370,8 +373,9 @@ class Trainer:
 
         Inside a callback's ``on_log`` / ``on_eval`` they join the record being reported (written after
         every callback has seen it); anywhere else they join the next record. Values are numbers, strings,
-        None, or 1-element tensors; the standard keys (`METRIC_KEYS`) are the trainer's to measure. (A
-        callback adds keys to the record it is given instead: ``record["name"] = value``.)
+        None, or 1-element tensors; the standard keys (`METRIC_KEYS`) and fp16's ``loss_scale`` and
+        ``skipped_steps`` are the trainer's to measure. (A callback adds keys to the record it is given
+        instead: ``record["name"] = value``.)
         """
         self.reporter.log_metrics(**values)
 

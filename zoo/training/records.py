@@ -3,8 +3,10 @@
 Every record has the standard keys (`METRIC_KEYS`), None where a value was not measured at that step: a
 training record has ``loss`` (the training objective per target token, label smoothing included),
 ``lr`` and ``tokens_per_s`` (real source + target tokens over all processes); a validation record has
-``val_loss`` (plain NLL per token), ``val_ppl`` and, for translation, ``val_bleu``. After them come any
-keys user code added (a callback's ``record["grad_norm"] = ...``, or ``trainer.log_metrics(...)``), in
+``val_loss`` (plain NLL per token), ``val_ppl`` and, for translation, ``val_bleu``. A ``precision: fp16``
+run's training records add `SCALING_KEYS`: ``loss_scale`` (the loss scale after the record's step) and
+``skipped_steps`` (optimizer steps skipped since the previous record because the gradients overflowed;
+`zoo.training.precision`). After them come any keys user code added (a callback's ``record["grad_norm"] = ...``, or ``trainer.log_metrics(...)``), in
 the order they were first given.
 
 ``run.json`` says what the numbers mean, once per run rather than on every line: the task and the label
@@ -28,6 +30,8 @@ from zoo.training.rundir import writing
 from zoo.training.state import TrainerState
 
 METRIC_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
+SCALING_KEYS = ("loss_scale", "skipped_steps")  # fp16 training records only; measured by the trainer too
+TRAINER_KEYS = METRIC_KEYS + SCALING_KEYS
 HOOKS = ("on_train_start", "on_log", "on_eval", "on_checkpoint", "on_train_end")
 
 
@@ -113,8 +117,8 @@ def metric_value(key: str, value: Any) -> Any:
 
 
 def check_custom_metrics(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` as plain metric values; a ValueError for a standard key (the trainer measures those)."""
-    taken = sorted(set(values) & set(METRIC_KEYS))
+    """``values`` as plain metric values; a ValueError for a key the trainer measures (`TRAINER_KEYS`)."""
+    taken = sorted(set(values) & set(TRAINER_KEYS))
     if taken:
         raise ValueError(f"{', '.join(taken)}: standard metric(s) the trainer measures; use another name")
     return {key: metric_value(key, value) for key, value in values.items()}

@@ -22,7 +22,7 @@ import torch
 
 from zoo.training import distributed as dist_
 from zoo.training.progress import ProgressBar, ProgressSetting, progress_bar
-from zoo.training.records import METRIC_KEYS, check_custom_metrics, make_record, settle_record
+from zoo.training.records import TRAINER_KEYS, check_custom_metrics, make_record, settle_record
 from zoo.training.sinks import MetricSink, check_sink_names, open_sink, truncate_records
 from zoo.training.state import TrainerState
 
@@ -89,7 +89,7 @@ class Reporter:
 
     def report(self, hook: str, state: TrainerState, record: dict[str, Any]) -> None:
         """Show ``record`` to the callbacks (which may add keys to it), then write it to every sink."""
-        standard = {key: record[key] for key in METRIC_KEYS}
+        standard = {key: record[key] for key in TRAINER_KEYS if key in record}  # fp16's keys when present
         self._reporting = record
         try:
             self.notify(hook, state, record)

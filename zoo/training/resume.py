@@ -1,11 +1,11 @@
 """Saving and restoring a run from its parts: resumable checkpoints, the final model, exact resume.
 
-`CheckpointIO` is given the parts it saves and restores — model, optimizer, runtime, spec, tokenizers,
-output directory — and a `TrainerState` for the progress; it never sees a trainer. (There is no scheduler
-to save: the learning rate is a function of the step.) Full (unsharded) state dicts are gathered through
-``torch.distributed.checkpoint.state_dict``, which handles a plain model, DDP and FSDP2 alike, so a
-checkpoint written by 2 sharded processes loads into 1 process and back. Every process calls these
-methods (gathering is collective); rank 0 writes.
+`CheckpointIO` is given the parts it saves and restores — model, optimizer, fp16's loss scaling, runtime,
+spec, tokenizers, output directory — and a `TrainerState` for the progress; it never sees a trainer. (There
+is no scheduler to save: the learning rate is a function of the step.) Full (unsharded) state dicts are
+gathered through ``torch.distributed.checkpoint.state_dict``, which handles a plain model, DDP and FSDP2
+alike, so a checkpoint written by 2 sharded processes loads into 1 process and back. Every process calls
+these methods (gathering is collective); rank 0 writes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
@@ -29,6 +30,7 @@ from zoo.spec import ModelSpec
 from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
 from zoo.training.layout import OPTIMIZER_NAME
+from zoo.training.precision import LossScaling
 from zoo.training.prepare import Tokenizers, save_tokenizers
 from zoo.training.state import TrainerState, rng_state, set_rng_state
 
@@ -38,14 +40,17 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 class CheckpointIO:
-    """Checkpoints of one run. ``sharded``: the model is FSDP-sharded over the processes; ``keep_last``:
-    how many checkpoints to keep; ``grad_accum`` is recorded, to warn when a resume changes it."""
+    """Checkpoints of one run. ``scaling``: fp16's loss scale, saved and restored with the optimizer (None
+    or a disabled one: nothing to save); ``sharded``: the model is FSDP-sharded over the processes;
+    ``keep_last``: how many checkpoints to keep; ``grad_accum`` is recorded, to warn when a resume changes
+    it."""
 
     def __init__(
         self,
         *,
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
+        scaling: LossScaling | None = None,
         runtime: dist_.Runtime,
         spec: ModelSpec,
         tokenizers: Tokenizers,
@@ -55,6 +60,7 @@ class CheckpointIO:
         grad_accum: int = 1,
     ) -> None:
         self.model, self.optimizer, self.runtime = model, optimizer, runtime
+        self.scaling = scaling if scaling is not None and scaling.enabled else None
         self.spec, self.tokenizers, self.output_dir = spec, tokenizers, output_dir
         self.sharded, self.keep_last, self.grad_accum = sharded, keep_last, grad_accum
 
@@ -81,6 +87,8 @@ class CheckpointIO:
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=_FULL)
         rng = state.rng if state.rng is not None else rng_state(self.runtime.device)
         rng_states = dist_.gather_objects(rng, self.runtime)
+        # The same on every process (the scaler's decisions follow the global gradient), so rank 0's is saved.
+        scaler_state = {"grad_scaler": self.scaling.state_dict()} if self.scaling is not None else {}
         path = checkpoints.checkpoint_dir(self.output_dir, state.step)
         if self.runtime.is_main:
             provenance = {
@@ -93,7 +101,7 @@ class CheckpointIO:
                 save_model=lambda directory: self._save_model(model, directory),
                 optimizer_state=optimizer_state,
                 rng_states=rng_states,
-                trainer_state=state.progress() | provenance,
+                trainer_state=state.progress() | provenance | scaler_state,
             )
             checkpoints.prune_checkpoints(self.output_dir, self.keep_last)
         dist_.barrier(self.runtime)
@@ -110,8 +118,9 @@ class CheckpointIO:
         dist_.barrier(self.runtime)
 
     def load(self, path: Path) -> TrainerState:
-        """Restore the weights, optimizer and this process's RNG from checkpoint ``path`` (every process);
-        returns the saved progress (step, epoch, position, elapsed_s, rng) for the caller to continue from."""
+        """Restore the weights, optimizer, loss scale (fp16) and this process's RNG from checkpoint ``path``
+        (every process); returns the saved progress (step, epoch, position, elapsed_s, rng) for the caller to
+        continue from."""
         saved = checkpoints.read_trainer_state(path)
         self._check_spec(path)
         weights = zoo.load(path).state_dict()
@@ -120,6 +129,7 @@ class CheckpointIO:
         set_optimizer_state_dict(
             self.model, self.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
         )
+        self._load_scaler(path, saved)
         rng = checkpoints.read_rng_state(path, self.runtime.rank)
         if saved["world_size"] != self.runtime.world_size or saved["grad_accum"] != self.grad_accum:
             log.warning(
@@ -131,6 +141,17 @@ class CheckpointIO:
             set_rng_state(rng, self.runtime.device)
         dist_.barrier(self.runtime)
         return TrainerState.from_progress(saved, rng=rng, output_dir=self.output_dir)
+
+    def _load_scaler(self, path: Path, saved: dict[str, Any]) -> None:
+        if self.scaling is None:
+            return  # not fp16 now: a saved scale (the run was fp16 before) has nothing to scale
+        if "grad_scaler" not in saved:
+            log.warning(
+                "%s holds no loss scale (it was not written by an fp16 run): the loss scale starts over at %g",
+                path, self.scaling.loss_scale,
+            )  # fmt: skip
+            return
+        self.scaling.load_state_dict(saved["grad_scaler"])  # checked by read_trainer_state
 
     def _check_spec(self, path: Path) -> None:
         saved = json.loads((path / SPEC_NAME).read_text(encoding="utf-8"))
