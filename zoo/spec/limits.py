@@ -25,6 +25,20 @@ from zoo.spec.errors import number
 from zoo.spec.sizes import SizedSpec, buffer_count, parameter_count
 
 
+def env_limit(env: str, default: int) -> int:
+    """``$env`` when set (a positive integer; ``1e9`` is accepted), else ``default``; read at every check."""
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(float(text)) if any(c in text for c in ".eE") else int(text)
+    except (ValueError, OverflowError):
+        value = 0
+    if value <= 0:
+        raise ValueError(f"the environment variable {env} must be a positive integer, got {text[:40]!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Limit:
     env: str  # the environment variable that overrides it
@@ -33,18 +47,7 @@ class Limit:
 
     @property
     def value(self) -> int:
-        text = os.environ.get(self.env, "").strip()
-        if not text:
-            return self.default
-        try:
-            value = int(float(text)) if any(c in text for c in ".eE") else int(text)
-        except (ValueError, OverflowError):
-            value = 0
-        if value <= 0:
-            raise ValueError(
-                f"the environment variable {self.env} must be a positive integer, got {text[:40]!r}"
-            )
-        return value
+        return env_limit(self.env, self.default)
 
 
 PARAMETERS = Limit("ZOO_MAX_PARAMETERS", 10**12, "parameters and buffer elements")

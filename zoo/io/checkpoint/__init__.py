@@ -1,4 +1,4 @@
-"""zoo's own checkpoint format: safetensors weights with the spec in their metadata (DESIGN.md, section 5).
+"""zoo's own checkpoint format: safetensors weights with the spec in their metadata (format: docs/weights.md).
 
     zoo.save(model, "runs/mt")                      # runs/mt/model.safetensors + runs/mt/spec.json
     model = zoo.load("runs/mt")                     # or "runs/mt/model.safetensors": the spec is inside

@@ -20,7 +20,6 @@ the environment variable ``ZOO_MAX_TABLE_ELEMENTS=268435456`` (the CLI too) or, 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from torch import nn
 
 from zoo.io.checkpoint.files import CheckpointError
 from zoo.spec import ModelSpec
+from zoo.spec.limits import env_limit
 
 # Elements (not bytes) a load may allocate beyond what the file holds: 2**25 float32 is 128 MiB.
 TABLE_ALLOWANCE = 2**25
@@ -37,18 +37,7 @@ ALLOWANCE_ENV = "ZOO_MAX_TABLE_ELEMENTS"
 
 def table_allowance() -> int:
     """``$ZOO_MAX_TABLE_ELEMENTS`` when set (an integer; ``1e9`` is accepted), else `TABLE_ALLOWANCE`."""
-    text = os.environ.get(ALLOWANCE_ENV, "").strip()
-    if not text:
-        return TABLE_ALLOWANCE
-    try:
-        value = int(float(text)) if any(c in text for c in ".eE") else int(text)
-    except (ValueError, OverflowError):
-        value = 0
-    if value <= 0:
-        raise ValueError(
-            f"the environment variable {ALLOWANCE_ENV} must be a positive integer, got {text[:40]!r}"
-        )
-    return value
+    return env_limit(ALLOWANCE_ENV, TABLE_ALLOWANCE)
 
 
 def zoo_layers_held(names: Iterable[str], stack: str) -> set[int]:
