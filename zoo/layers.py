@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from zoo.blocks import Attention, FeedForward, build_norm
+from zoo.blocks.flex import BlockMask
 from zoo.spec import AttentionSpec, FFNSpec, NormSpec
 
 Branch = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
@@ -62,7 +63,7 @@ class Layer(nn.Module):
         self,
         x: torch.Tensor,
         *,
-        self_mask: torch.Tensor | None = None,
+        self_mask: torch.Tensor | BlockMask | None = None,
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         memory: torch.Tensor | None = None,

@@ -3,9 +3,10 @@
     embeddings (B, T, E) ──(+ absolute positions)──> embed_norm ──> dropout ──> embed_proj (E -> C)
         ──> layer 0 ──> ... ──> layer N-1 ──> final_norm ──> (B, T, C)
 
-The stack owns everything computed once per forward and shared by its layers: the self-attention mask,
-the cross-attention mask, rotary angles or the relative/ALiBi bias. With ``share_layers`` (ALBERT) one
-layer's weights run ``num_layers`` times. Causality is a property of the stack, not of its layers.
+The stack owns everything computed once per forward and shared by its layers: the self-attention masks
+(one per distinct attention pattern, `zoo.blocks.layer_masks`), the cross-attention mask, rotary angles or
+the relative/ALiBi bias. With ``share_layers`` (ALBERT) one layer's weights run ``num_layers`` times.
+Causality is a property of the stack, not of its layers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from zoo.blocks import build_norm, build_positions, masks
+from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
 from zoo.layers import Layer
 from zoo.spec import EmbeddingSpec, ResolvedStack
 
@@ -37,6 +39,11 @@ class StackCache(Protocol):
         ...
 
     def advance(self, steps: int) -> None: ...
+
+    def key_positions(self, new: int) -> torch.Tensor | None:
+        """Where the keys attention sees this forward sit, in the order it sees them ((Tk,), -1 = an empty
+        slot), for ``new`` new tokens; None when they are simply 0 .. length + new - 1 (a full cache)."""
+        ...
 
 
 @dataclass
@@ -71,6 +78,8 @@ class Stack(nn.Module):
     ) -> None:
         super().__init__()
         self.causal = spec.causal
+        self.patterns = StackPatterns.of([spec.layer_pattern(i) for i in range(spec.num_layers)])
+        self.attention_dropout = spec.attention.dropout > 0
         self.num_layers = spec.num_layers
         embed_dim = embedding.factorized_dim or d_model
         self.positions = build_positions(
@@ -108,13 +117,18 @@ class Stack(nn.Module):
         memory_mask: torch.Tensor | None = None,
         cache: StackCache | None = None,
         output_attentions: bool = False,
+        prefix_lengths: torch.Tensor | None = None,
     ) -> StackOutput:
-        """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding.
-        memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention."""
+        """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding, or a
+        (B, T, cached + T) bool mask, True = may attend (ANDed with the stack's patterns; positions then
+        count 0 .. T - 1 after the cache unless ``position_ids`` are given).
+        memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention.
+        prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers."""
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
+        padding = attention_mask if attention_mask is None or attention_mask.dim() == 2 else None
         if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask, offset=offset, length=T, device=x.device)
+            position_ids = position_ids_from_mask(padding, offset=offset, length=T, device=x.device)
         role = self.positions.role
         if role == "absolute":
             x = x + self.positions(position_ids).to(x.dtype)
@@ -124,13 +138,21 @@ class Stack(nn.Module):
         if self.embed_proj is not None:
             x = self.embed_proj(x)
 
-        self_mask, is_causal = masks.self_attention_mask(
-            attention_mask, q_len=T, k_len=offset + T, causal=self.causal, device=x.device
+        self_masks = self_attention_masks(
+            self.patterns,
+            causal=self.causal,
+            attention_mask=attention_mask,
+            q_len=T,
+            offset=offset,
+            key_positions=cache.key_positions(T) if cache is not None else None,
+            prefix_lengths=prefix_lengths,
+            dense_only=output_attentions or role == "bias" or (self.training and self.attention_dropout),
+            grad=x.requires_grad,
+            device=x.device,
         )
         if role == "bias":
-            if is_causal:  # the bias must be materialised, so the causal mask must be too
-                self_mask, is_causal = masks.causal_mask(T, offset + T, device=x.device)[None, None], False
-            self_mask = masks.with_bias(self_mask, self.positions(T, offset + T), dtype=x.dtype)
+            bias = self.positions(T, offset + T)
+            self_masks = with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
         rotary = None
         if role == "rotary":  # float32 tables (`zoo.blocks.position`), cast once here rather than per layer
             cos, sin = self.positions(position_ids)
@@ -142,8 +164,8 @@ class Stack(nn.Module):
             layer = self.layers[i % len(self.layers)]
             out = layer(
                 x,
-                self_mask=self_mask,
-                is_causal=is_causal,
+                self_mask=self_masks[i][0],
+                is_causal=self_masks[i][1],
                 rotary=rotary,
                 memory=memory,
                 cross_mask=cross_mask,

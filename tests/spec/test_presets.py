@@ -15,11 +15,25 @@ PUBLISHED_COUNTS = {
     "t5-base": 222_903_552,
     "bart-base": 139_420_416,
     "bart-large": 406_291_456,
+    "opt-125m": 125_239_296,  # OPTForCausalLM on the meta device from facebook/opt-125m's config
+    "opt-350m": 331_196_416,
+    "ctrl": 1_637_964_550,  # CTRLLMHeadModel from Salesforce/ctrl's config (tied head + its bias)
+    # *ForCausalLM on the meta device from the published config.json (meta-llama/Llama-3.2-1B,
+    # mistralai/Mistral-7B-v0.1, Qwen/Qwen2-0.5B, Qwen/Qwen3-0.6B)
+    "llama-3.2-1b": 1_235_814_400,
+    "mistral-7b": 7_241_732_096,
+    "qwen2-0.5b": 494_032_768,
+    "qwen3-0.6b": 596_049_920,
+    # from transformers' model on the meta device, built from facebook/m2m100_418M's config
+    # (M2M100ForConditionalGeneration) and google/bigbird-roberta-base's (BigBirdForMaskedLM: no NSP head)
+    "m2m100-418m": 483_905_536,
+    "bigbird-roberta-base": 128_111_286,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
-    "llama-1b",
+    "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
+    "m2m100-418m", "bigbird-roberta-base",
 }  # fmt: skip
 
 

@@ -15,6 +15,7 @@ Fast path: `torch.nn.functional.scaled_dot_product_attention` (fused kernels). G
 (`gqa_mode`): on CUDA the flash kernel takes no mask and the memory-efficient kernel takes no ``enable_gqa``,
 so a masked GQA call with ``enable_gqa`` would fall back to the O(T²)-memory math kernel.
 Eager path (``output_attentions=True``): the same math written out, returning the (B, H, T, S) weights.
+Block-sparse path: a flex_attention ``BlockMask`` as the mask (an attention pattern, `zoo.blocks.flex`).
 
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
@@ -29,6 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo.blocks.flex import BlockMask, flex_attend
 from zoo.blocks.masks import additive_as, causal_mask
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
@@ -77,9 +79,9 @@ class Attention(nn.Module):
             self.kv_proj = nn.Linear(d_model, 2 * kv_width, bias=spec.bias)
         else:
             self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
-        self.out_proj = nn.Linear(q_width, d_model, bias=spec.bias)
-        self.q_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps=1e-6) if spec.qk_norm else None
+        self.out_proj = nn.Linear(q_width, d_model, bias=spec.has_out_bias)
+        self.q_norm = RMSNorm(self.head_dim, eps=spec.qk_norm_eps) if spec.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=spec.qk_norm_eps) if spec.qk_norm else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -101,17 +103,20 @@ class Attention(nn.Module):
         x: torch.Tensor,
         *,
         memory: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | BlockMask | None = None,
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: KVSlot | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
-        (B, H, T, S). Returns the output (B, T, C) and, when asked, the weights (B, H, T, S)."""
+        (B, H, T, S), or a flex `BlockMask`. Returns the output (B, T, C) and, when asked, the weights
+        (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
         dtype, q = q.dtype, q.to(k.dtype)  # a KV cache may keep k/v in float32 (zoo.generation.cache)
-        if output_attentions:
+        if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
+            out, weights = flex_attend(q, k, v, mask, scale=self.scale), None
+        elif output_attentions:
             out, weights = self._eager(q, k, v, mask, is_causal)
         else:
             out, weights = self._sdpa(q, k, v, mask, is_causal), None

@@ -16,11 +16,11 @@ from zoo.spec import EmbeddingSpec
 
 
 class TokenEmbedding(nn.Module):
-    """input_ids (B, T) [+ token_type_ids (B, T)] -> (B, T, E), E = factorized_dim or d_model."""
+    """input_ids (B, T) [+ token_type_ids (B, T)] -> (B, T, E), E = `EmbeddingSpec.token_dim`."""
 
     def __init__(self, spec: EmbeddingSpec, *, vocab_size: int, d_model: int) -> None:
         super().__init__()
-        dim = spec.factorized_dim or d_model
+        dim = spec.token_dim(d_model)
         self.tokens = nn.Embedding(vocab_size, dim)
         self.segments = nn.Embedding(spec.segment_vocab_size, dim) if spec.segment_vocab_size else None
         self.scale = math.sqrt(d_model) if spec.scale else 1.0

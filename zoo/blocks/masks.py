@@ -12,6 +12,15 @@ With a KV cache the decoder has ``Tk = cache length + Tq`` keys and query ``i`` 
 ``Tk - Tq + i``: the causal mask is offset by the cache length. When there is no padding and no offset the
 mask is not built at all and SDPA's ``is_causal=True`` does the work.
 
+Attention patterns (`zoo.spec.patterns`) are rules on absolute positions, one function per pattern:
+``rule(row, query position, key position) -> may attend``, on broadcasting index tensors. A `Frame` says
+where this forward's queries and keys sit (a rolling KV cache hands its keys over in slot order, with their
+positions) and which keys are real; `pattern_mask` composes a rule with the frame into the dense mask,
+and `zoo.blocks.flex` evaluates the very same rule as a flex_attention ``mask_mod``. Positions count slots,
+padding included: with padding only at the ends (left or right) the distance between two real tokens is
+the same as without it, so windows see the same tokens. A caller's own ``(B, T, S)`` bool mask (True = may
+attend) rides in the frame and is ANDed in.
+
 "No padding" is a ``None`` mask. Whether a given mask pads anything is a question about its values, and
 asking it costs a device-to-host sync on an accelerator (and a graph break under ``torch.compile``), once
 per stack per forward. So it is asked only where the answer is free — a plain CPU tensor, outside any
@@ -27,9 +36,24 @@ are applied in*: a float32 ``finfo.min`` becomes -inf in bfloat16 and float16 (`
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from zoo.spec.patterns import (
+    AttentionPattern,
+    BlockSparsePattern,
+    FullPattern,
+    PrefixLMPattern,
+    SlidingWindowPattern,
+)
 
 Mask = torch.Tensor  # bool, True = may attend, broadcastable to (B, H, Tq, Tk); or an additive float bias
+Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""(row, query position, key position) -> may attend: index tensors in (any broadcasting shapes), bool out."""
 
 
 def values_readable(tensor: torch.Tensor) -> bool:
@@ -104,6 +128,14 @@ def cross_attention_mask(encoder_attention_mask: torch.Tensor | None) -> torch.T
     return padding_mask(padded) if padded is not None else None
 
 
+def keys_seen(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A (B, S) padding mask as it is; a (B, T, S) bool user mask -> (B, S): the keys some query may see
+    (what cross-attention over that sequence may read)."""
+    if attention_mask is None or attention_mask.dim() == 2:
+        return attention_mask
+    return attention_mask.any(dim=1)
+
+
 def open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
     """Let query rows that may attend to nothing attend to everything (finite output instead of NaN)."""
     return mask | ~mask.any(dim=-1, keepdim=True)
@@ -137,3 +169,166 @@ def additive_as(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if torch.finfo(dtype).max < torch.finfo(mask.dtype).max:  # narrowing
         mask = mask.clamp(min=torch.finfo(dtype).min)
     return mask.to(dtype)
+
+
+# -- attention patterns: one rule per pattern, on absolute positions --------------------------------------
+
+
+def sliding_window_allows(q: torch.Tensor, k: torch.Tensor, *, window: int, causal: bool) -> torch.Tensor:
+    """Causal: i - window < j <= i (Mistral's ``sliding_window``); bidirectional: |i - j| < window."""
+    if causal:
+        return (k <= q) & (k > q - window)
+    return (k > q - window) & (k < q + window)  # no (q - k) tensor: bool straight from the comparisons
+
+
+def prefix_lm_allows(q: torch.Tensor, k: torch.Tensor, *, in_prefix: torch.Tensor) -> torch.Tensor:
+    """Causal, except that keys inside the row's prefix (``in_prefix``, shaped like ``k``) are always seen."""
+    return (k <= q) | in_prefix
+
+
+def block_sparse_allows(
+    q: torch.Tensor, k: torch.Tensor, *, layout: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """BigBird: query block q // size sees key block k // size where ``layout`` (blocks, blocks) says so."""
+    return layout[q // block_size, k // block_size]
+
+
+def block_sparse_layout(pattern: BlockSparsePattern, *, num_blocks: int, layer: int) -> torch.Tensor:
+    """(num_blocks, num_blocks) bool on the CPU: which key blocks each query block sees (Zaheer et al. 2020).
+
+    Window blocks around the diagonal, the first and last ``global_blocks`` rows and columns, and
+    ``random_blocks`` per row drawn among the blocks the row does not see yet, by a torch.Generator seeded
+    with ``seed + layer``: the same for every batch and every call.
+    """
+    flat = _layout(pattern, num_blocks, layer)
+    return torch.tensor(flat, dtype=torch.bool).view(num_blocks, num_blocks)
+
+
+@functools.lru_cache(maxsize=64)
+@torch.compiler.disable  # a constant of the spec and the length: computed eagerly, once, outside any graph
+def _layout(pattern: BlockSparsePattern, num_blocks: int, layer: int) -> tuple[bool, ...]:
+    # Real CPU tensors even under FakeTensorMode (no value of the model's inputs is read here).
+    with unset_fake_temporarily():
+        blocks = torch.arange(num_blocks)
+        g, half = pattern.global_blocks, (pattern.window_blocks - 1) // 2
+        is_global = (blocks < g) | (blocks >= num_blocks - g)  # (N,)
+        visible = (
+            ((blocks[:, None] - blocks[None, :]).abs() <= half) | is_global[:, None] | is_global[None, :]
+        )
+        if pattern.random_blocks:
+            generator = torch.Generator().manual_seed(pattern.seed + layer)
+            scores = torch.rand(num_blocks, num_blocks, generator=generator).masked_fill(visible, 2.0)
+            picked = scores.topk(
+                min(pattern.random_blocks, num_blocks), dim=1, largest=False
+            ).indices  # (N, r)
+            # where a row has fewer unseen blocks than r, topk also returns seen ones: adding them changes nothing
+            visible = visible.scatter(1, picked, True)
+        return tuple(visible.flatten().tolist())
+
+
+def pattern_rule(
+    pattern: AttentionPattern | None,
+    *,
+    causal: bool,
+    layer: int,
+    length: int,
+    prefix: torch.Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Rule | None:
+    """``pattern``'s rule for layer ``layer`` of a stack (``causal`` or not); None for ``full`` (no rule).
+    ``pattern=None``: the stack's plain attention, causal or full.
+
+    ``length``: the sequence length the block-sparse layout covers. ``prefix``: (B, L) bool over absolute key
+    positions, True inside the row's prefix (`prefix_keys`); without it ``prefix_lm`` is plain causal.
+    """
+    if isinstance(pattern, BlockSparsePattern):
+        size = pattern.block_size
+        layout = block_sparse_layout(pattern, num_blocks=-(-length // size), layer=layer).to(device)
+        return lambda b, q, k: block_sparse_allows(q, k, layout=layout, block_size=size)
+    if isinstance(pattern, SlidingWindowPattern):
+        window = pattern.window
+        return lambda b, q, k: sliding_window_allows(q, k, window=window, causal=causal)
+    if isinstance(pattern, PrefixLMPattern) and prefix is not None:
+        table = prefix
+        return lambda b, q, k: prefix_lm_allows(q, k, in_prefix=table[b, k])
+    if isinstance(pattern, FullPattern) or (pattern is None and not causal):
+        return None
+    return lambda b, q, k: k <= q  # causal, and prefix_lm without prefixes
+
+
+def prefix_keys(prefix_lengths: torch.Tensor, padding: torch.Tensor | None, *, length: int) -> torch.Tensor:
+    """(B,) prefix lengths, counted in real tokens -> (B, length) bool: which positions lie in the prefix.
+
+    ``padding`` (B, length) 1 = token: with left padding the prefix starts at the first real token.
+    """
+    if padding is None:
+        return torch.arange(length, device=prefix_lengths.device)[None] < prefix_lengths[:, None]
+    real = padding.bool()
+    return real & (real.long().cumsum(dim=-1) <= prefix_lengths[:, None])
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Where one forward's queries and keys sit, and which keys are real, for every layer's pattern."""
+
+    q_pos: torch.Tensor  # (Tq,) absolute positions of the queries
+    k_pos: torch.Tensor  # (Tk,) absolute positions of the keys, in the order attention receives them
+    keep: torch.Tensor | None = None  # (B, Tk) bool: a real token (not padding, not an empty cache slot)
+    user: torch.Tensor | None = None  # (B, Tq, Tk) bool: the caller's own mask, True = may attend
+    batch: int = 1  # B where the rule itself varies by row (prefix_lm's prefixes)
+
+    @property
+    def rows(self) -> int:
+        """Rows the mask needs: 1 (broadcast over the batch) unless padding, a user mask or the rule varies
+        by row."""
+        for tensor in (self.keep, self.user):
+            if tensor is not None:
+                return tensor.shape[0]
+        return self.batch
+
+
+def make_frame(
+    attention_mask: torch.Tensor | None,
+    *,
+    q_len: int,
+    offset: int,
+    key_positions: torch.Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> Frame:
+    """The frame of a self-attention call: ``q_len`` queries after ``offset`` cached positions.
+
+    ``attention_mask``: None, the (B, offset + Tq) padding (1 = token) or a (B, Tq, offset + Tq) bool user
+    mask, both over absolute positions. ``key_positions`` (Tk,): where each key a rolling KV cache hands over
+    sits (-1 = an empty slot); default ``0 .. offset + Tq - 1``.
+    """
+    q_pos = torch.arange(offset, offset + q_len, device=device)
+    if key_positions is None:
+        k_pos, valid = torch.arange(offset + q_len, device=device), None
+    else:
+        k_pos, valid = key_positions.clamp(min=0), key_positions >= 0
+    user = padded = None
+    if attention_mask is not None and attention_mask.dim() == 3:
+        user = attention_mask.bool() if key_positions is None else attention_mask.bool()[:, :, k_pos]
+    else:
+        padded = padding_of(attention_mask)
+    keep = None
+    if padded is not None:
+        keep = padded.bool() if key_positions is None else padded.bool()[:, k_pos]
+    if valid is not None and not (values_readable(valid) and bool(valid.all())):  # empty slots to hide
+        keep = valid[None] if keep is None else keep & valid
+    return Frame(q_pos, k_pos, keep, user)
+
+
+def pattern_mask(rule: Rule | None, frame: Frame) -> torch.Tensor | None:
+    """The dense mask (B or 1, 1, Tq, Tk) bool of ``rule`` composed with the frame's padding and user mask
+    (empty rows opened); None when nothing is masked."""
+    mask = None
+    if rule is not None:
+        rows = torch.arange(frame.rows, device=frame.q_pos.device)[:, None, None]
+        mask = rule(rows, frame.q_pos[None, :, None], frame.k_pos[None, None, :])  # (B|1, Tq, Tk)
+    if frame.keep is not None:
+        keep = frame.keep[:, None, :]  # (B, 1, Tk)
+        mask = keep if mask is None else mask & keep
+    if frame.user is not None:
+        mask = frame.user if mask is None else mask & frame.user
+    return None if mask is None else open_empty_rows(mask[:, None])

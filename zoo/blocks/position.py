@@ -18,15 +18,28 @@ import torch
 from torch import nn
 
 from zoo.spec import PositionSpec
+from zoo.spec.blocks import RopeScaling
 
 
-def sinusoidal_table(num_positions: int, dim: int, *, layout: str = "interleaved") -> torch.Tensor:
-    """(P, dim) float32: PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same).
+def sinusoidal_table(
+    num_positions: int, dim: int, *, layout: str = "interleaved", frequencies: str = "paper"
+) -> torch.Tensor:
+    """(P, dim) float32: PE[pos, 2i] = sin(pos * w_i), PE[pos, 2i+1] = cos(pos * w_i).
 
-    ``layout="half"`` puts all sines in the first half and all cosines in the second (Marian, fairseq).
+    ``frequencies="paper"``: w_i = 10000^(-2i/dim) (Vaswani et al. 2017, section 3.5); ``"fairseq"``:
+    w_i = exp(-i * ln(10000) / (dim/2 - 1)), tensor2tensor's spacing that fairseq and M2M-100 use (the
+    slowest rate is exactly 1/10000). ``layout="half"`` puts all sines in the first half and all cosines in
+    the second (Marian, fairseq). Computed in float64, then rounded once: transformers computes M2M-100's
+    table in float32, whose values drift by up to ~7e-5 by position 1000.
     """
     position = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
-    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
+    if frequencies == "fairseq":
+        if dim < 4:
+            raise ValueError(f"fairseq sinusoids divide by dim/2 - 1: dim must be at least 4, got {dim}")
+        step = math.log(10000.0) / (dim // 2 - 1)
+        inv_freq = torch.exp(-step * torch.arange(dim // 2, dtype=torch.float64))  # (dim/2,)
+    else:
+        inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (dim/2,)
     angles = position * inv_freq  # (P, dim/2)
     if layout == "half":
         table = torch.cat([angles.sin(), angles.cos()], dim=-1)
@@ -62,21 +75,29 @@ class FixedTables(nn.Module):
 
 
 class SinusoidalPositions(FixedTables):
-    role = "absolute"
-    table: torch.Tensor  # buffer (P, E)
+    """The fixed table of `sinusoidal_table`; position p reads row p + ``offset`` (fairseq reserves the
+    rows up to its padding index, so M2M-100's first token reads row 2)."""
 
-    def __init__(self, *, layout: str, max_positions: int, dim: int) -> None:
+    role = "absolute"
+    table: torch.Tensor  # buffer (P + offset, E)
+
+    def __init__(
+        self, *, layout: str, max_positions: int, dim: int, offset: int = 0, frequencies: str = "paper"
+    ) -> None:
         super().__init__()
-        self.layout, self.max_positions, self.dim = layout, max_positions, dim
+        self.layout, self.frequencies, self.offset = layout, frequencies, offset
+        self.max_positions, self.dim = max_positions, dim
         # Sized by the longest sequence, never by the vocabulary (sizing it by the vocabulary is a common slip).
-        self.register_buffer("table", torch.empty(max_positions, dim), persistent=False)
+        self.register_buffer("table", torch.empty(max_positions + offset, dim), persistent=False)
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
-        self.table = sinusoidal_table(self.max_positions, self.dim, layout=self.layout).to(self.table.device)
+        rows = self.max_positions + self.offset
+        table = sinusoidal_table(rows, self.dim, layout=self.layout, frequencies=self.frequencies)
+        self.table = table.to(self.table.device)
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        return self.table[position_ids]  # (B, T, E)
+        return self.table[position_ids + self.offset if self.offset else position_ids]  # (B, T, E)
 
 
 class LearnedPositions(nn.Module):
@@ -91,24 +112,49 @@ class LearnedPositions(nn.Module):
         return self.weight[position_ids + self.offset]  # (B, T, E)
 
 
+def rotary_frequencies(theta: float, head_dim: int, scaling: RopeScaling | None = None) -> torch.Tensor:
+    """(D/2,) float32 angle rates theta^(-2i/D), rescaled for long contexts as ``scaling`` says.
+
+    Computed in float32 in the order transformers' ``modeling_rope_utils`` uses, so the tables agree with a
+    Hugging Face model to the last bits.
+    """
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (D/2,)
+    if scaling is None:
+        return inv_freq
+    if scaling.type == "linear":  # positions p / factor, folded into the rates
+        return inv_freq / scaling.factor
+    # llama3: keep short wavelengths, slow long ones by `factor`, blend those in between
+    factor, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
+    original = scaling.original_max_positions
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)  # 0 at the long end of the band, 1 at the short
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    in_band = ~(wavelength < original / high) & ~(wavelength > original / low)
+    return torch.where(in_band, blended, scaled)
+
+
 class RotaryPositions(FixedTables):
-    """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair."""
+    """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair.
+
+    ``scaling`` (Llama 3's or linear) only changes the angle rates; the tables stay fixed per position.
+    """
 
     role = "rotary"
     cos: torch.Tensor  # buffer (P, D)
     sin: torch.Tensor  # buffer (P, D)
 
-    def __init__(self, *, theta: float, max_positions: int, head_dim: int) -> None:
+    def __init__(
+        self, *, theta: float, max_positions: int, head_dim: int, scaling: RopeScaling | None = None
+    ) -> None:
         super().__init__()
-        self.theta, self.max_positions, self.head_dim = theta, max_positions, head_dim
+        self.theta, self.max_positions, self.head_dim, self.scaling = theta, max_positions, head_dim, scaling
         self.register_buffer("cos", torch.empty(max_positions, head_dim), persistent=False)
         self.register_buffer("sin", torch.empty(max_positions, head_dim), persistent=False)
         self.reset_buffers()
 
     def reset_buffers(self) -> None:
-        inv_freq = 1.0 / self.theta ** (
-            torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim
-        )
+        inv_freq = rotary_frequencies(self.theta, self.head_dim, self.scaling)  # (D/2,)
         angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (P, D)
         self.cos, self.sin = angles.cos().to(self.cos.device), angles.sin().to(self.sin.device)
@@ -203,11 +249,19 @@ def build_positions(
 ) -> nn.Module:
     """The position module for ``spec`` (one registry from kind to class, no name-based switches)."""
     if spec.kind == "sinusoidal":
-        return SinusoidalPositions(layout=spec.layout, max_positions=max_positions, dim=dim)
+        return SinusoidalPositions(
+            layout=spec.layout,
+            max_positions=max_positions,
+            dim=dim,
+            offset=spec.offset,
+            frequencies=spec.frequencies,
+        )
     if spec.kind == "learned":
         return LearnedPositions(offset=spec.offset, max_positions=max_positions, dim=dim)
     if spec.kind == "rotary":
-        return RotaryPositions(theta=spec.theta, max_positions=max_positions, head_dim=head_dim)
+        return RotaryPositions(
+            theta=spec.theta, max_positions=max_positions, head_dim=head_dim, scaling=spec.scaling
+        )
     if spec.kind == "relative_bias":
         return RelativeBias(
             num_buckets=spec.num_buckets,

@@ -3,13 +3,13 @@ generation calls (`GenerationMixin`, the `zoo.generation.protocol.GenerativeMode
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
 import torch
 from torch import nn
 
 from zoo.blocks import TokenEmbedding
-from zoo.generation.generate import generate
+from zoo.generation.generate import GenerationOutput, generate
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.spec import ModelSpec
 from zoo.stacks import Stack, StackCache
@@ -105,12 +105,36 @@ class GenerationMixin:
         assert self.lm_head is not None  # generation refuses a model without one (`check_model`)
         return self.lm_head(hidden[:, -1])  # (R, V)
 
+    @overload
+    def generate(
+        self: GenerativeModel,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = ...,
+        config: Any = ...,
+        *,
+        return_scores: Literal[False] = ...,
+        **kwargs: Any,
+    ) -> torch.Tensor: ...
+    @overload
+    def generate(
+        self: GenerativeModel,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = ...,
+        config: Any = ...,
+        *,
+        return_scores: Literal[True],
+        **kwargs: Any,
+    ) -> GenerationOutput: ...
     def generate(
         self: GenerativeModel,  # the mixin's host model: a decoder or encoder-decoder
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         config: Any = None,
+        *,
+        return_scores: bool = False,
         **kwargs: Any,
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | GenerationOutput:
         """Greedy, sampling or beam search; see `zoo.generation.generate` for every argument."""
+        if return_scores:
+            return generate(self, input_ids, attention_mask, config, return_scores=True, **kwargs)
         return generate(self, input_ids, attention_mask, config, **kwargs)

@@ -1,17 +1,25 @@
 """Encoder-only models (BERT, RoBERTa, ALBERT, MiniLM; Devlin et al. 2019): bidirectional self-attention
-over a padding mask, with an optional pooler, masked-LM head or sequence-classification head."""
+over a padding mask, with an optional pooler, and a masked-LM head or a sequence- or token-classification
+head (`zoo.models.heads.ClassificationHead`)."""
 
 from __future__ import annotations
 
 import torch
-from torch.nn import functional as F
 
 from zoo.losses import select_labels, token_cross_entropy
 from zoo.models.base import ZooModel, build_embedding, build_stack
-from zoo.models.heads import ClassificationHead, MLMHead, Pooler, select_positions
+from zoo.models.heads import (
+    ClassificationHead,
+    MLMHead,
+    Pooler,
+    classification_loss,
+    resolve_problem_type,
+    select_positions,
+)
 from zoo.models.inputs import check_labels, check_logits_mask, check_token_types, check_tokens
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
+from zoo.spec.model import SequenceClassifierSpec
 
 
 class EncoderModel(ZooModel):
@@ -37,8 +45,8 @@ class EncoderModel(ZooModel):
             else None
         )
         self.classifier = (
-            ClassificationHead(d_model=spec.d_model, num_labels=heads.num_labels, dropout=spec.dropout)
-            if heads.num_labels
+            ClassificationHead(heads.classifier, d_model=spec.d_model, dropout=spec.dropout)
+            if heads.classifier is not None
             else None
         )
 
@@ -52,12 +60,15 @@ class EncoderModel(ZooModel):
         logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
     ) -> ModelOutput:
-        """input_ids (B, T); attention_mask (B, T) 1 = token; labels (B, T) for MLM (-100 = ignore) or
-        (B,) for classification. logits: (B, T, V) from the MLM head or (B, num_labels).
+        """input_ids (B, T); attention_mask (B, T) 1 = token, or a (B, T, T) bool mask (True = may attend,
+        ANDed with the encoder's attention patterns); labels (B, T) for MLM or token
+        classification (-100 = ignore), (B,) class ids for sequence classification ((B, L) floats for
+        multi-label, (B,) or (B, L) floats for regression). logits: (B, T, V) from the MLM head,
+        (B, T, L) from a token classifier, (B, L) from a sequence classifier (L = num_labels).
 
-        ``logits_mask`` (B, T) bool runs the MLM head only where it is True (e.g. ``labels != -100``):
-        logits are then (N, V) for those N positions and the loss counts only them. MLM labels ~15% of
-        the positions, so this skips most of the vocabulary-wide projection and its softmax.
+        ``logits_mask`` (B, T) bool runs a token-level head (MLM, token classifier) only where it is True
+        (e.g. ``labels != -100``): logits are then (N, V) or (N, L) for those N positions and the loss counts
+        only them. MLM labels ~15% of the positions, so this skips most of the vocabulary-wide projection.
 
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
@@ -68,17 +79,27 @@ class EncoderModel(ZooModel):
             where=where,
             vocab_size=spec.vocab_size,
             max_positions=spec.max_positions,
+            user_masks=True,
         )
         check_token_types(
             token_type_ids, where=where, shape=(B, T), segment_vocab_size=spec.embedding.segment_vocab_size
         )
+        classifier = spec.heads.classifier
+        per_token = self.classifier is not None and self.classifier.per_token
         if self.mlm_head is not None:
             check_labels(labels, where=where, shape=(B, T), num_classes=spec.vocab_size, like="input_ids")
-        elif self.classifier is not None:
-            num_labels = spec.heads.num_labels or 0
-            check_labels(labels, where=where, shape=(B,), num_classes=num_labels, like="one label per row")
+        elif classifier is not None and per_token:
+            check_labels(
+                labels, where=where, shape=(B, T), num_classes=classifier.num_labels, like="input_ids"
+            )
+        elif isinstance(classifier, SequenceClassifierSpec):
+            _check_sequence_labels(labels, classifier, where=where, batch=B)
         check_logits_mask(
-            logits_mask, input_ids, where=where, head="MLM head", has_head=self.mlm_head is not None
+            logits_mask,
+            input_ids,
+            where=where,
+            head="token classifier" if per_token else "MLM head",
+            has_head=self.mlm_head is not None or per_token,
         )
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
@@ -91,13 +112,42 @@ class EncoderModel(ZooModel):
             logits = self.mlm_head(select_positions(out.hidden, logits_mask))  # (B, T, V) or (N, V)
             if labels is not None:
                 loss = token_cross_entropy(logits, select_labels(labels, logits_mask))
-        elif self.classifier is not None:
-            logits = self.classifier(pooled if pooled is not None else out.hidden[:, 0])
-            loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        elif self.classifier is not None and per_token:
+            logits = self.classifier(select_positions(out.hidden, logits_mask))  # (B, T, L) or (N, L)
+            if labels is not None:
+                loss = token_cross_entropy(logits, select_labels(labels, logits_mask))
+        elif isinstance(classifier, SequenceClassifierSpec) and self.classifier is not None:
+            logits = self.classifier(out.hidden, pooled)  # (B, L)
+            if labels is not None:
+                loss = classification_loss(logits, labels, problem_type=classifier.problem_type)
         return ModelOutput(
             logits=logits,
             last_hidden_state=out.hidden,
             loss=loss,
             attentions=out.attentions,
             pooler_output=pooled,
+        )
+
+
+def _check_sequence_labels(
+    labels: torch.Tensor | None, classifier: SequenceClassifierSpec, *, where: str, batch: int
+) -> None:
+    """Class ids (B,) for single-label classification; floats (B, L) for multi-label, (B,) or (B, L) for
+    regression (the problem type resolved as transformers resolves it)."""
+    if labels is None or not isinstance(labels, torch.Tensor):
+        check_labels(
+            labels, where=where, shape=(batch,), num_classes=classifier.num_labels, like="one label per row"
+        )
+        return
+    L = classifier.num_labels
+    problem = resolve_problem_type(classifier.problem_type, num_labels=L, labels=labels)
+    if problem == "single_label_classification":
+        check_labels(labels, where=where, shape=(batch,), num_classes=L, like="one label per row")
+        return
+    shapes = [(batch, L)] + ([(batch,)] if problem == "regression" and L == 1 else [])
+    if tuple(labels.shape) not in shapes or not labels.dtype.is_floating_point:
+        wanted = " or ".join(str(shape) for shape in shapes)
+        raise ValueError(
+            f"{where}: labels for {problem} must be floats of shape {wanted}; got {labels.dtype} of "
+            f"shape {tuple(labels.shape)}"
         )

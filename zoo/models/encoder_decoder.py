@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from zoo.blocks.masks import keys_seen
 from zoo.generation.protocol import GenerationState
 from zoo.losses import IGNORE_INDEX, select_labels, token_cross_entropy
 from zoo.models.base import (
@@ -79,6 +80,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             where=where,
             vocab_size=self.input_vocab_size,
             max_positions=self.spec.max_positions,
+            user_masks=True,
         )
 
     def _check_target(
@@ -93,6 +95,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             cached=cached,
             ids_name="decoder_input_ids",
             mask_name=mask_name,
+            user_masks=True,
         )
 
     def decode(
@@ -170,6 +173,10 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         """input_ids (B, S) source; decoder_input_ids (B, T) target inputs, or made from labels (B, T) by
         shifting right behind the decoder start token (teacher forcing, as in Hugging Face).
 
+        ``attention_mask`` may be a (B, S, S) bool mask for the encoder's self-attention and
+        ``decoder_attention_mask`` a (B, T, T) one for the decoder's, True = may attend (ANDed with each
+        stack's patterns); cross-attention then hides the source keys no encoder query may see.
+
         ``logits_mask`` (B, T) bool (e.g. ``labels != -100``) runs the LM head only where it is True:
         logits are then (N, V) and the loss counts only those positions.
 
@@ -196,7 +203,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         decoded, logits = self._decode(
             decoder_input_ids,
             memory=encoded.hidden,
-            memory_mask=attention_mask,
+            memory_mask=keys_seen(attention_mask),
             attention_mask=decoder_attention_mask,
             logits_mask=logits_mask,
             output_attentions=output_attentions,
@@ -217,24 +224,34 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         """Generation: source ids must lie in [0, input_vocab_size)."""
         return self.spec.source_vocab_size or self.spec.vocab_size
 
+    @property
+    def decoder_start_token_id(self) -> int:
+        """Generation: the decoder's first token (a decoder prompt begins with it)."""
+        return self.spec.start_token_id
+
     def prepare_generation(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_beams: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        *,
+        num_beams: int,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
     ) -> GenerationState:
-        """Run the encoder once over the source (B, S); the decoder starts from the start token (B * N, 1).
+        """Run the encoder once over the source (B, S); the decoder starts from the start token (B * N, 1),
+        or from ``decoder_input_ids`` (B, P) -> (B * N, P), left-padded where ``decoder_attention_mask`` is 0.
 
         The beams of a sentence share its encoder output (repeated, not recomputed).
         """
-        # `zoo.generation` has checked the source (`check_inputs`): straight to the encoder.
+        # `zoo.generation` has checked the source and any decoder prompt: straight to the encoder.
         memory = self._encode(input_ids, attention_mask).hidden  # (B, S, C)
-        prompt = torch.full(
-            (input_ids.shape[0] * num_beams, 1),
-            self.spec.start_token_id,
-            dtype=torch.long,
-            device=memory.device,
-        )
+        if decoder_input_ids is None:
+            decoder_input_ids = torch.full(
+                (input_ids.shape[0], 1), self.spec.start_token_id, dtype=torch.long, device=memory.device
+            )
         return GenerationState(
-            prompt=prompt,
-            prompt_mask=None,
+            prompt=repeat_rows(decoder_input_ids.long(), num_beams),
+            prompt_mask=repeat_rows(decoder_attention_mask, num_beams),
             stack=self.decoder,
             memory=repeat_rows(memory, num_beams),
             memory_mask=repeat_rows(attention_mask, num_beams),

@@ -1,4 +1,4 @@
-"""Output heads: LM head (tied or not), BERT's MLM head, pooler, classifier; and the masked LM loss."""
+"""Output heads: LM head (tied or not), BERT's MLM head, pooler, sequence/token classifier and its loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from zoo.blocks import ACTIVATIONS, build_norm
+from zoo.losses import IGNORE_INDEX
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec
+from zoo.spec.model import ClassifierSpec
 
 
 class TiedOutput:
@@ -35,17 +37,21 @@ class TiedOutput:
 
 
 class LMHead(TiedOutput, nn.Module):
-    """hidden (B, T, C) -> logits (B, T, V). A tied head reuses the token embedding matrix.
+    """hidden (B, T, E) -> logits (B, T, V). A tied head reuses the token embedding matrix.
 
-    T5 v1.0 scales the hidden state by d_model**-0.5 before a tied head (its embeddings are unscaled and
-    large); BART and Marian add a fixed ``final_logits_bias``.
+    E is d_model, or ``input_dim`` where the model projects its last hidden state back to a narrower
+    embedding width first (OPT's project_out). T5 v1.0 scales the hidden state by d_model**-0.5 before a tied
+    head (its embeddings are unscaled and large); BART and Marian add a fixed ``final_logits_bias``; CTRL
+    a learned ``bias``.
     """
 
     def __init__(
-        self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Embedding | None
-    ) -> None:
+        self, spec: LMHeadSpec, *, d_model: int, vocab_size: int, tied_to: nn.Embedding | None,
+        input_dim: int | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self._init_output(vocab_size=vocab_size, dim=d_model, tied_to=tied_to)
+        self._init_output(vocab_size=vocab_size, dim=input_dim or d_model, tied_to=tied_to)
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
         if spec.logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
@@ -55,7 +61,7 @@ class LMHead(TiedOutput, nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.rescale != 1.0:
             hidden = hidden * self.rescale
-        logits = F.linear(hidden, self.output_weight)
+        logits = F.linear(hidden, self.output_weight, self.bias)  # (B, T, V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
         return logits
@@ -95,15 +101,70 @@ class Pooler(nn.Module):
 
 
 class ClassificationHead(nn.Module):
-    """dropout -> linear over a pooled (B, C) vector."""
+    """Sequence or token classification, as transformers' ``*ForSequenceClassification`` and
+    ``*ForTokenClassification`` heads compute it (``L`` = num_labels):
 
-    def __init__(self, *, d_model: int, num_labels: int, dropout: float) -> None:
+        sequence, pooler       pooler output (B, C) -> dropout -> out_proj             BERT, ALBERT
+        sequence, dense        hidden[:, 0] -> dropout -> dense -> tanh -> dropout     RoBERTa
+                                 -> out_proj
+        sequence, first_token  hidden[:, 0] -> dropout -> out_proj
+        token                  hidden (B, T, C) or the selected rows (N, C) -> dropout -> out_proj
+    """
+
+    def __init__(self, spec: ClassifierSpec, *, d_model: int, dropout: float) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(d_model, num_labels)
+        self.per_token = spec.task == "token"
+        self.pooling = getattr(spec, "pooling", None)  # sequence heads only
+        self.dropout = nn.Dropout(spec.dropout if spec.dropout is not None else dropout)
+        self.dense = nn.Linear(d_model, d_model) if self.pooling == "dense" else None
+        self.out_proj = nn.Linear(d_model, spec.num_labels)
 
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(self.dropout(pooled))  # (B, num_labels)
+    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden (B, T, C) (or (N, C) rows for a token head); pooled (B, C), the pooler's output.
+        -> logits (B, L) for a sequence head, (B, T, L) / (N, L) for a token head."""
+        if self.per_token:
+            x = hidden
+        elif self.pooling == "pooler":
+            assert pooled is not None  # the spec refuses pooling: pooler without heads.pooler
+            x = pooled  # (B, C)
+        else:
+            x = hidden[:, 0]  # (B, C): [CLS] / <s>
+        x = self.dropout(x)
+        if self.dense is not None:
+            x = self.dropout(torch.tanh(self.dense(x)))
+        return self.out_proj(x)
+
+
+def resolve_problem_type(problem_type: str | None, *, num_labels: int, labels: torch.Tensor) -> str:
+    """``problem_type``, or transformers' choice when it is None: regression for one label, single-label
+    classification for integer labels, else multi-label (the labels' dtype is metadata: no device sync)."""
+    if problem_type is not None:
+        return problem_type
+    if num_labels == 1:
+        return "regression"
+    integer = not (labels.dtype.is_floating_point or labels.dtype.is_complex)
+    return "single_label_classification" if integer else "multi_label_classification"
+
+
+def classification_loss(
+    logits: torch.Tensor, labels: torch.Tensor, *, problem_type: str | None
+) -> torch.Tensor:
+    """The loss of a sequence classifier's logits (B, L), as transformers computes it.
+
+    ``problem_type`` None is decided as transformers decides it (`resolve_problem_type`).
+    single_label_classification: cross-entropy over labels (B,) (-100 ignored); multi_label_classification: binary cross-entropy with float targets (B, L); regression: mean
+    squared error against float labels (B,) for one output, else (B, L).
+    """
+    num_labels = logits.shape[-1]
+    problem_type = resolve_problem_type(problem_type, num_labels=num_labels, labels=labels)
+    logits = logits.float()
+    if problem_type == "single_label_classification":
+        return F.cross_entropy(logits.reshape(-1, num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    if problem_type == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    if num_labels == 1:
+        return F.mse_loss(logits.squeeze(), labels.to(logits.dtype).squeeze())
+    return F.mse_loss(logits, labels.to(logits.dtype))
 
 
 def select_positions(hidden: torch.Tensor, logits_mask: torch.Tensor | None) -> torch.Tensor:

@@ -5,7 +5,9 @@ input_ids contains token id 512, outside the vocabulary [0, 512)``, instead of a
 embedding or a mask that silently broadcasts. The rules (Hugging Face's names and conventions):
 
     input_ids, decoder_input_ids   (B, T) integer token ids in [0, vocab); cached + T <= max_positions
-    attention_mask & co            (B, cached + T) bool or integer, 1 = token, 0 = padding
+    attention_mask & co            (B, cached + T) bool or integer, 1 = token, 0 = padding; or, where a
+                                   forward takes one, a (B, T, cached + T) bool mask, True = may attend
+    prefix_lengths                 (B,) integer, real tokens of each row's prefix (prefix_lm layers)
     token_type_ids                 (B, T) integer segment ids in [0, segment_vocab_size)
     labels                         like the ids, or (B,) for a classifier: class ids, or -100 (ignored)
     memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
@@ -37,13 +39,63 @@ def check_tokens(
     cached: int = 0,
     ids_name: str = "input_ids",
     mask_name: str = "attention_mask",
+    user_masks: bool = False,
 ) -> tuple[int, int]:
-    """`check_ids` and `check_mask` for one sequence argument and its padding mask; returns (B, T)."""
+    """`check_ids` and `check_mask` for one sequence argument and its padding mask; returns (B, T).
+
+    ``user_masks``: the mask may also be a (B, T, cached + T) bool mask (`check_user_mask`)."""
     B, T = check_ids(
         ids, where=where, name=ids_name, vocab_size=vocab_size, max_positions=max_positions, cached=cached
     )
+    if user_masks and isinstance(mask, torch.Tensor) and tuple(mask.shape) != (B, cached + T):
+        check_user_mask(mask, where=where, name=mask_name, shape=(B, T, cached + T), like=ids_name)
+        return B, T
     check_mask(mask, where=where, name=mask_name, shape=(B, cached + T), like=ids_name, cached=cached > 0)
     return B, T
+
+
+def check_user_mask(
+    mask: torch.Tensor, *, where: str, name: str, shape: tuple[int, int, int], like: str
+) -> None:
+    """A mask that is not (B, S) padding must be bool (B, T, S): query t may attend to key s where True."""
+    if tuple(mask.shape) == shape and mask.dtype == torch.bool:
+        return
+    B, T, S = shape
+    length = "cached + length" if S != T else "length"
+    also = f"or a bool (batch, length, keys) = {shape} mask, True = may attend"
+    if mask.dim() != 3:
+        raise ValueError(
+            f"{where}: {name} must have shape (batch, {length}) = {(B, S)}, like {like}; got "
+            f"{_shape(mask)} ({also})"
+        )
+    raise ValueError(
+        f"{where}: {name}: expected (batch, {length}) = {(B, S)} with 1 = token, {also}; got {mask.dtype} "
+        f"of shape {_shape(mask)}"
+    )
+
+
+def check_prefix_lengths(
+    prefix_lengths: object, *, where: str, rows: int, length: int, patterned: bool
+) -> None:
+    """``prefix_lengths`` must be None or (rows,) integers in [0, length], for a stack with prefix_lm layers."""
+    if prefix_lengths is None:
+        return
+    if not patterned:
+        raise ValueError(
+            f"{where}: prefix_lengths is for prefix_lm attention, and no layer of this model has that pattern"
+        )
+    if not isinstance(prefix_lengths, torch.Tensor) or tuple(prefix_lengths.shape) != (rows,):
+        raise ValueError(
+            f"{where}: prefix_lengths must be a ({rows},) tensor, one prefix length per row; got "
+            f"{_shape(prefix_lengths)}"
+        )
+    _need_integers(prefix_lengths, where=where, name="prefix_lengths", what="lengths")
+    if values_readable(prefix_lengths):
+        low, high = int(prefix_lengths.min()), int(prefix_lengths.max())
+        if low < 0 or high > length:
+            raise ValueError(
+                f"{where}: prefix_lengths contains {low if low < 0 else high}, outside [0, {length}] (the row length)"
+            )
 
 
 def check_ids(

@@ -15,9 +15,11 @@ class ModelOutput:
     in ``encoder_last_hidden_state`` and ``encoder_attentions``.
     """
 
-    logits: torch.Tensor | None = None  # (B, T, V) with an LM/MLM head, (B, num_labels) for classification
+    # (B, T, V) from an LM/MLM head; (B, L) from a sequence classifier, (B, T, L) from a token classifier
+    # (L = num_labels); (N, V) / (N, L) for the N positions a ``logits_mask`` selects
+    logits: torch.Tensor | None = None
     last_hidden_state: torch.Tensor | None = None  # (B, T, C)
-    loss: torch.Tensor | None = None  # scalar, when labels are given
+    loss: torch.Tensor | None = None  # scalar, when labels are given (mean over the scored positions/rows)
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
     cross_attentions: tuple[torch.Tensor, ...] | None = None  # per decoder layer (B, H, T, S)
     encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, C)

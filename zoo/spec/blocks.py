@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -36,13 +36,23 @@ class AttentionSpec(Spec):
         None, description="Width of one head; default d_model // num_heads. T5 sets it freely (d_kv)."
     )
     bias: bool = Field(True, description="Biases on the q/k/v and output projections.")
+    out_bias: bool | None = Field(
+        None, description="A bias on the output projection; default: same as bias (Qwen2: q/k/v biases only)."
+    )
     scaled: bool = Field(True, description="Divide logits by sqrt(head_dim). T5 folds this into its init.")
     qk_norm: bool = Field(False, description="RMS-normalise queries and keys per head before the product.")
+    qk_norm_eps: PositiveFloat = Field(
+        1e-6, description="Epsilon of the q/k RMS norms (Qwen3 uses its rms_norm_eps); only with qk_norm."
+    )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
 
     @property
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_heads
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
 
     def resolved_head_dim(self, d_model: int) -> int:
         return self.head_dim or d_model // self.num_heads
@@ -76,13 +86,35 @@ class NormSpec(Spec):
 
 
 class SinusoidalPositions(Spec):
-    """Fixed sin/cos table added to the embeddings (Vaswani et al. 2017, section 3.5)."""
+    """Fixed sin/cos table added to the embeddings (Vaswani et al. 2017, section 3.5).
+
+    fairseq's variant (M2M-100): ``layout="half"``, ``frequencies="fairseq"``, ``offset=pad_token_id + 1``.
+    """
 
     kind: Literal["sinusoidal"] = "sinusoidal"
     layout: Literal["interleaved", "half"] = Field(
         "interleaved",
         description="interleaved: PE[2i]=sin, PE[2i+1]=cos as in the paper; half: all sines then all cosines (Marian).",
     )
+    offset: NonNegativeInt = Field(
+        0,
+        description="Table rows reserved before position 0: position p reads row p + offset "
+        "(fairseq/M2M-100 count from padding_idx + 1 = 2).",
+    )
+    frequencies: Literal["paper", "fairseq"] = Field(
+        "paper",
+        description="paper: angle rates 10000^(-2i/dim); fairseq (tensor2tensor, M2M-100): "
+        "exp(-i * ln(10000) / (dim/2 - 1)), i < dim/2; only with layout 'half'.",
+    )
+
+    @model_validator(mode="after")
+    def _fairseq_is_half(self) -> SinusoidalPositions:
+        if self.frequencies == "fairseq" and self.layout != "half":
+            raise ValueError(
+                f"frequencies 'fairseq' needs layout 'half' (fairseq and tensor2tensor put all sines before all "
+                f"cosines), got layout {self.layout!r}"
+            )
+        return self
 
 
 class LearnedPositions(Spec):
@@ -92,11 +124,53 @@ class LearnedPositions(Spec):
     offset: NonNegativeInt = Field(0, description="Rows reserved before position 0 (BART and RoBERTa use 2).")
 
 
+class Llama3RopeScaling(Spec):
+    """Llama 3.1's long-context rotary schedule (transformers' ``rope_type: llama3``), by wavelength 2π/freq:
+
+        wavelength < original_max_positions / high_freq_factor   kept (high frequencies: local order)
+        wavelength > original_max_positions / low_freq_factor    divided by factor (low frequencies)
+        in between                                               interpolated smoothly between the two
+
+    Defaults are Llama 3.1's; Llama 3.2 1B/3B use factor 32.
+    """
+
+    type: Literal["llama3"] = "llama3"
+    factor: PositiveFloat = Field(8.0, description="How much the low frequencies are slowed down.")
+    low_freq_factor: PositiveFloat = Field(1.0, description="Wavelengths above original / this are scaled.")
+    high_freq_factor: PositiveFloat = Field(4.0, description="Wavelengths below original / this are kept.")
+    original_max_positions: PositiveInt = Field(
+        8192, description="The context length the model was pretrained with, before the extension."
+    )
+
+    @model_validator(mode="after")
+    def _check_band(self) -> Llama3RopeScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
+                f"({self.low_freq_factor}): they bound the band of interpolated frequencies"
+            )
+        return self
+
+
+class LinearRopeScaling(Spec):
+    """Position interpolation (Chen et al. 2023; transformers' ``rope_type: linear``): every rotary
+    frequency divided by ``factor``, as if positions were ``p / factor``."""
+
+    type: Literal["linear"] = "linear"
+    factor: PositiveFloat = Field(description="Positions are divided by this (2.0 doubles the context).")
+
+
+RopeScaling = Annotated[Llama3RopeScaling | LinearRopeScaling, Field(discriminator="type")]
+
+
 class RotaryPositions(Spec):
     """Rotary embeddings applied to queries and keys (Su et al. 2021), rotate-half layout as in Llama."""
 
     kind: Literal["rotary"] = "rotary"
     theta: PositiveFloat = 10000.0
+    scaling: RopeScaling | None = Field(
+        None, description="Frequency scaling for long contexts (llama3, linear); default: none, plain RoPE."
+    )
 
 
 class RelativeBiasPositions(Spec):
@@ -141,5 +215,22 @@ class EmbeddingSpec(Spec):
     segment_vocab_size: NonNegativeInt = Field(0, description="Token-type (segment) embeddings; 0 = none.")
     norm: bool = Field(False, description="A norm over the summed embeddings (BERT, BART).")
     factorized_dim: PositiveInt | None = Field(
-        None, description="ALBERT: embeddings of this width, projected up to d_model before the first layer."
+        None,
+        description="ALBERT: embeddings of this width, projected up to d_model (with a bias) before the first "
+        "layer, after positions and the embedding norm, which work at this width too. Not projection_dim.",
     )
+    projection_dim: PositiveInt | None = Field(
+        None,
+        description="OPT's word_embed_proj_dim (decoders only): tokens are embedded, and a tied LM head reads, "
+        "at this width; project_in (no bias) maps to d_model right after the lookup, before d_model-wide "
+        "positions, and project_out (no bias) maps the last hidden state back. Not factorized_dim.",
+    )
+
+    def token_dim(self, d_model: int) -> int:
+        """Width of the token table (and of a tied output head): factorized_dim or projection_dim, else d_model."""
+        return self.factorized_dim or self.projection_dim or d_model
+
+    def stack_dim(self, d_model: int) -> int:
+        """Width at which a stack adds positions and applies the embedding norm: ALBERT's factorized_dim, else
+        d_model (OPT's projection_dim is projected in before the stack)."""
+        return self.factorized_dim or d_model

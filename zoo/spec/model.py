@@ -36,6 +36,7 @@ from zoo.spec.blocks import (
 )
 from zoo.spec.errors import SpecValidationError, plain_tags
 from zoo.spec.limits import check_limits
+from zoo.spec.patterns import BlockSparsePattern, CausalPattern, FullPattern
 from zoo.spec.stacks import ResolvedStack, StackSpec
 
 
@@ -63,6 +64,11 @@ class LMHeadSpec(Spec):
     rescale_tied: bool = Field(
         False, description="T5 v1.0: scale hidden states by d_model**-0.5 before a tied head."
     )
+    bias: bool = Field(
+        False,
+        description="A learned output bias added to logits, tied or untied (CTRL's lm_head.bias); "
+        "unlike logits_bias, a trained parameter.",
+    )
 
 
 class MLMHeadSpec(Spec):
@@ -72,14 +78,89 @@ class MLMHeadSpec(Spec):
     tied: bool = True
 
 
+class _ClassifierBase(Spec):
+    num_labels: PositiveInt = Field(description="Number of classes: the width of the logits.")
+    labels: tuple[str, ...] | None = Field(
+        None,
+        description="Class names, index = class id (Hugging Face's id2label); null: unnamed (LABEL_0, ...).",
+    )
+    dropout: Probability | None = Field(
+        None, description="Dropout before the projection (classifier_dropout); null: the model's dropout."
+    )
+
+
+class SequenceClassifierSpec(_ClassifierBase):
+    """One label per sequence, read from the first token ([CLS] / <s>).
+
+    pooling: ``pooler`` -> dropout -> out_proj (BERT, ALBERT: the pooler is ``heads.pooler``);
+    ``dense``: dropout -> dense -> tanh -> dropout -> out_proj (RoBERTa's head, no pooler);
+    ``first_token``: dropout -> out_proj on the first token's hidden state.
+    """
+
+    task: Literal["sequence"] = "sequence"
+    pooling: Literal["pooler", "dense", "first_token"] = Field(
+        "pooler",
+        description="pooler: heads.pooler's output (BERT, ALBERT); dense: the head's own dense + tanh over "
+        "the first token (RoBERTa); first_token: the first token's hidden state as it is.",
+    )
+    problem_type: (
+        Literal["single_label_classification", "multi_label_classification", "regression"] | None
+    ) = Field(
+        None,
+        description="The loss, as Hugging Face names it: cross-entropy, binary cross-entropy per label, or "
+        "mean squared error; null: regression for 1 label, else by the labels' dtype (integers: "
+        "single-label).",
+    )
+
+
+class TokenClassifierSpec(_ClassifierBase):
+    """One label per token: dropout -> out_proj on every position (BERT, RoBERTa, ALBERT alike)."""
+
+    task: Literal["token"] = "token"
+
+
+ClassifierSpec = Annotated[SequenceClassifierSpec | TokenClassifierSpec, Field(discriminator="task")]
+
+
 class EncoderHeadsSpec(Spec):
-    """Optional heads on an encoder."""
+    """Optional heads on an encoder: a pooler, and one output head (masked LM or a classifier).
+
+    ``num_labels: N`` is accepted as shorthand for ``classifier: {task: sequence, num_labels: N}`` (reading
+    the pooler when there is one, else the first token), and ``heads.num_labels`` reads the classifier's.
+    """
 
     pooler: bool = Field(False, description="BERT pooler: tanh(dense(hidden[:, 0])).")
     mlm: MLMHeadSpec | None = None
-    num_labels: PositiveInt | None = Field(
-        None, description="Sequence-classification head with this many labels."
+    classifier: ClassifierSpec | None = Field(
+        None, description="A sequence- (task: sequence) or token-classification (task: token) head."
     )
+
+    @property
+    def num_labels(self) -> int | None:
+        """The classifier's number of labels (None without one)."""
+        return self.classifier.num_labels if self.classifier is not None else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        num_labels = data.pop("num_labels", None)
+        classifier = data.get("classifier")
+        if isinstance(classifier, _ClassifierBase):
+            classifier = classifier.model_dump()
+        if num_labels is not None:
+            if classifier is None:
+                pooling = "pooler" if data.get("pooler") else "first_token"
+                classifier = {"task": "sequence", "pooling": pooling}
+            if isinstance(classifier, Mapping):
+                classifier = {**classifier, "num_labels": num_labels}
+        if isinstance(classifier, Mapping) and "task" not in classifier:
+            classifier = {"task": "sequence", **classifier}
+        if classifier is not None:
+            data["classifier"] = classifier
+        return data
 
 
 class _ModelSpecBase(Spec):
@@ -126,14 +207,17 @@ class _ModelSpecBase(Spec):
             cross_attention=cross_attention if cross else None,
             share_layers=stack.share_layers,
             causal=causal,
-            sources={"attention": attention_src, "cross_attention": cross_src}
+            pattern=stack.pattern or (CausalPattern() if causal else FullPattern()),
+            layer_patterns=stack.layer_patterns,
+            sources={"attention": attention_src, "cross_attention": cross_src, "pattern": f"{name}.pattern"}
             | {f: src for f, (_, src) in values.items()},
         )
 
     @property
     def embedding_dim(self) -> int:
-        """Width of the token embeddings (smaller than d_model only for factorized embeddings)."""
-        return self.embedding.factorized_dim or self.d_model
+        """Width of the token embeddings and of a tied output head (factorized_dim or projection_dim, else
+        d_model)."""
+        return self.embedding.token_dim(self.d_model)
 
     def override(self, **changes: Any) -> ModelSpec:
         """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs.
@@ -154,6 +238,7 @@ class _ModelSpecBase(Spec):
     @model_validator(mode="after")
     def _check(self) -> _ModelSpecBase:
         check_limits(self)  # first: the checks below, and any build, may then trust the sizes
+        _check_embedding(self.embedding, family=getattr(self, "family", ""))
         for stack in self.stacks().values():
             self._check_stack(stack)
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -184,10 +269,12 @@ class _ModelSpecBase(Spec):
                 f"{position_path}: rotary positions need an even head_dim, got {head_dim} "
                 f"({stack.sources['attention']}.head_dim)"
             )
-        if position.kind == "sinusoidal" and self.embedding_dim % 2:
+        width = self.embedding.stack_dim(self.d_model)  # where positions are added
+        if position.kind == "sinusoidal" and width % 2:
             raise ValueError(
-                f"{position_path}: sinusoidal positions need an even embedding width, got {self.embedding_dim}"
+                f"{position_path}: sinusoidal positions need an even embedding width, got {width}"
             )
+        _check_patterns(stack, cross=stack.cross_attention is not None)
 
 
 class EncoderSpec(_ModelSpecBase):
@@ -204,8 +291,42 @@ class EncoderSpec(_ModelSpecBase):
 
     @model_validator(mode="after")
     def _check_heads(self) -> EncoderSpec:
-        if self.heads.mlm is not None and self.heads.num_labels is not None:
-            raise ValueError("heads.mlm and heads.num_labels exclude each other: a model has one output head")
+        heads, classifier = self.heads, self.heads.classifier
+        if heads.mlm is not None and classifier is not None:
+            raise ValueError("heads.mlm and heads.classifier exclude each other: a model has one output head")
+        if classifier is None:
+            return self
+        if (
+            isinstance(classifier, SequenceClassifierSpec)
+            and classifier.pooling == "pooler"
+            and not heads.pooler
+        ):
+            raise ValueError(
+                "heads.classifier.pooling is 'pooler' but heads.pooler is false: set heads.pooler: true, "
+                "or heads.classifier.pooling: dense or first_token"
+            )
+        if (
+            isinstance(classifier, SequenceClassifierSpec)
+            and classifier.problem_type == "single_label_classification"
+            and classifier.num_labels < 2
+        ):
+            raise ValueError(
+                "heads.classifier.problem_type single_label_classification needs num_labels >= 2 "
+                "(one output is regression)"
+            )
+        if classifier.labels is None:
+            return self
+        names = classifier.labels
+        if len(names) != classifier.num_labels:
+            raise ValueError(
+                f"heads.classifier.labels has {len(names)} name(s) but heads.classifier.num_labels is "
+                f"{classifier.num_labels}"
+            )
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"heads.classifier.labels must be distinct; repeated: {', '.join(map(repr, repeated[:5]))}"
+            )
         return self
 
 
@@ -264,6 +385,58 @@ class EncoderDecoderSpec(_ModelSpecBase):
         return self
 
 
+def _check_embedding(embedding: EmbeddingSpec, *, family: str) -> None:
+    if embedding.projection_dim is None:
+        return
+    if embedding.factorized_dim is not None:
+        raise ValueError(
+            f"embedding.factorized_dim ({embedding.factorized_dim}) and embedding.projection_dim "
+            f"({embedding.projection_dim}) exclude each other: ALBERT's factorization projects after positions "
+            "and the embedding norm, OPT's projection right after the token lookup"
+        )
+    if family != "decoder":
+        raise ValueError(
+            f"embedding.projection_dim ({embedding.projection_dim}) is for decoder-only models "
+            f"(OPT's word_embed_proj_dim), not a {family} model"
+        )
+
+
+def _check_patterns(stack: ResolvedStack, *, cross: bool) -> None:
+    """Each pattern must fit its stack: causal ones in causal stacks, bidirectional ones elsewhere."""
+    if stack.layer_patterns is not None and len(stack.layer_patterns) != stack.num_layers:
+        raise ValueError(
+            f"{stack.name}.layer_patterns needs one pattern per layer, {stack.num_layers} "
+            f"({stack.sources['num_layers']}), got {len(stack.layer_patterns)}"
+        )
+    checked = (
+        [(stack.pattern, stack.pattern_path())]
+        if stack.layer_patterns is None
+        else [(p, stack.pattern_path(i)) for i, p in enumerate(stack.layer_patterns)]
+    )
+    for pattern, path in checked:
+        kind = pattern.kind
+        if stack.causal and kind in ("full", "block_sparse"):
+            raise ValueError(
+                f"{path}: {kind} attention lets a position see the tokens after it, which a causal stack "
+                f"({stack.name}) must not; use causal, sliding_window or prefix_lm"
+            )
+        if not stack.causal and kind in ("causal", "prefix_lm"):
+            raise ValueError(
+                f"{path}: {kind} is a pattern for decoder stacks; a bidirectional stack ({stack.name}) takes "
+                "full, sliding_window or block_sparse"
+            )
+        if kind == "prefix_lm" and cross:
+            raise ValueError(
+                f"{path}: prefix_lm needs prefix lengths at forward time, which only a decoder-only model "
+                "takes; an encoder-decoder's source is already its bidirectional prefix"
+            )
+        if isinstance(pattern, BlockSparsePattern) and pattern.window_blocks % 2 == 0:
+            raise ValueError(
+                f"{path}.window_blocks ({pattern.window_blocks}) must be odd: the query's own block and "
+                "as many blocks on each side"
+            )
+
+
 def _check_lm_head(head: LMHeadSpec | None) -> None:
     if head is not None and head.rescale_tied and not head.tied:
         raise ValueError("lm_head.rescale_tied needs lm_head.tied: the rescale belongs to a tied output")
@@ -273,6 +446,9 @@ ModelSpec = Annotated[EncoderSpec | DecoderSpec | EncoderDecoderSpec, Field(disc
 _ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(title="ModelSpec"))
 # Where a spec holds union tags (see `plain_tags`).
 _TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encoder",), ("decoder",))]
+_TAGS.append(("heads", "classifier", "task"))
+_TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder")]
+_TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
 
 
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
@@ -284,9 +460,21 @@ def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
     if isinstance(data, _ModelSpecBase):
         return data
     try:
-        return _ADAPTER.validate_python(plain_tags(data, _TAGS))
+        return _ADAPTER.validate_python(_plain_layer_pattern_tags(plain_tags(data, _TAGS)))
     except ValidationError as error:
         raise SpecValidationError.from_error(error) from None
+
+
+def _plain_layer_pattern_tags(data: Any) -> Any:
+    """`plain_tags` for the tags inside ``<stack>.layer_patterns`` lists (which `plain_tags` cannot reach)."""
+    if not isinstance(data, Mapping):
+        return data
+    for name in ("encoder", "decoder"):
+        stack = data.get(name)
+        if isinstance(stack, Mapping) and isinstance(stack.get("layer_patterns"), list):
+            items = [plain_tags(item, [("kind",)]) for item in stack["layer_patterns"]]
+            data = {**data, name: {**stack, "layer_patterns": items}}
+    return data
 
 
 def json_schema() -> dict[str, Any]:

@@ -40,8 +40,11 @@ def parameter_count(spec: SizedSpec) -> int:
     source_vocab_size: int | None = getattr(spec, "source_vocab_size", None)
     if source_vocab_size:
         total += _embedding(spec, source_vocab_size)
+    S = spec.embedding.stack_dim(C)  # positions and the embedding norm (E, unless E is projected in first)
     for stack in spec.stacks().values():
-        total += _stack(stack, embed_dim=E, d_model=C, max_positions=spec.max_positions, spec=spec)
+        total += _stack(stack, embed_dim=S, d_model=C, max_positions=spec.max_positions, spec=spec)
+    if spec.embedding.projection_dim:
+        total += 2 * _linear(E, C, bias=False)  # OPT's project_in (E -> C) and project_out (C -> E)
     heads: Any = getattr(spec, "heads", None)  # an encoder's EncoderHeadsSpec
     lm_head: Any = getattr(spec, "lm_head", None)  # a decoder's LMHeadSpec
     if heads is not None:
@@ -50,10 +53,15 @@ def parameter_count(spec: SizedSpec) -> int:
         if heads.mlm is not None:
             total += _linear(C, E, bias=True) + _norm(spec.norm, E) + spec.vocab_size  # + output bias
             total += 0 if heads.mlm.tied else spec.vocab_size * E
-        if heads.num_labels is not None:
-            total += _linear(C, heads.num_labels, bias=True)
+        classifier = heads.classifier
+        if classifier is not None:
+            total += _linear(C, classifier.num_labels, bias=True)
+            if getattr(classifier, "pooling", None) == "dense":  # RoBERTa's head: its own dense C -> C
+                total += _linear(C, C, bias=True)
     if lm_head is not None and not lm_head.tied:
-        total += spec.vocab_size * C
+        total += spec.vocab_size * (spec.embedding.projection_dim or C)  # a projected model's head reads E
+    if lm_head is not None and lm_head.bias:
+        total += spec.vocab_size
     return total
 
 
@@ -62,8 +70,8 @@ def buffer_count(spec: SizedSpec) -> int:
     total = 0
     for stack in spec.stacks().values():
         kind = stack.position.kind
-        if kind == "sinusoidal":
-            total += spec.max_positions * spec.embedding_dim
+        if stack.position.kind == "sinusoidal":  # (not `kind`: mypy narrows the union for ``offset``)
+            total += (spec.max_positions + stack.position.offset) * spec.embedding.stack_dim(spec.d_model)
         elif kind == "rotary":
             total += 2 * spec.max_positions * stack.attention.resolved_head_dim(spec.d_model)  # cos, sin
         elif kind == "alibi":
@@ -104,7 +112,7 @@ def _attention(spec: AttentionSpec, d_model: int) -> int:
     head_dim = spec.resolved_head_dim(d_model)
     q_width, kv_width = spec.num_heads * head_dim, spec.kv_heads * head_dim
     total = _linear(d_model, q_width + 2 * kv_width, bias=spec.bias) + _linear(
-        q_width, d_model, bias=spec.bias
+        q_width, d_model, bias=spec.has_out_bias
     )
     return total + (2 * head_dim if spec.qk_norm else 0)
 

@@ -2,7 +2,8 @@
 
 A model spec says ``attention``, ``ffn``, ``norm`` and ``position`` once at the top; a stack (``encoder``
 or ``decoder``) may override any of them. `StackSpec` holds the overrides as written, `ResolvedStack` the
-values the builder uses, every field filled.
+values the builder uses, every field filled. ``pattern`` / ``layer_patterns`` say which keys self-attention
+may see (`zoo.spec.patterns`); unset, a causal stack is ``causal`` and any other ``full``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveInt
 
 from zoo.spec.blocks import AttentionSpec, FFNSpec, NormSpec, PositionSpec, Spec
+from zoo.spec.patterns import AttentionPattern
 
 
 class StackSpec(Spec):
@@ -27,6 +29,16 @@ class StackSpec(Spec):
     share_layers: bool = Field(
         False, description="ALBERT: one layer's weights reused num_layers times (cross-layer sharing)."
     )
+    pattern: AttentionPattern | None = Field(
+        None,
+        description="Which keys self-attention may see (full, causal, sliding_window, prefix_lm, "
+        "block_sparse); default: causal in a causal stack, full otherwise.",
+    )
+    layer_patterns: list[AttentionPattern] | None = Field(
+        None,
+        description="One pattern per layer, overriding pattern (e.g. local and global layers alternating); "
+        "as many as the stack has layers.",
+    )
 
 
 class ResolvedStack(Spec):
@@ -41,6 +53,18 @@ class ResolvedStack(Spec):
     cross_attention: AttentionSpec | None
     share_layers: bool
     causal: bool
+    pattern: AttentionPattern
+    layer_patterns: list[AttentionPattern] | None = None
     sources: dict[str, str] = Field(
         default_factory=dict, description="Where each block spec came from, as a dotted path, for messages."
     )
+
+    def layer_pattern(self, index: int) -> AttentionPattern:
+        """The pattern of layer ``index`` (its own from ``layer_patterns``, else the stack's)."""
+        return self.layer_patterns[index] if self.layer_patterns is not None else self.pattern
+
+    def pattern_path(self, index: int | None = None) -> str:
+        """The dotted field a layer's pattern came from, for messages: ``encoder.layer_patterns[3]``."""
+        if index is not None and self.layer_patterns is not None:
+            return f"{self.name}.layer_patterns[{index}]"
+        return self.sources.get("pattern", f"{self.name}.pattern")

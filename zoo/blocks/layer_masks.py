@@ -1,0 +1,140 @@
+"""Every layer's self-attention mask for one forward of a stack, built once per distinct pattern.
+
+    layer patterns ──> one mask per distinct pattern (block_sparse with random blocks: one per layer)
+        full / causal, nothing unusual ──> `masks.self_attention_mask`: None and SDPA's is_causal fast path
+        flex_attention chosen          ──> a flex `BlockMask` (`zoo.blocks.flex`)
+        otherwise                      ──> `masks.pattern_mask`: a dense bool mask for SDPA
+
+"Nothing unusual" means no rolling KV cache, no 3-D user mask and, for prefix_lm, no prefix lengths.
+A sliding window at least as long as the sequence is plain causal (or full) attention and takes that path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask
+
+from zoo.blocks import flex, masks
+from zoo.spec.patterns import (
+    AttentionPattern,
+    BlockSparsePattern,
+    SlidingWindowPattern,
+)
+
+LayerMask = tuple[torch.Tensor | BlockMask | None, bool]  # (mask, is_causal) for `Attention.forward`
+
+
+@dataclass(frozen=True)
+class StackPatterns:
+    """A stack's layer patterns, grouped once at build time: each group shares one mask per forward."""
+
+    distinct: tuple[AttentionPattern, ...]  # one per group
+    seeds: tuple[int, ...]  # per group: the layer index a block-sparse layout is seeded with
+    group_of: tuple[int, ...]  # per layer application: its group
+
+    @classmethod
+    def of(cls, patterns: Sequence[AttentionPattern]) -> StackPatterns:
+        keys: dict[Hashable, int] = {}
+        distinct: list[AttentionPattern] = []
+        seeds: list[int] = []
+        group_of: list[int] = []
+        for layer, pattern in enumerate(patterns):
+            per_layer = isinstance(pattern, BlockSparsePattern) and pattern.random_blocks > 0  # seed + layer
+            key = (pattern, layer if per_layer else None)
+            if key not in keys:
+                keys[key] = len(distinct)
+                distinct.append(pattern)
+                seeds.append(layer)
+            group_of.append(keys[key])
+        return cls(tuple(distinct), tuple(seeds), tuple(group_of))
+
+    @property
+    def all(self) -> list[AttentionPattern]:
+        """One pattern per layer application."""
+        return [self.distinct[group] for group in self.group_of]
+
+
+def self_attention_masks(
+    patterns: StackPatterns,
+    *,
+    causal: bool,
+    attention_mask: torch.Tensor | None,
+    q_len: int,
+    offset: int = 0,
+    key_positions: torch.Tensor | None = None,
+    prefix_lengths: torch.Tensor | None = None,
+    dense_only: bool = False,
+    grad: bool = False,
+    device: torch.device,
+) -> list[LayerMask]:
+    """One (mask, is_causal) per layer application, for ``q_len`` queries after ``offset`` cached positions.
+
+    ``attention_mask``: None, the (B, offset + q_len) padding or a (B, q_len, offset + q_len) bool user mask.
+    ``key_positions`` (Tk,): a rolling KV cache's key positions in slot order (-1 = empty), else None.
+    ``prefix_lengths`` (B,): prefix_lm's prefixes in real tokens. ``dense_only``: the call needs the dense
+    mask (weights returned, a position bias, attention dropout); ``grad``: gradients flow through it.
+    Traceable by torch.compile: no spec object is built or hashed here.
+    """
+    length = offset + q_len
+    plain = attention_mask is None or attention_mask.dim() == 2  # padding, not a 3-D user mask
+    frame: masks.Frame | None = None
+    built: list[LayerMask] = []
+    for pattern, seed in zip(patterns.distinct, patterns.seeds):
+        kind = pattern.kind
+        if isinstance(pattern, SlidingWindowPattern) and length <= pattern.window:
+            kind = "causal" if causal else "full"  # a window spanning the sequence hides nothing
+        if kind == "prefix_lm" and prefix_lengths is None:
+            kind = "causal"
+        use_flex = flex.use_flex(
+            kind, q_len=q_len, device=device, dense_only=dense_only or (grad and device.type == "cpu")
+        )
+        if not use_flex and plain and key_positions is None and kind in ("full", "causal"):
+            built.append(
+                masks.self_attention_mask(
+                    attention_mask, q_len=q_len, k_len=length, causal=causal, device=device
+                )
+            )
+            continue
+        if frame is None:
+            frame = masks.make_frame(
+                attention_mask, q_len=q_len, offset=offset, key_positions=key_positions, device=device
+            )
+        prefix, framed = None, frame
+        if kind == "prefix_lm" and prefix_lengths is not None:
+            padding = attention_mask if plain else None
+            prefix = masks.prefix_keys(prefix_lengths.to(device), padding, length=length)  # (B, length)
+            framed = replace(frame, batch=prefix.shape[0])  # the rule varies by row even without padding
+        rule = masks.pattern_rule(
+            pattern if kind == pattern.kind else None,
+            causal=causal,
+            layer=seed,
+            length=length,
+            prefix=prefix,
+            device=device,
+        )
+        if use_flex:
+            built.append((flex.block_mask(rule, framed, tile=flex.tile_for(pattern)), False))
+        else:
+            built.append((masks.pattern_mask(rule, framed), False))
+    return [built[group] for group in patterns.group_of]
+
+
+def with_position_bias(
+    layer_masks: list[LayerMask], bias: torch.Tensor, *, q_len: int, k_len: int, dtype: torch.dtype
+) -> list[LayerMask]:
+    """Fold an additive position bias (T5's relative bias, ALiBi) into every distinct dense mask, once."""
+    folded: dict[tuple[int, bool], LayerMask] = {}
+    out = []
+    for mask, is_causal in layer_masks:
+        key = (id(mask), is_causal)
+        if key not in folded:
+            dense = mask
+            if is_causal:  # the bias must be materialised, so the causal mask must be too
+                dense = masks.causal_mask(q_len, k_len, device=bias.device)[None, None]
+            assert not isinstance(dense, BlockMask), "a position bias takes the dense path (flex.use_flex)"
+            folded[key] = masks.with_bias(dense, bias, dtype=dtype), False
+        out.append(folded[key])
+    return out
