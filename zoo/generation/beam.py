@@ -11,7 +11,8 @@ among the top N that end with eos (or reach max length) become finished hypothes
 and the N best finished per sentence are kept. A sentence is done when it has N finished hypotheses and
 either ``early_stopping`` is True or its best running beam can no longer beat the worst of them (with
 ``early_stopping=False`` judged at the current length, with ``"never"`` at the longest possible one).
-The best finished hypothesis is returned, padded with ``pad`` to the longest one in the batch.
+The ``num_return_sequences`` best finished hypotheses of each sentence are returned, best first, with their
+scores, padded with ``pad`` to the longest one returned.
 """
 
 from __future__ import annotations
@@ -34,7 +35,23 @@ def beam_search(
     pad: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Run beam search on a session expanded to B * N rows; return the best sequence per sentence (B, ≤ L).
+    """Run beam search on a session expanded to B * N rows; return the n best sequences per sentence
+    (B * n, ≤ L), n = ``config.num_return_sequences`` (`scored_beam_search` also returns their scores)."""
+    return scored_beam_search(session, processors, config, eos=eos, pad=pad, generator=generator)[0]
+
+
+def scored_beam_search(
+    session: Session,
+    processors: LogitsProcessors,
+    config: GenerationConfig,
+    *,
+    eos: torch.Tensor | None,
+    pad: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Beam search on a session expanded to B * N rows -> the n best sequences of each sentence (B * n, ≤ L),
+    grouped by sentence and best first, and their scores (B * n,): sum(log p) / length ** length_penalty
+    (transformers' ``sequences_scores``).
 
     ``eos`` (E,) and ``pad`` are the resolved ids (`zoo.generation.generate.prepare`), not the config's.
     """
@@ -118,5 +135,8 @@ def beam_search(
         if last or not bool(improvable.any()) or (early is True and bool(is_finished.all())):
             break
 
-    out_len = prompt_len + int(finished_lengths[:, 0].max())
-    return finished[:, 0, :out_len].clone()
+    # Finished hypotheses are kept sorted, best first (``topk``): the n best are the first n.
+    n = config.num_return_sequences
+    out_len = prompt_len + int(finished_lengths[:, :n].max())
+    sequences = finished[:, :n, :out_len].reshape(B * n, out_len).contiguous()  # (B * n, out_len)
+    return sequences, finished_scores[:, :n].reshape(B * n)

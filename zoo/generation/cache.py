@@ -8,6 +8,14 @@ N attention applications in the stack (``num_layers``, also with ALBERT-style sh
                      no torch.cat, no reallocation, the prompt is never recomputed.
     cross-attention  the encoder output's keys/values, projected once at the first decoder step and
                      reused by every later step (and shared by every beam of a sentence).
+    rolling          a stack whose every layer is a causal sliding window (Mistral) keeps only W = the
+                     largest window: an (N, 2, B, K, W, D) buffer written cyclically, position p in slot
+                     p % W, so memory is bounded by the window, not by max_length (`RollingSlot`).
+
+A rolling cache hands attention its keys in slot order; ``key_positions`` tells the stack where each one
+sits, and the mask is built from those positions (`zoo.blocks.masks.make_frame`). Keys are stored already
+rotated (rotary), so a slot's key needs no position of its own. A stack that mixes windowed and full layers,
+or adds a position bias (ALiBi, T5) that expects keys in order, keeps the full buffer for every layer.
 
 The stack reads ``length`` (keys cached before this forward), hands ``layers[i]`` to application i and
 calls ``advance(T)`` once all layers have written their T new positions (`zoo.stacks.StackCache`).
@@ -19,6 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import torch
+
+from zoo.spec import SlidingWindowPattern
 
 if TYPE_CHECKING:
     from zoo.layers import Layer
@@ -49,6 +59,44 @@ class SelfAttentionSlot:
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         end = self._cache.length
         return self._keys[:, :, :end], self._values[:, :, :end]
+
+
+class RollingSlot:
+    """One self-attention application's W slots of a rolling buffer (`zoo.blocks.attention.KVSlot`).
+
+    A step of one token writes slot ``position % W`` and attends to all W slots: they hold exactly the
+    last W positions. A longer chunk (the prompt) attends to the slots' old keys followed by its own,
+    and then keeps its last W in the slots.
+    """
+
+    filled = False
+
+    def __init__(self, cache: KVCache, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self._cache, self._keys, self._values = cache, keys, values  # (B, K, W, D) views of the buffer
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this step's k, v (B, K, T, D); return what attention sees, in `KVCache.key_positions` order."""
+        start, T, W = self._cache.length, k.shape[2], self._keys.shape[2]
+        if T == 1:
+            self._keys[:, :, start % W] = k[:, :, 0]
+            self._values[:, :, start % W] = v[:, :, 0]
+            return self._keys, self._values  # (B, K, W, D)
+        seen = (
+            (k, v)
+            if start == 0
+            else (
+                torch.cat([self._keys, k.to(self._keys.dtype)], 2),
+                torch.cat([self._values, v.to(self._values.dtype)], 2),
+            )
+        )  # (B, K, [W +] T, D), taken before the slots are overwritten
+        kept = min(T, W)
+        slots = torch.arange(start + T - kept, start + T, device=k.device) % W
+        self._keys.index_copy_(2, slots, k[:, :, T - kept :].to(self._keys.dtype))
+        self._values.index_copy_(2, slots, v[:, :, T - kept :].to(self._values.dtype))
+        return seen
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._keys, self._values
 
 
 class CrossAttentionSlot:
@@ -82,7 +130,7 @@ def cache_dtype(model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
 @dataclass
 class LayerSlots:
-    self_attn: SelfAttentionSlot
+    self_attn: SelfAttentionSlot | RollingSlot
     cross_attn: CrossAttentionSlot | None
 
 
@@ -104,15 +152,19 @@ class KVCache:
         cross_attention: bool,
         dtype: torch.dtype,
         device: torch.device | str,
+        window: int | None = None,
     ) -> None:
         self.length = 0
         self.max_length = max_length
+        self.window = window if window is not None and window < max_length else None  # None: not rolling
+        slots = self.window or max_length
         self.buffer = torch.empty(
-            num_layers, 2, batch_size, num_kv_heads, max_length, head_dim, dtype=dtype, device=device
-        )  # (N, 2, B, K, L, D); only positions < length are ever read
+            num_layers, 2, batch_size, num_kv_heads, slots, head_dim, dtype=dtype, device=device
+        )  # (N, 2, B, K, L or W, D); only positions < length are ever read
+        slot = SelfAttentionSlot if self.window is None else RollingSlot
         self.layers = [
             LayerSlots(
-                SelfAttentionSlot(self, self.buffer[i, 0], self.buffer[i, 1]),
+                slot(self, self.buffer[i, 0], self.buffer[i, 1]),
                 CrossAttentionSlot(dtype) if cross_attention else None,
             )
             for i in range(num_layers)
@@ -122,7 +174,8 @@ class KVCache:
     def for_stack(
         cls, stack: Stack, *, batch_size: int, max_length: int, dtype: torch.dtype | None = None
     ) -> KVCache:
-        """A cache sized for ``stack``: its heads, width and device.
+        """A cache sized for ``stack``: its heads, width and device; rolling (W slots) when every layer of
+        the stack is a causal sliding window of at most W and no position bias needs the keys in order.
 
         ``dtype`` defaults to `cache_dtype` of the stack's weights.
         """
@@ -138,7 +191,24 @@ class KVCache:
             cross_attention=first.cross_attn is not None,
             dtype=dtype or cache_dtype(weight.dtype, weight.device),
             device=weight.device,
+            window=rolling_window(stack),
         )
+
+    def key_positions(self, new: int) -> torch.Tensor | None:
+        """Where the keys attention sees in the next forward of ``new`` tokens sit ((Tk,), -1 = an empty slot),
+        in the order the slots hand them over; None for a full cache (0 .. length + new - 1)."""
+        if self.window is None:
+            return None
+        device, W, start = self.buffer.device, self.window, self.length
+        if new > 1 and start == 0:
+            return torch.arange(new, device=device)
+        last = start if new == 1 else start - 1  # the newest position in the slots when attention reads them
+        slots = torch.arange(W, device=device)
+        held = last - (last - slots) % W  # slot s holds the newest position <= last that is s modulo W
+        held = held.masked_fill(held < 0, -1)  # (W,)
+        if new == 1:
+            return held
+        return torch.cat([held, torch.arange(start, start + new, device=device)])
 
     def advance(self, steps: int) -> None:
         """Called by the stack after every layer wrote its ``steps`` new positions."""
@@ -149,3 +219,14 @@ class KVCache:
         reordering: beams only move within their own sentence, whose encoder output they all share."""
         filled = self.buffer[:, :, :, :, : self.length]  # (N, 2, B, K, length, D)
         filled.copy_(filled.index_select(2, rows))
+
+
+def rolling_window(stack: Stack) -> int | None:
+    """The window a rolling cache for ``stack`` keeps: the largest of its layers' windows, when every layer
+    is a causal sliding window and positions are not a bias over ordered keys; else None (a full cache)."""
+    patterns = stack.patterns.all
+    if not stack.causal or stack.positions.role == "bias":
+        return None
+    if not all(isinstance(pattern, SlidingWindowPattern) for pattern in patterns):
+        return None
+    return max(pattern.window for pattern in patterns if isinstance(pattern, SlidingWindowPattern))

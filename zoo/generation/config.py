@@ -13,7 +13,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeGuard, cast
 
 import torch
-from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from zoo.generation.protocol import GenerativeModel
 from zoo.spec.errors import short_repr
@@ -34,7 +42,13 @@ class GenerationConfig(BaseModel):
     do_sample, temperature, top_k, top_p: sample from the (warped) distribution instead of argmax.
     num_beams, length_penalty, early_stopping: beam search; a finished hypothesis scores
         sum(log p) / generated_length ** length_penalty.
+    num_return_sequences: n outputs per input, rows grouped per input (its n in a row): the n best
+        hypotheses of beam search, best first (n <= num_beams), or n independent samples.
     repetition_penalty, no_repeat_ngram_size: discourage / forbid repeats (1.0 and 0 are off).
+    bad_words_ids: token-id sequences never to produce: a single token is banned at every step, a longer
+        sequence's last token whenever the sequence so far ends with the rest (an eos id alone is skipped).
+    forced_bos_token_id: the first generated token when the decoder starts from one token (M2M-100 and
+        mBART's target language); forced_eos_token_id: an id or a list, forced at the last step.
     eos_token_id: an id or a list (None: ``spec.eos_token_id``; ``[]`` for none); pad_token_id fills
         finished rows (None: ``spec.pad_token_id``, else the first eos id). Both are checked against
         the vocabulary once a model is at hand.
@@ -55,25 +69,30 @@ class GenerationConfig(BaseModel):
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool | Literal["never"] = False
+    num_return_sequences: int = 1
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    bad_words_ids: tuple[tuple[int, ...], ...] | None = None
+    forced_bos_token_id: StrictInt | None = None
+    forced_eos_token_id: int | list[int] | tuple[int, ...] | None = None
     eos_token_id: int | list[int] | tuple[int, ...] | None = None
     pad_token_id: StrictInt | None = None
     seed: StrictInt | None = None
     use_cache: bool = True
 
-    @field_validator("max_new_tokens", "num_beams", mode="before")
+    @field_validator("max_new_tokens", "num_beams", "num_return_sequences", mode="before")
     @classmethod
     def _at_least_one(cls, value: Any, info: ValidationInfo) -> Any:
         return _need(value, _is_int(value) and value >= 1, f"{info.field_name} must be an int >= 1")
 
-    @field_validator("num_beams")
+    @field_validator("num_beams", "num_return_sequences")
     @classmethod
-    def _beams_bounded(cls, value: int) -> int:
+    def _rows_bounded(cls, value: int, info: ValidationInfo) -> int:
         if value > MAX_BEAMS:
+            what = "beam" if info.field_name == "num_beams" else "returned sequence"
             raise ValueError(
-                f"num_beams ({value}) is over the limit of {MAX_BEAMS}: each beam copies the sequence and its "
-                "KV cache, and each step sorts num_beams x vocab_size scores per sentence"
+                f"{info.field_name} ({value}) is over the limit of {MAX_BEAMS}: each {what} copies the sequence "
+                "and its KV cache, and each step of beam search sorts num_beams x vocab_size scores per sentence"
             )
         return value
 
@@ -126,16 +145,59 @@ class GenerationConfig(BaseModel):
             value, _is_number(value) and math.isfinite(value), "length_penalty must be a finite number"
         )
 
-    @field_validator("eos_token_id", mode="before")
+    @field_validator("eos_token_id", "forced_eos_token_id", mode="before")
     @classmethod
-    def _eos_token_id(cls, value: Any) -> Any:
+    def _eos_token_id(cls, value: Any, info: ValidationInfo) -> Any:
         ok = value is None or _is_int(value) or (isinstance(value, list | tuple) and all(map(_is_int, value)))
-        return _need(value, ok, "eos_token_id must be a token id, a list of them, or None")
+        return _need(value, ok, f"{info.field_name} must be a token id, a list of them, or None")
+
+    @field_validator("forced_bos_token_id", mode="before")
+    @classmethod
+    def _forced_bos_token_id(cls, value: Any) -> Any:
+        ok = value is None or (_is_int(value) and value >= 0)
+        return _need(value, ok, "forced_bos_token_id must be None or a token id (an int >= 0)")
+
+    @field_validator("bad_words_ids", mode="before")
+    @classmethod
+    def _bad_words_ids(cls, value: Any) -> Any:
+        ok = value is None or (
+            isinstance(value, list | tuple)
+            and len(value) > 0
+            and all(
+                isinstance(word, list | tuple) and len(word) > 0 and all(_is_int(t) and t >= 0 for t in word)
+                for word in value
+            )
+        )
+        return _need(
+            value,
+            ok,
+            "bad_words_ids must be None or a non-empty list of non-empty lists of token ids (ints >= 0)",
+        )
+
+    @model_validator(mode="after")
+    def _return_sequences(self) -> GenerationConfig:
+        n, beams = self.num_return_sequences, self.num_beams
+        if n > 1 and beams == 1 and not self.do_sample:
+            raise ValueError(
+                f"num_return_sequences ({n}) > 1 needs beam search (num_beams >= {n}) or sampling "
+                "(do_sample=True): greedy search has one answer per input"
+            )
+        if beams > 1 and n > beams:
+            raise ValueError(
+                f"num_return_sequences ({n}) must be <= num_beams ({beams}): beam search returns the best "
+                "of its beams"
+            )
+        return self
 
     @field_validator("early_stopping", mode="before")
     @classmethod
     def _early_stopping(cls, value: Any) -> Any:
         return _need(value, value in (True, False, "never"), "early_stopping must be True, False or 'never'")
+
+    @property
+    def rows_per_input(self) -> int:
+        """Decoder rows per input: the beams, or (sampling) the independent samples of each input."""
+        return max(self.num_beams, self.num_return_sequences)
 
 
 def _need(value: Any, ok: bool, message: str) -> Any:

@@ -1,9 +1,11 @@
 """`generate` and `stream`: greedy, sampling and beam search over a preallocated KV cache.
 
 Hugging Face semantics throughout: a decoder-only model returns prompt + new tokens (B, T + new); an
-encoder-decoder returns decoder ids that start with the decoder start token (B, 1 + new). A row that
-produced an end-of-sequence token is finished and padded with ``pad_token_id`` from then on; the search
-stops when every row is finished or after ``max_new_tokens``.
+encoder-decoder returns decoder ids that start with the decoder start token (B, 1 + new), or with its
+decoder prompt (``decoder_input_ids``, `zoo.generation.prompt`). A row that produced an end-of-sequence
+token is finished and padded with ``pad_token_id`` from then on; the search stops when every row is
+finished or after ``max_new_tokens``. With ``num_return_sequences`` = n there are n rows per input, the
+n of an input next to each other (B * n, ...), as in transformers.
 
 The per-step loop is kept lean (performance is measured against ``transformers.generate`` in bench/):
 the model sees only the new token, logits are computed for the last position only, processors that a call
@@ -16,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
-from zoo.generation.beam import beam_search
+from zoo.generation.beam import scored_beam_search
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import (
     GenerationConfig,
@@ -30,11 +32,21 @@ from zoo.generation.config import (
     token_ids,
     validated,
 )
+from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
-from zoo.generation.sampling import LogitsProcessors, check_finite, sample
+from zoo.generation.sampling import BadWords, LogitsProcessors, check_finite, sample
 from zoo.generation.session import Session, StepFn, decode_step
 
 Streamer = Callable[[torch.Tensor], Any]
+
+
+@dataclass(frozen=True)
+class GenerationOutput:
+    """What ``generate(..., return_scores=True)`` returns."""
+
+    sequences: torch.Tensor  # (B * n, L): as `generate` returns them, n = num_return_sequences
+    scores: torch.Tensor | None  # (B * n,) beam search's hypothesis scores (transformers' sequences_scores),
+    # sum(log p) / generated_length ** length_penalty; None for greedy search and sampling
 
 
 @dataclass
@@ -49,6 +61,12 @@ class Run:
     pad: int  # fills the rows that have ended
     generator: torch.Generator | None
     step: StepFn
+    decoder_prompt: Prompt | None = (
+        None  # an encoder-decoder's decoder ids (B, P) and mask, start token first
+    )
+    bad_words: BadWords | None = None
+    forced_bos: torch.Tensor | None = None  # (1,)
+    forced_eos: torch.Tensor | None = None  # (E,)
 
     def session(self) -> Session:
         return Session(
@@ -56,9 +74,10 @@ class Run:
             self.input_ids,
             self.attention_mask,
             max_new_tokens=self.config.max_new_tokens,
-            num_beams=self.config.num_beams,
+            num_beams=self.config.rows_per_input,
             use_cache=self.config.use_cache,
             step=self.step,
+            decoder_prompt=self.decoder_prompt,
         )
 
     def processors(self, session: Session) -> LogitsProcessors:
@@ -67,8 +86,12 @@ class Run:
             vocab_size=self.model.spec.vocab_size,
             repetition_penalty=c.repetition_penalty,
             no_repeat_ngram_size=c.no_repeat_ngram_size,
+            bad_words=self.bad_words,
             min_new_tokens=c.min_new_tokens,
             eos_ids=self.eos,
+            forced_bos=self.forced_bos,
+            forced_eos=self.forced_eos,
+            max_new_tokens=c.max_new_tokens,
             do_sample=c.do_sample,
             temperature=c.temperature,
             top_k=c.top_k,
@@ -78,41 +101,90 @@ class Run:
         return processors
 
 
+@overload
+def generate(
+    model: GenerativeModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = ...,
+    config: GenerationConfig | None = ...,
+    *,
+    decoder_input_ids: torch.Tensor | None = ...,
+    decoder_attention_mask: torch.Tensor | None = ...,
+    generator: torch.Generator | None = ...,
+    streamer: Streamer | None = ...,
+    compile: bool = ...,
+    return_scores: Literal[False] = ...,
+    **overrides: Any,
+) -> torch.Tensor: ...
+@overload
+def generate(
+    model: GenerativeModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = ...,
+    config: GenerationConfig | None = ...,
+    *,
+    decoder_input_ids: torch.Tensor | None = ...,
+    decoder_attention_mask: torch.Tensor | None = ...,
+    generator: torch.Generator | None = ...,
+    streamer: Streamer | None = ...,
+    compile: bool = ...,
+    return_scores: Literal[True],
+    **overrides: Any,
+) -> GenerationOutput: ...
 def generate(
     model: GenerativeModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     config: GenerationConfig | None = None,
     *,
+    decoder_input_ids: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     streamer: Streamer | None = None,
     compile: bool = False,
+    return_scores: bool = False,
     **overrides: Any,
-) -> torch.Tensor:
+) -> torch.Tensor | GenerationOutput:
     """Generate token ids with greedy search, sampling or beam search (Hugging Face semantics).
 
     input_ids (B, T): the prompt (decoder-only, left-padded) or the source (encoder-decoder);
     attention_mask (B, T): 1 = token, 0 = padding. Returns (B, T + n) prompt + new tokens for a decoder,
-    (B, 1 + n) decoder ids starting with ``spec.start_token_id`` for an encoder-decoder, n <= max_new_tokens.
+    (B, 1 + n) decoder ids starting with ``spec.start_token_id`` for an encoder-decoder, n <= max_new_tokens
+    — or (B * r, ...) with ``num_return_sequences`` = r, the r rows of an input together.
 
     The settings are a `GenerationConfig` (``config``), and any of its fields given as keywords override it
     (``model.generate(ids, max_new_tokens=20, do_sample=True, seed=0)``); the merged whole is validated.
     What only exists at run time is a keyword of its own:
 
     Args:
+        decoder_input_ids: (B, P) an encoder-decoder's decoder prompt, continued (its rows begin with the
+            start token, or all are given it; `zoo.generation.prompt`); the output is (B, P' + n).
+        decoder_attention_mask: (B, P) 1 = token, 0 = left padding of ``decoder_input_ids``.
         generator: the random source of sampling (not with ``seed``).
         streamer: called with each step's new tokens (B,) as they are produced (not with beam search).
         compile: run the decode step through ``torch.compile`` (`compiled_decode_step`).
+        return_scores: return a `GenerationOutput` (sequences and beam scores) instead of the ids alone.
 
     The model runs in eval mode (dropout off) under ``torch.no_grad``; its previous mode is restored.
     """
-    run = prepare(model, input_ids, attention_mask, config, overrides, generator=generator, compile=compile)
+    run = prepare(
+        model,
+        input_ids,
+        attention_mask,
+        config,
+        overrides,
+        generator=generator,
+        compile=compile,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
     if streamer is not None and run.config.num_beams > 1:
         raise ValueError("generate: streamer works with greedy search and sampling, not with num_beams > 1")
     with _eval_mode(run.model), torch.no_grad():
         session = run.session()
+        scores = None
         if run.config.num_beams > 1:
-            return beam_search(
+            sequences, scores = scored_beam_search(
                 session,
                 run.processors(session),
                 run.config,
@@ -120,10 +192,12 @@ def generate(
                 pad=run.pad,
                 generator=run.generator,
             )
-        for tokens in _steps(session, run):
-            if streamer is not None:
-                streamer(tokens)
-        return session.sequences.clone()
+        else:
+            for tokens in _steps(session, run):
+                if streamer is not None:
+                    streamer(tokens)
+            sequences = session.sequences.clone()
+    return GenerationOutput(sequences, scores) if return_scores else sequences
 
 
 def stream(
@@ -132,6 +206,8 @@ def stream(
     attention_mask: torch.Tensor | None = None,
     config: GenerationConfig | None = None,
     *,
+    decoder_input_ids: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     compile: bool = False,
     **overrides: Any,
@@ -143,7 +219,18 @@ def stream(
 
     Arguments are checked when `stream` is called, before the first token is computed.
     """
-    return iterate(prepare_stream(model, input_ids, attention_mask, config, overrides, generator, compile))
+    run = prepare_stream(
+        model,
+        input_ids,
+        attention_mask,
+        config,
+        overrides,
+        generator,
+        compile,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
+    return iterate(run)
 
 
 def prepare_stream(
@@ -154,11 +241,26 @@ def prepare_stream(
     overrides: dict[str, Any],
     generator: torch.Generator | None,
     compile: bool,
+    *,
+    decoder_input_ids: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
 ) -> Run:
     """`prepare` for `stream` and `zoo.generation.stream_text`: greedy search or sampling only."""
     if overrides.pop("streamer", None) is not None:
         raise ValueError("stream: pass no streamer; iterate over the returned tokens instead")
-    run = prepare(model, input_ids, attention_mask, config, overrides, generator=generator, compile=compile)
+    if overrides.pop("return_scores", False):
+        raise ValueError("stream: return_scores is for generate (beam scores); a stream yields tokens")
+    run = prepare(
+        model,
+        input_ids,
+        attention_mask,
+        config,
+        overrides,
+        generator=generator,
+        compile=compile,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
     if run.config.num_beams != 1:
         raise ValueError("stream: beam search (num_beams > 1) has no stream; call generate")
     return run
@@ -207,6 +309,8 @@ def prepare(
     *,
     generator: torch.Generator | None,
     compile: bool,
+    decoder_input_ids: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
 ) -> Run:
     """Validate the settings, resolve the model's defaults, and check the prompt, before any compute."""
     config = validated(config, overrides)
@@ -218,6 +322,10 @@ def prepare(
     eos = token_ids(
         eos_setting if eos_setting is not None else spec.eos_token_id, name="eos_token_id", vocab_size=vocab
     )
+    forced_bos = token_ids(config.forced_bos_token_id, name="forced_bos_token_id", vocab_size=vocab)
+    forced_eos = token_ids(config.forced_eos_token_id, name="forced_eos_token_id", vocab_size=vocab)
+    for word in config.bad_words_ids or ():
+        token_ids(word, name="bad_words_ids", vocab_size=vocab)
     pad = config.pad_token_id
     if pad is None and spec.pad_token_id is not None:
         pad = spec.pad_token_id
@@ -232,19 +340,39 @@ def prepare(
     if attention_mask is not None:
         attention_mask = attention_mask.to(device)
     check_inputs(model, input_ids, attention_mask, config)
+    prompt = decoder_prompt(
+        model,
+        decoder_input_ids.to(device) if isinstance(decoder_input_ids, torch.Tensor) else decoder_input_ids,
+        decoder_attention_mask.to(device)
+        if isinstance(decoder_attention_mask, torch.Tensor)
+        else decoder_attention_mask,
+        batch_size=input_ids.shape[0],
+        max_new_tokens=config.max_new_tokens,
+    )
     if config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(config.seed)
-    rows = input_ids.shape[0] * config.num_beams
+    rows = input_ids.shape[0] * config.rows_per_input
     return Run(
         model=model,
         input_ids=input_ids,
         attention_mask=attention_mask,
         config=config,
-        eos=torch.tensor(eos, dtype=torch.long, device=device) if eos else None,
+        eos=_ids_tensor(eos, device),
         pad=pad,
         generator=generator,
         step=compiled_decode_step(model, rows=rows) if compile else decode_step,
+        decoder_prompt=prompt,
+        bad_words=BadWords(config.bad_words_ids, eos_ids=eos, device=device)
+        if config.bad_words_ids
+        else None,
+        forced_bos=_ids_tensor(forced_bos, device),
+        forced_eos=_ids_tensor(forced_eos, device),
     )
+
+
+def _ids_tensor(ids: tuple[int, ...], device: torch.device) -> torch.Tensor | None:
+    """Token ids as a (E,) tensor on the model's device, made once per run; None for none."""
+    return torch.tensor(ids, dtype=torch.long, device=device) if ids else None
 
 
 def _device_of(model: GenerativeModel) -> torch.device:

@@ -2,10 +2,11 @@
 
 `DecoderModel` and `EncoderDecoderModel` implement it; generation calls only these members (and
 `nn.Module`'s ``parameters`` / ``train`` / ``eval``), never a model's submodules, and never asks its family.
-Shapes: B batch, N beams, R = B * N rows, T prompt length, t tokens fed this step, V vocab, S source length.
+Shapes: B batch, N rows per input (beams, or samples), R = B * N rows, T prompt length, t tokens fed this step, V vocab, S source length.
 
-    generate(model, input_ids (B, T), attention_mask (B, T))
-      │ check the call against spec.max_positions, `input_vocab_size`, `continues_input`
+    generate(model, input_ids (B, T), attention_mask (B, T)[, decoder_input_ids (B, P)])
+      │ check the call against spec.max_positions, `input_vocab_size`, `continues_input`; begin a
+      │ decoder prompt with `decoder_start_token_id` (`zoo.generation.prompt`)
       v
     state = model.prepare_generation(input_ids, attention_mask, num_beams=N)     once per run
       │ state.prompt (R, T') starts the token buffer; state.stack sizes the KV cache
@@ -72,13 +73,29 @@ class GenerativeModel(Protocol):
         """Ids of ``input_ids`` must lie in [0, input_vocab_size) (an encoder-decoder's source vocabulary)."""
         ...
 
+    @property
+    def decoder_start_token_id(self) -> int | None:
+        """The token an encoder-decoder's decoder starts from (None for a decoder-only model): a decoder
+        prompt (``decoder_input_ids``) must begin with it, or is given it (`zoo.generation.prompt`)."""
+        ...
+
     def prepare_generation(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, num_beams: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        *,
+        num_beams: int,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
     ) -> GenerationState:
         """Everything computed once per run, before the first step: input_ids (B, T) and attention_mask
         (B, T; None when nothing is padded) -> the decoder's prompt (R, T') and its padding, the decoder
         stack a KV cache is built for, and any memory (an encoder output, (R, S, C), with its mask).
-        Rows come in sentence order, the N beams of a sentence next to each other."""
+        Rows come in sentence order, the N rows of a sentence (its beams, or its samples) next to each other.
+
+        ``decoder_input_ids`` (B, P) and ``decoder_attention_mask`` (B, P; None when nothing is padded), an
+        encoder-decoder's decoder prompt, are passed only when a call gives one: already checked and begun
+        with the start token, the decoder starts from them instead of the start token alone."""
         ...
 
     def next_token_logits(

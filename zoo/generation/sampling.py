@@ -1,14 +1,15 @@
 """Logits processors and token selection, as pure functions of (B, V) scores; Hugging Face semantics.
 
-The order follows ``transformers``: repetition penalty, no-repeat n-grams, min-new-tokens, then (when
-sampling) temperature, top-k, top-p. `LogitsProcessors` composes only the processors a call enables, so a
-plain greedy run touches none of them. Removed tokens get -inf, as in Hugging Face.
+The order follows ``transformers``: repetition penalty, no-repeat n-grams, bad words, min-new-tokens,
+forced BOS, forced EOS, then (when sampling) temperature, top-k, top-p. `LogitsProcessors` composes only
+the processors a call enables, so a plain greedy run touches none of them. Removed tokens get -inf, as in
+Hugging Face; a forced token gets 0 and every other -inf.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -55,6 +56,57 @@ def block_tokens(scores: Scores, token_ids: torch.Tensor) -> Scores:
     return scores.index_fill(1, token_ids, float("-inf"))
 
 
+def force_tokens(scores: Scores, token_ids: torch.Tensor) -> Scores:
+    """Only ``token_ids`` (E,) stay possible: they score 0, every other token -inf (transformers'
+    ForcedBOSTokenLogitsProcessor / ForcedEOSTokenLogitsProcessor)."""
+    return torch.full_like(scores, float("-inf")).index_fill_(1, token_ids, 0.0)
+
+
+class BadWords:
+    """transformers' NoBadWordsLogitsProcessor: token sequences that must never be produced.
+
+    A one-token word is banned at every step (one ``index_fill``); a longer word's last token is banned in
+    the rows whose sequence ends with the word's other tokens. Words of one length are matched together,
+    (B, W) comparisons at once: the loop runs over word lengths, never over rows. A match must lie on real
+    tokens (``valid``), not on a prompt's padding. An eos id alone is never banned (as in transformers:
+    a row must be able to end).
+    """
+
+    def __init__(
+        self, words: Sequence[Sequence[int]], *, eos_ids: Sequence[int], device: torch.device
+    ) -> None:
+        kept = [tuple(word) for word in words if not (len(word) == 1 and word[0] in eos_ids)]
+        single = sorted({word[0] for word in kept if len(word) == 1})
+        self.single = torch.tensor(single, dtype=torch.long, device=device) if single else None  # (E,)
+        by_prefix: dict[int, list[tuple[int, ...]]] = {}
+        for word in kept:
+            if len(word) > 1:
+                by_prefix.setdefault(len(word) - 1, []).append(word)
+        self.groups = [  # per prefix length n: prefixes (W, n) and the tokens they ban (W,)
+            (
+                torch.tensor([word[:-1] for word in group], dtype=torch.long, device=device),
+                torch.tensor([word[-1] for word in group], dtype=torch.long, device=device),
+            )
+            for group in by_prefix.values()
+        ]
+
+    def __call__(self, scores: Scores, ids: torch.Tensor, valid: torch.Tensor | None) -> Scores:
+        """scores (B, V) for the next token of ``ids`` (B, L), real where ``valid`` (B, L) is true."""
+        if self.single is not None:
+            scores = scores.index_fill(1, self.single, float("-inf"))
+        for prefixes, last in self.groups:
+            n = prefixes.shape[1]
+            if n > ids.shape[1]:  # longer than the sequence so far: cannot match yet
+                continue
+            matches = (ids[:, None, -n:] == prefixes).all(dim=-1)  # (B, W)
+            if valid is not None:
+                matches &= valid[:, -n:].all(dim=-1, keepdim=True)
+            banned = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device)  # (B, V)
+            banned.index_add_(1, last, matches.to(torch.int32))
+            scores = scores.masked_fill(banned > 0, float("-inf"))
+        return scores
+
+
 def top_k_filter(scores: Scores, k: int) -> Scores:
     """Keep the k highest scores of each row (ties with the k-th are kept, as in Hugging Face)."""
     k = min(k, scores.shape[-1])
@@ -89,18 +141,28 @@ class LogitsProcessors:
         vocab_size: int,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
+        bad_words: BadWords | None = None,
         min_new_tokens: int = 0,
         eos_ids: torch.Tensor | None = None,
+        forced_bos: torch.Tensor | None = None,
+        forced_eos: torch.Tensor | None = None,
+        max_new_tokens: int = 0,
         do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
     ) -> None:
+        """``forced_bos`` (1,) is forced while the sequence is one token long (an encoder-decoder's start
+        token, or a one-token prompt), ``forced_eos`` (E,) at the last of ``max_new_tokens`` steps: both
+        exactly when transformers forces them (``cur_len == 1``, ``cur_len == max_length - 1``)."""
         self.vocab_size = vocab_size
         self.penalty = repetition_penalty
         self.ngram = no_repeat_ngram_size
+        self.bad_words = bad_words
         self.min_new_tokens = min_new_tokens if eos_ids is not None and eos_ids.numel() else 0
         self.eos_ids = eos_ids
+        self.forced_bos, self.forced_eos = forced_bos, forced_eos
+        self.last_step = max_new_tokens - 1
         self.seen: torch.Tensor | None = None  # (B, V) bool, only with a repetition penalty
         warpers: list[Callable[[Scores], Scores]] = []
         if do_sample and temperature != 1.0:
@@ -114,7 +176,15 @@ class LogitsProcessors:
     @property
     def active(self) -> bool:
         """Whether any processor runs (a plain greedy search skips the float32 copy of the logits)."""
-        return self.penalty != 1.0 or self.ngram > 0 or self.min_new_tokens > 0 or bool(self.warpers)
+        return (
+            self.penalty != 1.0
+            or self.ngram > 0
+            or self.bad_words is not None
+            or self.min_new_tokens > 0
+            or self.forced_bos is not None
+            or self.forced_eos is not None
+            or bool(self.warpers)
+        )
 
     def start(self, ids: torch.Tensor, valid: torch.Tensor | None) -> None:
         """The prompt (B, T) and its padding mask, before the first step."""
@@ -127,9 +197,15 @@ class LogitsProcessors:
             scores = repetition_penalty(scores, self.seen, self.penalty)
         if self.ngram:
             scores = ban_repeated_ngrams(scores, ids, valid, self.ngram)
+        if self.bad_words is not None:
+            scores = self.bad_words(scores, ids, valid)
         if num_new < self.min_new_tokens:
             assert self.eos_ids is not None  # min_new_tokens is 0 without eos ids (see __init__)
             scores = block_tokens(scores, self.eos_ids)
+        if self.forced_bos is not None and ids.shape[1] == 1:  # shapes are known on the host: no sync
+            scores = force_tokens(scores, self.forced_bos)
+        if self.forced_eos is not None and num_new == self.last_step:
+            scores = force_tokens(scores, self.forced_eos)
         for warper in self.warpers:
             scores = warper(scores)
         return scores

@@ -3,8 +3,9 @@
 Shapes: B rows (batch x beams), L = decoder prompt length + max_new_tokens, V vocab, S source length.
 
     tokens = state.prompt (B, T) ++ new tokens, where the model's `prepare_generation` says what the
-    decoder starts from: a decoder-only model's prompt, or an encoder-decoder's start token (after running
-    its encoder once; the cross-attention keys/values are then projected at the first step and cached).
+    decoder starts from: a decoder-only model's prompt, or an encoder-decoder's start token or decoder
+    prompt (after running its encoder once; the cross-attention keys/values are then projected at the
+    first step and cached). A prompt of any length is prefilled in one step.
     The mask and positions come from the prompt's left padding (positions count real tokens only, so a
     padded row matches itself alone); each step asks the model for `next_token_logits`.
 
@@ -58,14 +59,27 @@ class Session:
         num_beams: int = 1,
         use_cache: bool = True,
         step: StepFn = decode_step,
+        decoder_prompt: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> None:
+        """``num_beams``: rows per input (beams, or independent samples); ``decoder_prompt``: an
+        encoder-decoder's checked decoder ids (B, P) and padding mask or None (`zoo.generation.prompt`)."""
         self.model, self.step = model, step
         device = input_ids.device
         if attention_mask is not None and bool(attention_mask.bool().all()):
             # No padding: no mask at all, SDPA runs its causal / unmasked fast path. Asked here, once per run on
             # the host; a stack applies any mask it is given without asking (`zoo.blocks.masks`).
             attention_mask = None
-        self.state = model.prepare_generation(input_ids, attention_mask, num_beams=num_beams)
+        if decoder_prompt is None:  # the keywords only when used: a model of one's own need not take them
+            self.state = model.prepare_generation(input_ids, attention_mask, num_beams=num_beams)
+        else:
+            ids, mask = decoder_prompt
+            self.state = model.prepare_generation(
+                input_ids,
+                attention_mask,
+                num_beams=num_beams,
+                decoder_input_ids=ids,
+                decoder_attention_mask=mask,
+            )
         prompt, prompt_mask = self.state.prompt, self.state.prompt_mask
         B, T = prompt.shape
         L = T + max_new_tokens

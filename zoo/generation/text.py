@@ -114,34 +114,51 @@ def stream_text(
     attention_mask: torch.Tensor | None = None,
     config: GenerationConfig | None = None,
     *,
+    decoder_input_ids: torch.Tensor | None = None,
+    decoder_attention_mask: torch.Tensor | None = None,
     skip_special_tokens: bool = True,
     generator: torch.Generator | None = None,
     compile: bool = False,
     **overrides: Any,
 ) -> Iterator[list[str]]:
-    """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (``""`` when a
-    row has nothing stable to show yet). Once a row ends (eos) its last text is flushed; a final item
-    flushes the rest, when there is any.
+    """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (B * n with
+    ``num_return_sequences`` = n; ``""`` when a row has nothing stable to show yet). Once a row ends (eos)
+    its last text is flushed; a final item flushes the rest, when there is any.
 
-    A decoder's prompt (the real tokens of each row) is context, so a continuation keeps its first space.
-    Arguments are checked when `stream_text` is called, as `stream` does.
+    A decoder's prompt, or an encoder-decoder's decoder prompt (the real tokens of each row), is context, so
+    a continuation keeps its first space. Arguments are checked when `stream_text` is called, as `stream`
+    does.
 
     >>> for pieces in stream_text(model, tokenizer, prompt, max_new_tokens=40):
     ...     print(pieces[0], end="", flush=True)
     """
-    run = prepare_stream(model, input_ids, attention_mask, config, overrides, generator, compile)
+    run = prepare_stream(
+        model,
+        input_ids,
+        attention_mask,
+        config,
+        overrides,
+        generator,
+        compile,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
     eos = set(run.eos.tolist()) if run.eos is not None else set()
     if run.model.continues_input:  # the prompt is the beginning of the text
-        real = (
-            torch.ones_like(run.input_ids, dtype=torch.bool)
-            if run.attention_mask is None
-            else run.attention_mask.bool()
-        )
-        prompts = [row[keep].tolist() for row, keep in zip(run.input_ids, real)]  # left padding dropped
-    else:  # an encoder-decoder's input is the source, not the beginning of the text
+        prompts = _real_rows(run.input_ids, run.attention_mask)
+    elif run.decoder_prompt is not None:  # so is a decoder prompt (a source is not)
+        prompts = _real_rows(*run.decoder_prompt)
+    else:
         prompts = [[] for _ in range(run.input_ids.shape[0])]
-    streams = [TextStream(tokenizer, prompt_ids=p, skip_special_tokens=skip_special_tokens) for p in prompts]
+    rows = [p for p in prompts for _ in range(run.config.rows_per_input)]  # an input's samples together
+    streams = [TextStream(tokenizer, prompt_ids=p, skip_special_tokens=skip_special_tokens) for p in rows]
     return _pieces(iterate(run), streams, eos)
+
+
+def _real_rows(ids: torch.Tensor, mask: torch.Tensor | None) -> list[list[int]]:
+    """Each row of ``ids`` (B, T) without its (left) padding."""
+    real = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+    return [row[keep].tolist() for row, keep in zip(ids, real)]
 
 
 def _pieces(steps: Iterator[torch.Tensor], streams: list[TextStream], eos: set[int]) -> Iterator[list[str]]:
