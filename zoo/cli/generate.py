@@ -1,11 +1,14 @@
 """``zoo generate`` and ``zoo translate``: text from a saved model and its tokenizer, streamed as it comes.
 
     zoo generate runs/gpt/ --prompt "Once upon a time" --max-new-tokens 40 --sample --top-p 0.9 --seed 0
-    zoo translate runs/ko-en/ "안녕하세요" --beams 4
+    zoo translate runs/ko-en/ "안녕하세요" --beams 4 --num-return-sequences 3
+    zoo translate runs/m2m/ "Hello" --forced-bos-token __de__ --decoder-prompt "Guten" --bad-words "Tag"
 
 Both read ``DIR/model.safetensors`` (+ spec) and ``DIR/tokenizer.json`` (as written by ``zoo.save(model,
 DIR, tokenizer=...)``). Greedy search and sampling print each piece of text as soon as its token is
-chosen; beam search prints the best hypothesis at the end. A summary (tokens, tokens/s) goes to stderr.
+chosen; beam search prints the best hypothesis at the end. With ``--num-return-sequences N`` the N results
+are printed at the end, one line each, numbered ``[1]`` to ``[N]`` (beam search: best first, with its
+score). A summary (tokens, tokens/s) goes to stderr.
 
 Everything is checked before the prompt is echoed: the settings, the prompt's length, and the weights
 (NaN or inf in a weight would make every step's logits NaN: sampling would fail midway, greedy search would
@@ -46,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     translate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
     translate.add_argument("sentence", type=utf8_text, help="the source sentence")
+    translate.add_argument(
+        "--decoder-prompt",
+        type=utf8_text,
+        default=None,
+        metavar="TEXT",
+        help="the beginning of the translation, to continue (the decoder start token is put in front)",
+    )
     _search_options(translate, default_new_tokens=None)
     translate.set_defaults(run=run_translate)
 
@@ -72,9 +82,41 @@ def _search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int 
         help="random seed, for reproducible sampling (0 to 2**64 - 1)",
     )
     search.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams")
+    search.add_argument(
+        "--num-return-sequences",
+        type=int,
+        default=1,
+        metavar="N",
+        help="print N results: the N best beams (N <= --beams) or N samples (--sample)",
+    )
     search.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats")
     search.add_argument(
         "--no-repeat-ngram-size", type=int, default=0, metavar="N", help="forbid repeated n-grams"
+    )
+    search.add_argument(
+        "--bad-words",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="never generate TEXT's tokens in this order (repeatable; tokenized as given, so mind a leading space)",
+    )
+    forced = search.add_mutually_exclusive_group()
+    forced.add_argument(
+        "--forced-bos-token",
+        default=None,
+        metavar="TOKEN",
+        help="force this vocabulary token first (M2M-100's target language, e.g. __de__); as in "
+        "transformers, only when the output starts from one token (a translation, a one-token prompt)",
+    )
+    forced.add_argument(
+        "--forced-bos-token-id", type=int, default=None, metavar="ID", help="as --forced-bos-token, by id"
+    )
+    search.add_argument(
+        "--forced-eos-token-id",
+        type=int,
+        default=None,
+        metavar="ID",
+        help="force this token id at the last step, when --max-new-tokens is reached",
     )
     run = parser.add_argument_group("model")
     add_device_option(run)
@@ -93,9 +135,15 @@ def run_generate(args: argparse.Namespace) -> int:
 def run_translate(args: argparse.Namespace) -> int:
     model, tokenizer = _load(args, family="encoder-decoder", other="generate")
     source = tokenizer.encode(args.sentence, add_eos=tokenizer.eos_id is not None)
+    prefix = None
+    if args.decoder_prompt is not None:
+        prefix = tokenizer.encode(args.decoder_prompt, add_bos=False, add_eos=False)
+        if not prefix:
+            raise ValueError("--decoder-prompt is empty after tokenization; give some text to continue")
     if args.max_new_tokens is None:  # as zoo.training's translate: room for a longer target, within limits
-        args.max_new_tokens = min(model.spec.max_positions - 1, 2 * len(source) + 10)
-    return _run(model, tokenizer, source, args, echo=None)
+        used = 1 + len(prefix or ())  # the start token and the decoder prompt
+        args.max_new_tokens = max(1, min(model.spec.max_positions - used, 2 * len(source) + 10))
+    return _run(model, tokenizer, source, args, echo=args.decoder_prompt, decoder_prompt=prefix)
 
 
 def _load(args: argparse.Namespace, *, family: str, other: str) -> tuple[Any, Any]:
@@ -124,13 +172,20 @@ def check_finite(model: Any, *, where: str) -> None:
             )
 
 
-def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *, echo: str | None) -> int:
-    import torch
-
-    from zoo.cli import console, err_console
-    from zoo.generation import TextStream, generate, stream
-
-    settings = dict(
+def _settings(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
+    """The `zoo.generation.GenerationConfig` fields the flags set (validated by generate, not here)."""
+    forced_bos = args.forced_bos_token_id
+    if args.forced_bos_token is not None:
+        forced_bos = tokenizer.token_to_id(args.forced_bos_token)
+        if forced_bos is None:
+            raise ValueError(f"--forced-bos-token: {args.forced_bos_token!r} is not a token of the tokenizer")
+    bad_words = None
+    if args.bad_words:
+        bad_words = [tokenizer.encode(word, add_bos=False, add_eos=False) for word in args.bad_words]
+        for word, ids in zip(args.bad_words, bad_words):
+            if not ids:
+                raise ValueError(f"--bad-words: {word!r} has no tokens")
+    return dict(
         max_new_tokens=args.max_new_tokens,
         do_sample=args.sample,
         temperature=args.temperature,
@@ -138,27 +193,67 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
         top_p=args.top_p,
         seed=args.seed,
         num_beams=args.beams,
+        num_return_sequences=args.num_return_sequences,
         repetition_penalty=args.repetition_penalty,
         no_repeat_ngram_size=args.no_repeat_ngram_size,
+        bad_words_ids=bad_words,
+        forced_bos_token_id=forced_bos,
+        forced_eos_token_id=args.forced_eos_token_id,
     )
-    input_ids = torch.tensor([ids], device=next(model.parameters()).device)  # where "auto" put the model
-    eos = model.spec.eos_token_id
-    start = time.perf_counter()
+
+
+def _run(
+    model: Any,
+    tokenizer: Any,
+    ids: list[int],
+    args: argparse.Namespace,
+    *,
+    echo: str | None,
+    decoder_prompt: list[int] | None = None,
+) -> int:
+    """Generate from one input and print it: ``echo`` (the prompt's text) first, in bold.
+
+    ``ids``: a decoder's prompt or an encoder-decoder's source; ``decoder_prompt``: the ids an
+    encoder-decoder's output begins with (its text is ``echo``).
+    """
+    import torch
+
+    from zoo.cli import console, err_console
+    from zoo.generation import TextStream, generate, stream
+
+    settings = _settings(args, tokenizer)
+    device = next(model.parameters()).device  # where "auto" put the model
+    input_ids = torch.tensor([ids], device=device)
+    if model.spec.family == "decoder":  # the output is the prompt, then the new tokens
+        context, skip = ids, len(ids)
+    else:  # the start token, then any decoder prompt (given the start token unless it begins with it)
+        context = decoder_prompt or []
+        skip = len(context) + (0 if context[:1] == [model.spec.start_token_id] else 1)
+        if decoder_prompt is not None:
+            settings["decoder_input_ids"] = torch.tensor([decoder_prompt], device=device)
     # The prompt is context only: its text is echoed, and the first new word keeps its space.
-    text = TextStream(tokenizer, prompt_ids=ids if echo is not None else ())
-    if args.beams > 1:
-        # Validated and searched in one call; the prompt is echoed with the result, as nothing streams.
+    start = time.perf_counter()
+    if args.beams > 1 or args.num_return_sequences > 1:
+        # Validated and searched in one call; the prompt is echoed with the results, as nothing streams.
         with _nan_logits(None):
-            out = generate(model, input_ids, **settings)[0, (len(ids) if echo is not None else 1) :].tolist()
-        new = out[: out.index(eos) + 1] if eos is not None and eos in out else out
-        if echo is not None:
-            console.out(clean(echo), end="", highlight=False, style="bold")
-        console.out(clean(text.push(new) + text.flush()), highlight=False)
+            out = generate(model, input_ids, return_scores=True, **settings)
+        rows = _new_tokens(out.sequences, skip, model.spec.eos_token_id)
+        scores = out.scores.tolist() if out.scores is not None else [None] * len(rows)
+        for number, (row, score) in enumerate(zip(rows, scores), start=1):
+            if len(rows) > 1:  # numbered, best first: "[2] (-1.2345) text"
+                label = f"[{number}]" + (f" ({score:.4f})" if score is not None else "")
+                console.out(label, end=" ", highlight=False, style="dim")
+            if echo is not None:
+                console.out(clean(echo), end="", highlight=False, style="bold")
+            text = TextStream(tokenizer, prompt_ids=context)
+            console.out(clean(text.push(row) + text.flush()), highlight=False)
+        count = sum(map(len, rows))
     else:
         steps = stream(model, input_ids, **settings)  # checks every setting and the prompt, computes nothing
         if echo is not None:
             console.out(clean(echo), end="", highlight=False, style="bold")
-        new = []
+        text = TextStream(tokenizer, prompt_ids=context)
+        new: list[int] = []
         try:
             with _nan_logits(new):
                 for tokens in steps:
@@ -168,12 +263,22 @@ def _run(model: Any, tokenizer: Any, ids: list[int], args: argparse.Namespace, *
             console.out("", highlight=False)
             raise
         console.out(clean(text.flush()), highlight=False)
+        count = len(new)
     seconds = time.perf_counter() - start
     err_console.print(
-        f"[dim]{len(new)} tokens in {seconds:.2f} s ({len(new) / max(seconds, 1e-9):.1f} tokens/s)[/]",
+        f"[dim]{count} tokens in {seconds:.2f} s ({count / max(seconds, 1e-9):.1f} tokens/s)[/]",
         highlight=False,
     )
     return 0
+
+
+def _new_tokens(sequences: Any, skip: int, eos: int | None) -> list[list[int]]:
+    """Each output row (``skip`` tokens: the prompt, or the start token and any decoder prompt; then the
+    new tokens) -> its new tokens, up to and including its first eos."""
+    rows = []
+    for row in sequences[:, skip:].tolist():
+        rows.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
+    return rows
 
 
 @contextmanager
