@@ -155,11 +155,11 @@ def test_llama_rope_theta_from_transformers4_config_is_used(tmp_path) -> None:
     assert zoo.from_hf(tmp_path).spec.position.theta == 500.0
 
 
-def test_llama_rope_scaling_is_refused_naming_the_rope_type(tmp_path) -> None:
+def test_llama_unsupported_rope_scaling_is_refused_naming_the_rope_type(tmp_path) -> None:
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA))
     save_hf(hf, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0}
+    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 32.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="rope_type='llama3'"):
+    with pytest.raises(ValueError, match="rope_type='yarn'"):
         zoo.from_hf(tmp_path)

@@ -37,6 +37,8 @@ from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.io.hf.faithful import lost_features
+from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import (
     CONFIG_NAME,
@@ -55,7 +57,7 @@ from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
 
-FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart")
+FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl")
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
@@ -182,14 +184,19 @@ def from_hf(
 ) -> ZooModel:
     """Load a Hugging Face checkpoint folder (``config.json`` + safetensors, sharded or not) as a zoo model.
 
+    ``path`` is a folder, or a Hub id (``"org/name"``, ``"name"``, ``"org/name@revision"``) when no such
+    path exists: read from huggingface_hub's cache, downloaded into it unless ``HF_HUB_OFFLINE=1``
+    (`zoo.io.hf.hub`; the ``hub`` extra).
+
     The spec comes from ``config.json``, the weights are renamed, fused or transposed by the family's
     mapping and loaded strictly: every zoo tensor must come from the file, and every file tensor must be
     used (buffers such as ``position_ids`` and pretraining-only heads aside). ``dtype=None`` keeps the
     stored dtype. The model is returned in eval mode, as transformers' ``from_pretrained`` does.
 
     >>> model = zoo.from_hf("~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>")
+    >>> model = zoo.from_hf("Helsinki-NLP/opus-mt-en-de")
     """
-    root = Path(path).expanduser()
+    root = resolve_checkpoint(path)
     spec, mapping, files = _read_spec(root)  # the spec is checked against the headers: nothing built yet
     hf_tensors = read_tensors(files)
     with _naming_errors(root):
@@ -200,12 +207,13 @@ def from_hf(
 
 
 def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
-    """The zoo spec of a Hugging Face checkpoint folder, as `from_hf` derives it, without reading weights.
+    """The zoo spec of a Hugging Face checkpoint folder (or Hub id), as `from_hf` derives it, without reading
+    weights.
 
     Reads ``config.json`` and the weight files' headers (which tensors exist decides e.g. a tied head), and
     refuses a config asking for more layers or wider tensors than the weights hold.
     """
-    return _read_spec(Path(path).expanduser())[0]
+    return _read_spec(resolve_checkpoint(path))[0]
 
 
 def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping, list[Path]]:
@@ -371,11 +379,23 @@ def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, di
     """The mapping that can express ``spec`` and its config.json; errors list why each family cannot."""
     if model_type is not None:
         mapping = _mapping_for(model_type, "to_hf")
-        return mapping, mapping.spec_to_config(spec)
+        return mapping, _faithful_config(mapping, spec)
     reasons = []
     for mapping in family_mappings():
         try:
-            return mapping, mapping.spec_to_config(spec)
+            return mapping, _faithful_config(mapping, spec)
         except ValueError as error:
             reasons.append(f"  {'/'.join(mapping.model_types)}: {error}")
     raise HFError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
+
+
+def _faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
+    """``mapping``'s config.json for ``spec``, refused if reading it back loses an option (`faithful`)."""
+    config = mapping.spec_to_config(spec)
+    meta_state = build_model(spec, device="meta", init=False).state_dict()
+    names = set(mapping.zoo_to_hf(meta_state, spec))
+    lost = lost_features(spec, mapping.config_to_spec(config, names))
+    if lost:
+        family = "/".join(mapping.model_types)
+        raise HFError(f"{family} cannot express {'; '.join(lost)}")
+    return config

@@ -186,6 +186,7 @@ def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, 
         (f"{path}.num_kv_heads", attention.kv_heads, attention.num_heads),
         (f"{path}.head_dim", attention.resolved_head_dim(d_model), d_model // attention.num_heads),
         (f"{path}.bias", attention.bias, True),
+        (f"{path}.out_bias", attention.has_out_bias, True),
         (f"{path}.scaled", attention.scaled, True),
         (f"{path}.qk_norm", attention.qk_norm, False),
     ]

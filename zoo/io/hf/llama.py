@@ -1,16 +1,27 @@
-"""Llama (``model_type: llama``): ``LlamaForCausalLM`` and the headless ``LlamaModel``.
+"""The Llama family: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (``*ForCausalLM`` and headless ``*Model``).
 
-transformers' ``models/llama/modeling_llama.py``: pre-norm RMSNorm, rotary positions with the rotate-half
-layout (the same as zoo's, so HF-format q/k weights need no permutation), SwiGLU, grouped-query attention.
-HF keeps q/k/v and gate/up as separate matrices; zoo fuses them (rows [q; k; v] and [gate; up]).
+One table serves the four, after transformers' ``models/{llama,mistral,qwen2,qwen3}/modeling_*.py``: pre-norm
+RMSNorm, rotary positions in the rotate-half layout (zoo's too, so q/k weights need no permutation),
+SwiGLU, grouped-query attention. HF keeps q/k/v and gate/up as separate matrices; zoo fuses them (rows
+[q; k; v] and [gate; up]). What differs is a `Variant` row, never a branch on a name:
 
-Only the plain ("default") rotary schedule is supported: Llama 3's "llama3" frequency scaling, linear,
-dynamic and YaRN scaling have no field in zoo's `RotaryPositions`, so such configs are refused.
+    model_type  attention biases            q/k norm                sliding window                     MLP bias
+    llama       attention_bias: q, k, v, o  -                       -                                  mlp_bias
+    mistral     none                        -                       sliding_window, every layer        none
+    qwen2       q, k, v always, never o     -                       use_sliding_window + layer_types   none
+    qwen3       attention_bias: q, k, v, o  per head, rms_norm_eps  use_sliding_window + layer_types   none
+
+Rotary scaling (``llama3``, ``linear``) is read and written by `zoo.io.hf.rope` for every variant. A
+sliding window (query i sees keys j with i - W < j <= i) becomes ``decoder.pattern`` when every layer has it
+and ``decoder.layer_patterns`` when only some do (Qwen's ``layer_types``); a window at least as long as
+``max_position_embeddings`` never hides a key and is dropped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
@@ -30,77 +41,190 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.spec import DecoderSpec, ModelSpec, RotaryPositions, parse_spec
+from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
 
 PREFIX = "model."
-HEADED = "LlamaForCausalLM"
+FULL, SLIDING = "full_attention", "sliding_attention"  # transformers' layer_types
 
 
-def _rope_theta(config: dict[str, Any]) -> float:
-    """The rotary base from transformers 5's ``rope_parameters`` or 4.x's ``rope_theta``/``rope_scaling``."""
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise HFError(
-            f"config.json rope_type={kind!r} is not supported: zoo's rotary positions have no frequency "
-            "scaling; only rope_type 'default' converts"
-        )
-    factor = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
-    if factor != 1.0:
-        raise HFError(f"config.json partial_rotary_factor={factor} is not supported; zoo rotates every dim")
-    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+@dataclass(frozen=True)
+class Variant:
+    """What one ``model_type`` of the family can say.
+
+    biases: ``config`` reads/writes ``attention_bias`` (all four projections), ``qkv`` is Qwen2's fixed
+    q/k/v-only biases, ``none`` is Mistral's bias-free attention. window: ``mistral`` is one
+    ``sliding_window`` for every layer (null = none), ``qwen`` the per-layer ``use_sliding_window`` /
+    ``max_window_layers`` / ``layer_types``. defaults: the transformers config class's defaults, for keys
+    a config.json may leave out.
+    """
+
+    model_type: str
+    prefix: str  # of the class names: LlamaForCausalLM / LlamaModel
+    biases: Literal["config", "qkv", "none"]
+    mlp_bias: bool  # config.json has ``mlp_bias``
+    qk_norm: bool
+    window: Literal["none", "mistral", "qwen"]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headed(self) -> str:
+        return f"{self.prefix}ForCausalLM"
 
 
-def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
-    d_model, vocab = config.get("hidden_size", 4096), config.get("vocab_size", 32000)
-    num_heads = config.get("num_attention_heads", 32)
-    head_dim = config.get("head_dim")
+_QWEN_DEFAULTS = {"vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768}
+VARIANTS = (
+    Variant("llama", "Llama", biases="config", mlp_bias=True, qk_norm=False, window="none"),
+    Variant(
+        "mistral", "Mistral", biases="none", mlp_bias=False, qk_norm=False, window="mistral",
+        defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "sliding_window": 4096},
+    ),
+    Variant(
+        "qwen2", "Qwen2", biases="qkv", mlp_bias=False, qk_norm=False, window="qwen",
+        defaults={**_QWEN_DEFAULTS, "num_key_value_heads": 32, "bos_token_id": None, "eos_token_id": None},
+    ),
+    Variant(
+        "qwen3", "Qwen3", biases="config", mlp_bias=False, qk_norm=True, window="qwen",
+        defaults={**_QWEN_DEFAULTS, "num_key_value_heads": 32, "head_dim": 128, "bos_token_id": None,
+                  "eos_token_id": None},
+    ),
+)  # fmt: skip
+# LlamaConfig's defaults; a variant's own replace them.
+_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6, "bos_token_id": 1, "eos_token_id": 2, "sliding_window": 4096,
+}  # fmt: skip
+
+
+# -- config -> spec ----------------------------------------------------------------------------------------
+
+
+def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) -> ModelSpec:
+    def default(key: str) -> Any:
+        return variant.defaults.get(key, _DEFAULTS.get(key))
+
+    def get(key: str) -> Any:
+        return config.get(key, default(key))
+
+    has_head = has_lm_head(config, names, headed=variant.headed, prefix=PREFIX)
+    d_model, vocab, num_heads = get("hidden_size"), get("vocab_size"), get("num_attention_heads")
+    max_positions, eps, head_dim = get("max_position_embeddings"), get("rms_norm_eps"), get("head_dim")
+    qkv_bias = {"config": config.get("attention_bias", False), "qkv": True, "none": False}[variant.biases]
+    windows = _windows_from_config(variant, config, get)
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
         "d_model": d_model,
-        "num_layers": config.get("num_hidden_layers", 32),
-        "max_positions": config.get("max_position_embeddings", 2048),
+        "num_layers": get("num_hidden_layers"),
+        "max_positions": max_positions,
         "attention": {
             "num_heads": num_heads,
-            "num_kv_heads": config.get("num_key_value_heads") or num_heads,
+            "num_kv_heads": get("num_key_value_heads") or num_heads,
             "head_dim": head_dim if head_dim and head_dim != d_model // num_heads else None,
-            "bias": config.get("attention_bias", False),
+            "bias": qkv_bias,
+            "out_bias": None if variant.biases != "qkv" else False,
+            "qk_norm": variant.qk_norm,
+            **({"qk_norm_eps": eps} if variant.qk_norm else {}),
             "dropout": config.get("attention_dropout", 0.0),
         },
         "ffn": {
-            "d_ff": config.get("intermediate_size", 11008),
+            "d_ff": get("intermediate_size"),
             "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
             "gated": True,
-            "bias": config.get("mlp_bias", False),
+            "bias": config.get("mlp_bias", False) if variant.mlp_bias else False,
         },
-        "norm": {"kind": "rmsnorm", "eps": config.get("rms_norm_eps", 1e-6), "placement": "pre"},
-        "position": {"kind": "rotary", "theta": _rope_theta(config)},
+        "norm": {"kind": "rmsnorm", "eps": eps, "placement": "pre"},
+        "position": rope_from_config(config, layer_types=config.get("layer_types")),
+        "decoder": _patterns_spec(windows, max_positions),
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
         "dropout": 0.0,
         "init": {"std": config.get("initializer_range", 0.02)},
         "pad_token_id": token_id(config, "pad_token_id", vocab),
-        "bos_token_id": token_id(config, "bos_token_id", vocab, 1),
-        "eos_token_id": token_id(config, "eos_token_id", vocab, 2),
+        "bos_token_id": token_id(config, "bos_token_id", vocab, default("bos_token_id")),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, default("eos_token_id")),
     })  # fmt: skip
 
 
-def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-    require("llama", [("family", spec.family, "decoder")])
+def _windows_from_config(
+    variant: Variant, config: dict[str, Any], get: Callable[[str], Any]
+) -> list[int | None]:
+    """Per layer: its sliding window, or None for full causal attention (transformers' own rules)."""
+    num_layers, window = get("num_hidden_layers"), get("sliding_window")
+    if variant.window == "none":
+        return [None] * num_layers
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise HFError(f"config.json sliding_window={window!r}: a positive number of keys or null is expected")
+    if variant.window == "mistral":
+        return [window] * num_layers
+    # Qwen: the window exists only with use_sliding_window; layer_types (or, without it, the layers from
+    # max_window_layers on) say which layers use it.
+    window = window if config.get("use_sliding_window", False) else None
+    types = config.get("layer_types")
+    if types is None:
+        first = config.get("max_window_layers", 28)
+        types = [SLIDING if window is not None and i >= first else FULL for i in range(num_layers)]
+    if (
+        not isinstance(types, list)
+        or len(types) != num_layers
+        or any(t not in (FULL, SLIDING) for t in types)
+    ):
+        raise HFError(
+            f"config.json layer_types must list {num_layers} entries of {FULL!r} / {SLIDING!r} "
+            f"(num_hidden_layers={num_layers})"
+        )
+    if SLIDING in types and window is None:
+        raise HFError(
+            "config.json layer_types has 'sliding_attention' layers but no window (use_sliding_window is "
+            "false or sliding_window is null); transformers cannot run such a config either"
+        )
+    return [window if kind == SLIDING else None for kind in types]
+
+
+def _patterns_spec(windows: list[int | None], max_positions: int) -> dict[str, Any]:
+    """``decoder:`` overrides for per-layer windows: none, one ``pattern``, or ``layer_patterns``."""
+    windows = [w if w is not None and w < max_positions else None for w in windows]  # longer: never bites
+    if all(w is None for w in windows):
+        return {}
+    if len(set(windows)) == 1:
+        return {"pattern": {"kind": "sliding_window", "window": windows[0]}}
+    return {
+        "layer_patterns": [
+            {"kind": "causal"} if w is None else {"kind": "sliding_window", "window": w} for w in windows
+        ]
+    }
+
+
+# -- spec -> config ----------------------------------------------------------------------------------------
+
+
+def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
+    family = variant.model_type
+    require(family, [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
     src = stack.sources
     attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
-    head = spec.lm_head
-    require("llama", [
+    att, head = src["attention"], spec.lm_head
+    biases = {  # (q/k/v bias, output bias) each variant can write
+        "config": (attention.bias, attention.bias),
+        "qkv": (True, False),
+        "none": (False, False),
+    }[variant.biases]
+    require(family, [
         (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
         (f"{src['norm']}.placement", norm.placement, "pre"),
         (f"{src['norm']}.final", norm.has_final, True),
-        (f"{src['attention']}.scaled", attention.scaled, True),
-        (f"{src['attention']}.qk_norm", attention.qk_norm, False),
+        (f"{att}.bias", attention.bias, biases[0]),
+        (f"{att}.out_bias", attention.has_out_bias, biases[1]),
+        (f"{att}.scaled", attention.scaled, True),
+        (f"{att}.qk_norm", attention.qk_norm, variant.qk_norm),
+        *([(f"{att}.qk_norm_eps", attention.qk_norm_eps, norm.eps)] if variant.qk_norm else []),
         (f"{src['ffn']}.gated", ffn.gated, True),
+        (f"{src['ffn']}.bias", ffn.bias, ffn.bias if variant.mlp_bias else False),
         (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
+        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
         (f"{src['position']}.kind", position.kind, "rotary"),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
@@ -112,10 +236,9 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
     ])  # fmt: skip
     assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
-    theta = position.theta
-    return {
-        "model_type": "llama",
-        "architectures": [HEADED if head else "LlamaModel"],
+    config = {
+        "model_type": family,
+        "architectures": [variant.headed if head else f"{variant.prefix}Model"],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.d_model,
         "intermediate_size": ffn.d_ff,
@@ -126,25 +249,80 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
         "max_position_embeddings": spec.max_positions,
         "rms_norm_eps": norm.eps,
-        "rope_theta": theta,  # transformers 4.x
-        "rope_parameters": {"rope_type": "default", "rope_theta": theta},  # transformers 5
-        "attention_bias": attention.bias,
+        **rope_to_config(position),
         "attention_dropout": attention.dropout,
-        "mlp_bias": ffn.bias,
         "initializer_range": spec.init.std,
         "tie_word_embeddings": head.tied if head else False,
         "pad_token_id": spec.pad_token_id,
         "bos_token_id": spec.bos_token_id,
         "eos_token_id": spec.eos_token_id,
     }
+    if variant.biases == "config":
+        config["attention_bias"] = attention.bias
+    if variant.mlp_bias:
+        config["mlp_bias"] = ffn.bias
+    return config | _windows_to_config(variant, stack)
+
+
+def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]:
+    """The variant's sliding-window fields for the stack's per-layer patterns; HFError if it has none."""
+    family, windows = variant.model_type, layer_windows(stack, variant.model_type)
+    sizes = sorted({w for w in windows if w is not None})
+    where = f"{stack.name}.layer_patterns" if stack.layer_patterns is not None else stack.pattern_path()
+    if sizes and variant.window == "none":
+        raise HFError(
+            f"{family} cannot express {where} with sliding window {sizes[0]}: Hugging Face {family} attends "
+            "to every earlier key in every layer (mistral, qwen2 and qwen3 have sliding windows)"
+        )
+    if len(sizes) > 1:
+        raise HFError(
+            f"{family} cannot express {where} with windows {sizes}: Hugging Face {family} has one "
+            "sliding_window for all its sliding layers"
+        )
+    window = sizes[0] if sizes else None
+    if variant.window == "none":
+        return {}
+    if variant.window == "mistral":
+        if window is not None and None in windows:
+            raise HFError(
+                f"mistral cannot express {where} mixing causal and sliding-window layers: Hugging Face "
+                "mistral applies sliding_window to every layer (qwen2 and qwen3 choose per layer)"
+            )
+        return {"sliding_window": window}
+    types = [FULL if w is None else SLIDING for w in windows]
+    return {
+        "use_sliding_window": window is not None,
+        "sliding_window": window,
+        # transformers before layer_types (4.53) reads this: sliding from this layer on
+        "max_window_layers": types.index(SLIDING) if window is not None else len(types),
+        "layer_types": types,
+    }
+
+
+def layer_windows(stack: ResolvedStack, family: str) -> list[int | None]:
+    """Per layer of a causal stack: its sliding window, or None for plain causal attention."""
+    windows: list[int | None] = []
+    for i in range(stack.num_layers):
+        pattern = stack.layer_pattern(i)
+        if pattern.kind not in ("causal", "sliding_window"):
+            raise HFError(
+                f"{family} cannot express {stack.pattern_path(i)}.kind={pattern.kind!r}: Hugging Face {family} "
+                "has causal and sliding-window attention only"
+            )
+        windows.append(pattern.window if pattern.kind == "sliding_window" else None)
+    return windows
+
+
+# -- tensors -----------------------------------------------------------------------------------------------
 
 
 def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
-    """zoo <-> HF names; body names carry ``prefix`` (``model.`` under ``LlamaForCausalLM``)."""
+    """zoo <-> HF names; body names carry ``prefix`` (``model.`` under ``*ForCausalLM``)."""
     stack = spec.stacks()["decoder"]
-    H, K = stack.attention.num_heads, stack.attention.kv_heads
-    D, F = stack.attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
-    attention_bias, ffn_bias = stack.attention.bias, stack.ffn.bias
+    attention = stack.attention
+    H, K = attention.num_heads, attention.kv_heads
+    D, F = attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
+    ffn_bias = stack.ffn.bias
     rules = [
         rename("embed.tokens.weight", f"{prefix}embed_tokens.weight"),
         *layernorm("decoder.final_norm", f"{prefix}norm", bias=False),
@@ -157,18 +335,21 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
                 f"{zoo}.self_attn.qkv_proj",
                 [f"{attn}.{n}_proj" for n in "qkv"],
                 (H * D, K * D, K * D),
-                bias=attention_bias,
+                bias=attention.bias,
             ),
-            *linear(f"{zoo}.self_attn.out_proj", f"{attn}.o_proj", bias=attention_bias),
+            *linear(f"{zoo}.self_attn.out_proj", f"{attn}.o_proj", bias=attention.has_out_bias),
             *fused_linear(
                 f"{zoo}.ffn.up_proj", [f"{mlp}.gate_proj", f"{mlp}.up_proj"], (F, F), bias=ffn_bias
             ),
-        ]
-        rules += [
             *linear(f"{zoo}.ffn.down_proj", f"{mlp}.down_proj", bias=ffn_bias),
             *layernorm(f"{zoo}.self_attn_norm", f"{hf}.input_layernorm", bias=False),
             *layernorm(f"{zoo}.ffn_norm", f"{hf}.post_attention_layernorm", bias=False),
-        ]  # fmt: skip
+        ]
+        if attention.qk_norm:
+            rules += [
+                rename(f"{zoo}.self_attn.q_norm.weight", f"{attn}.q_norm.weight"),
+                rename(f"{zoo}.self_attn.k_norm.weight", f"{attn}.k_norm.weight"),
+            ]
     if spec.lm_head is not None and not spec.lm_head.tied:
         rules.append(rename("lm_head.weight", "lm_head.weight"))
     return rules
@@ -187,10 +368,21 @@ def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     return rules_to_hf(_rules(spec, PREFIX if spec.lm_head is not None else ""), tensors)
 
 
-MAPPING = FamilyMapping(
-    model_types=("llama",),
-    config_to_spec=config_to_spec,
-    spec_to_config=spec_to_config,
-    hf_to_zoo=hf_to_zoo,
-    zoo_to_hf=zoo_to_hf,
-)
+def _mapping(variant: Variant) -> FamilyMapping:
+    def to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+        return config_to_spec(variant, config, names)
+
+    def to_config(spec: ModelSpec) -> dict[str, Any]:
+        return spec_to_config(variant, spec)
+
+    return FamilyMapping(
+        model_types=(variant.model_type,),
+        config_to_spec=to_spec,
+        spec_to_config=to_config,
+        hf_to_zoo=hf_to_zoo,
+        zoo_to_hf=zoo_to_hf,
+    )
+
+
+# In this order `to_hf` tries them: the plainest format that can express a spec wins.
+MAPPINGS = [_mapping(variant) for variant in VARIANTS]

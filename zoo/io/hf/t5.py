@@ -138,6 +138,7 @@ def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, An
         if spec is not None:
             checks += [
                 (f"{src[field]}.bias", spec.bias, False),
+                (f"{src[field]}.out_bias", spec.has_out_bias, False),
                 (f"{src[field]}.scaled", spec.scaled, False),  # T5 folds 1/sqrt(d) into its init
                 (f"{src[field]}.qk_norm", spec.qk_norm, False),
                 (f"{src[field]}.num_kv_heads", spec.kv_heads, spec.num_heads),
