@@ -5,6 +5,7 @@
     zoo train examples/translate.yaml --resume            # continue from the latest checkpoint
     torchrun --nproc-per-node 2 -m zoo train examples/translate.yaml
     zoo train examples/translate.yaml --no-progress > train.log   # validation lines only
+    zoo train examples/classify.yaml --init-from hf/bert-base-uncased   # fine-tune a trained model
 
 Only rank 0 draws and prints. The bar is the library's (`zoo.training.progress`), drawn on stdout when
 stdout is a terminal; otherwise (a log file, a pipe) validation results and checkpoints come as lines.
@@ -52,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-steps", type=int, help="shortcut for --set max_steps=N")
     parser.add_argument("--output-dir", help="shortcut for --set output_dir=DIR")
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="start from a trained model instead of the config's: a zoo model folder (spec.json) or a "
+        "Hugging Face one (config.json + safetensors); its tokenizer.json too, unless tokenizer.path is set",
+    )
     add_device_option(parser, default=None, default_help="the config's device: shortcut for --set device=")
     parser.add_argument(
         "--no-progress",
@@ -131,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             overrides[key] = value
     config = TrainConfig.from_yaml(args.config, **overrides)
+    if args.init_from is not None:
+        config = config.starting_from(args.init_from)  # replaces the config's model source, keeps overrides
     # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
     progress: ProgressBar | bool
     if not args.no_progress and wants_progress("auto", stream=sys.stdout):

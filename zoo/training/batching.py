@@ -34,8 +34,18 @@ from zoo.training.masking import mask_tokens
 @dataclass
 class Batch:
     inputs: dict[str, torch.Tensor]  # model keyword arguments: input_ids (B, S), attention_mask, ...
-    targets: torch.Tensor  # (B, T) aligned with the logits, -100 = not scored
+    # (B, T) aligned with the logits, -100 = not scored; or (B,), one class per sequence (classification)
+    targets: torch.Tensor
     num_tokens: int  # real (non-pad) input tokens, source and target, for throughput
+
+    def logits_mask(self) -> torch.Tensor | None:
+        """(B, T) bool: the positions with a target, where the model's token-level head need run (the
+        model's ``logits_mask``); None for one target per sequence, where the head runs once a row."""
+        return self.targets != IGNORE_INDEX if self.targets.dim() == 2 else None
+
+    def scored_targets(self, logits_mask: torch.Tensor | None) -> torch.Tensor:
+        """The targets aligned with the logits a forward with ``logits_mask`` returns: (N,) or (B,)."""
+        return self.targets[logits_mask] if logits_mask is not None else self.targets
 
     def to(self, device: torch.device | str) -> Batch:
         """The batch on ``device``, without the masks that hide nothing (every row full length).

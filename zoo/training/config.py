@@ -1,6 +1,7 @@
 """The training config: one pydantic model, read from YAML, that says everything a run needs.
 
     model:     {preset: transformer-tiny, overrides: {dropout: 0.1}}   # or {file: spec.yaml} / {spec: {...}}
+                                                                        # or {init_from: a zoo or HF model folder}
     task:      seq2seq                                                  # default: from the model's family
     data:      {train: data/train.tsv, valid: data/valid.tsv}
     tokenizer: {kind: bpe, vocab_size: 8000}                            # or {path: tok.json}
@@ -33,12 +34,21 @@ from zoo.spec.errors import format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
 
-Task = Literal["seq2seq", "causal_lm", "masked_lm"]
+Task = Literal["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 TASK_OF_FAMILY: dict[str, Task] = {
     "encoder-decoder": "seq2seq",
     "decoder": "causal_lm",
     "encoder": "masked_lm",
 }
+FAMILY_OF_TASK: dict[Task, str] = {
+    "seq2seq": "encoder-decoder",
+    "causal_lm": "decoder",
+    "masked_lm": "encoder",
+    "sequence_classification": "encoder",
+    "token_classification": "encoder",
+}
+# The classifier (``heads.classifier.task``) each classification task trains.
+CLASSIFIER_TASKS: dict[str, Task] = {"sequence": "sequence_classification", "token": "token_classification"}
 
 
 class ConfigError(ValueError):
@@ -50,7 +60,8 @@ class Section(BaseModel):
 
 
 class ModelSource(Section):
-    """Where the model spec comes from: exactly one of ``preset``, ``file`` or ``spec``, plus overrides.
+    """Where the model comes from: exactly one of ``preset``, ``file``, ``spec`` or ``init_from``, plus
+    overrides.
 
     A bare string is shorthand: ``model: transformer-tiny`` (a preset) or ``model: my_spec.yaml`` (a file).
     """
@@ -58,6 +69,12 @@ class ModelSource(Section):
     preset: str | None = None
     file: Path | None = None
     spec: dict[str, Any] | None = None
+    init_from: Path | None = Field(
+        None,
+        description="Fine-tune a trained model: a zoo model folder (zoo.save, a run, a checkpoint) or a "
+        "Hugging Face folder (config.json + safetensors). Its spec and weights start the run (a new head "
+        "where the task needs another), and its tokenizer.json unless tokenizer.path is given.",
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Dotted spec fields to change, e.g. {'attention.num_heads': 8}."
     )
@@ -72,9 +89,13 @@ class ModelSource(Section):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
-        given = [name for name in ("preset", "file", "spec") if getattr(self, name) is not None]
+        sources = ("preset", "file", "spec", "init_from")
+        given = [name for name in sources if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of preset, file or spec (got {', '.join(given) or 'none'})")
+            raise ValueError(
+                f"give exactly one of preset, file or spec, or init_from a trained model "
+                f"(got {', '.join(given) or 'none'})"
+            )
         return self
 
 
@@ -90,7 +111,10 @@ DataFiles = Path | ParallelFiles
 
 class DataConfig(Section):
     """Training text. seq2seq: a TSV file (``source<TAB>target``) or {source, target} files; language
-    modelling: a plain text file, one example a line (blank lines are skipped)."""
+    modelling: a plain text file, one example a line (blank lines are skipped); sequence classification:
+    ``text<TAB>label`` lines or JSON lines ``{"text": ..., "label": ...}``; token classification: JSON lines
+    ``{"tokens": [...], "tags": [...]}`` or CoNLL-style ``token<TAB>tag`` lines, a blank line between
+    sentences (`zoo.training.classification`)."""
 
     train: DataFiles
     valid: DataFiles | None = None
@@ -197,7 +221,11 @@ class TrainConfig(Section):
     """Everything a training run needs; `zoo.training.train(config)` runs it."""
 
     model: ModelSource
-    task: Task | None = Field(None, description="Default: seq2seq, causal_lm or masked_lm by model family.")
+    task: Task | None = Field(
+        None,
+        description="Default: by model family (seq2seq, causal_lm, masked_lm), or the classification task "
+        "of the model's heads.classifier.",
+    )
     data: DataConfig
     tokenizer: TokenizerConfig = TokenizerConfig()
     optim: OptimConfig = OptimConfig()
@@ -288,6 +316,12 @@ class TrainConfig(Section):
         data = self.model_dump(mode="json", exclude_unset=True)
         for key, value in changes.items():
             _set_dotted(data, key, value)
+        return TrainConfig.from_dict(data)
+
+    def starting_from(self, path: str | Path) -> TrainConfig:
+        """The same run fine-tuning the model at ``path`` (``model.init_from``), keeping model.overrides."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        data["model"] = {"init_from": str(path), "overrides": self.model.overrides}
         return TrainConfig.from_dict(data)
 
     def to_yaml(self) -> str:

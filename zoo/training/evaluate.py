@@ -1,4 +1,5 @@
-"""Validation: loss and perplexity over a split, and BLEU of greedy (or beam) translations.
+"""Validation: loss and perplexity over a split (plus any per-task scores), and BLEU of greedy (or beam)
+translations.
 
 Validation loss is the plain negative log-likelihood per target token (no label smoothing), so
 ``val_ppl = exp(val_loss)`` is a true perplexity. Translation goes through ``model.generate``.
@@ -9,18 +10,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
 
 from zoo.io.tokenizer import Tokenizer
-from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
+from zoo.losses import label_smoothed_cross_entropy
 from zoo.training.batching import Batch
 from zoo.training.bleu import BleuMetric, corpus_bleu
 
 if TYPE_CHECKING:
     from zoo.models.encoder_decoder import EncoderDecoderModel
+
+
+class ScoreAccumulator(Protocol):
+    """Validation scores beyond the loss, accumulated batch by batch."""
+
+    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None: ...
 
 
 @torch.no_grad()
@@ -30,19 +37,24 @@ def validation_loss(
     *,
     device: torch.device,
     autocast: AbstractContextManager | None = None,
+    metric: ScoreAccumulator | None = None,
 ) -> tuple[float, float]:
-    """(mean NLL per target token, perplexity) over ``batches``; restores the model's train/eval mode."""
+    """(mean NLL per target token, perplexity) over ``batches``; restores the model's train/eval mode.
+    ``metric`` (e.g. `zoo.training.classification.ClassificationMetric`) sees every batch's scored logits
+    and targets."""
     was_training = model.training
     model.eval()
     nll, tokens = 0.0, 0
     try:
         for batch in batches:
-            scored = batch.targets != IGNORE_INDEX  # (B, T) on the CPU; the head runs only there
-            targets = batch.targets[scored].to(device, non_blocking=True)  # (N,)
+            scored = batch.logits_mask()  # (B, T) on the CPU, the head runs only there; or None
+            targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
             batch = batch.to(device)
             with autocast or nullcontext():
                 logits = model(**batch.inputs, logits_mask=scored).logits  # (N, V)
             sums = label_smoothed_cross_entropy(logits, targets)
+            if metric is not None:
+                metric.update(logits, targets)
             nll += float(sums.nll)
             tokens += int(sums.tokens)
     finally:

@@ -36,8 +36,9 @@ from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.training import distributed as dist_
-from zoo.training import prepare, rundir, runlock
+from zoo.training import prepare, pretrained, rundir, runlock, tasks
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
+from zoo.training.classification import ClassificationCollator
 from zoo.training.config import TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
 from zoo.training.layout import CONFIG_NAME
@@ -120,6 +121,8 @@ class Trainer:
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
+        if prepared.init_from is not None and self.resume_from is None:  # a resume loads its checkpoint
+            pretrained.load_weights(self.model, prepared.init_from)
         if config.activation_checkpointing:
             dist_.checkpoint_activations(self.model)
         if config.compile:
@@ -128,7 +131,7 @@ class Trainer:
             self.model,
             runtime,
             strategy=config.distributed.strategy,
-            find_unused=self.task == "masked_lm",  # BERT's pooler computes outputs no MLM loss reads
+            find_unused=tasks.has_unused_parameters(self.task, self.spec),  # e.g. BERT's pooler under MLM
         )
         self.optimizer = build_optimizer(self.model, config.optim)
         self.precision = resolve_precision(config.precision, runtime.device)
@@ -187,10 +190,10 @@ class Trainer:
         self.total_steps = int(min(config.max_steps or math.inf, by_epochs))
         special = tuple(i for i in self.tokenizers.target.special_ids().values() if i is not None)
 
-        def collator(data: Any) -> Collator:
+        def collator(data: Any) -> Collator | ClassificationCollator:
             pad_id = self.spec.pad_token_id
             assert pad_id is not None  # `prepare.wire_spec` refuses a spec without a pad token
-            return Collator(
+            return tasks.make_collator(
                 data,
                 task=self.task,
                 pad_id=pad_id,
@@ -279,13 +282,13 @@ class Trainer:
         self.lr = lr
         for k, batch in enumerate(batches):
             # The head runs only where a target is (skipping padding, and MLM's ~85% unscored positions).
-            scored = batch.targets != IGNORE_INDEX  # (B, T), on the CPU: selecting needs no device sync
-            targets = batch.targets[scored].to(self.runtime.device, non_blocking=True)  # (N,)
+            scored = batch.logits_mask()  # (B, T), on the CPU: selecting needs no device sync; or None
+            targets = batch.scored_targets(scored).to(self.runtime.device, non_blocking=True)  # (N,)
             batch = batch.to(self.runtime.device)
             last = k == len(batches) - 1
             with dist_.no_gradient_sync(self.wrapped, enabled=self.runtime.distributed and not last):
                 with self.autocast():
-                    logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V)
+                    logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V) or (B, L)
                 sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
                 self.scaling.scale(sums.loss * scale).backward()  # fp16: times the loss scale
             self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
@@ -305,7 +308,8 @@ class Trainer:
         self.reporter.report("on_log", self.state, record)
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss, perplexity and (seq2seq) BLEU now; recorded and returned (on every process)."""
+        """Validation loss, perplexity, (seq2seq) BLEU and (classification) accuracy now; recorded and
+        returned (on every process)."""
         if self.valid_data is None or self.collate_valid is None:
             return {}
         # A fixed generator per batch: MLM validation masks the same way every time, and the global RNG
@@ -314,9 +318,11 @@ class Trainer:
             self.collate_valid(indices, generator=torch.Generator().manual_seed(i))
             for i, indices in enumerate(self.valid_plan)
         )
+        metric = tasks.validation_metric(self.task, self.spec)  # accuracy for classification
         val_loss, val_ppl = validation_loss(
-            self.model, batches, device=self.runtime.device, autocast=self.autocast()
+            self.model, batches, device=self.runtime.device, autocast=self.autocast(), metric=metric
         )
+        scores = metric.compute() if metric is not None else {}
         val_bleu = None
         if self.task == "seq2seq" and self.config.eval.bleu:
             # valid_data (checked above) is encoded from valid_text, and seq2seq text has sources
@@ -336,7 +342,7 @@ class Trainer:
                     metric=self.config.eval.bleu_metric,
                 )
         self.wrapped.train()
-        record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu)
+        record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu, **scores)
         self.reporter.report("on_eval", self.state, record)
         return record
 

@@ -4,13 +4,17 @@
     prepared.task, prepared.spec, prepared.tokenizers, prepared.train_data, prepared.valid_data
 
 ``setup`` reads the config in one pass, in this order: the spec it names -> the task -> both data splits
-(read and checked before anything is trained) -> tokenizer(s) -> the spec wired to them -> encoded data.
+(read and checked before anything is trained) -> tokenizer(s) -> the spec wired to them (and, for
+classification, to the labels: `zoo.training.classification`) -> encoded data. Per-task reading and
+encoding come from `zoo.training.tasks`.
 
 The tokenizer decides the vocabulary, so it is wired into the spec: ``vocab_size`` becomes the
 tokenizer's size (and ``source_vocab_size`` the source tokenizer's, with separate vocabularies). Special
 ids follow the tokenizer too when zoo trained it (pad 0, bos 1, eos 2). A tokenizer loaded from a file
 must agree with the special ids the spec sets (it fills those the spec leaves unset); fields given in
-``model.overrides`` always win and are checked. Disagreement is an error naming both ids.
+``model.overrides`` always win and are checked. Disagreement is an error naming both ids. A model started
+from trained weights (``model.init_from``, `zoo.training.pretrained`) keeps its vocabulary size: its
+tokenizer must fit it.
 """
 
 from __future__ import annotations
@@ -22,10 +26,20 @@ from pathlib import Path
 
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
-from zoo.spec import ModelSpec, load_spec, parse_spec, preset
-from zoo.training.config import TASK_OF_FAMILY, ConfigError, Task, TrainConfig
-from zoo.training.data import EncodedExamples, TextExamples, corpus_lines, encode_examples, read_examples
+from zoo.spec import EncoderSpec, ModelSpec, load_spec, parse_spec, preset
+from zoo.training import pretrained, tasks
+from zoo.training.classification import split_overrides, with_classifier, with_encoder_framing
+from zoo.training.config import (
+    CLASSIFIER_TASKS,
+    FAMILY_OF_TASK,
+    TASK_OF_FAMILY,
+    ConfigError,
+    Task,
+    TrainConfig,
+)
+from zoo.training.data import EncodedExamples, TextExamples, corpus_lines
 from zoo.training.distributed import Runtime, barrier
+from zoo.training.labelled import LabelledText
 from zoo.training.layout import SOURCE_TOKENIZER_NAME
 from zoo.training.rundir import writing
 
@@ -42,6 +56,7 @@ class Prepared:
     train_data: EncodedExamples
     valid_data: EncodedExamples | None
     valid_text: TextExamples | None  # the raw validation pairs, for BLEU
+    init_from: Path | None = None  # trained weights to start from (`zoo.training.pretrained`)
 
 
 def setup(
@@ -67,10 +82,13 @@ def setup(
             config, train_text, task=task, output_dir=config.output_dir, runtime=runtime
         )
     spec = wire_spec(spec, tokenizers, config, task=task)
+    if isinstance(train_text, LabelledText):
+        later = split_overrides(config.model.overrides)[1]
+        spec = with_classifier(spec, task=task, train=train_text, overrides=later, where=_where(config))
     limit = max_length(config, spec)
 
     def encode(text: TextExamples) -> EncodedExamples:
-        return encode_split(text, tokenizers, config, task=task, limit=limit)
+        return encode_split(text, tokenizers, config, task=task, limit=limit, spec=spec)
 
     return Prepared(
         task=task,
@@ -79,36 +97,41 @@ def setup(
         train_data=encode(train_text),
         valid_data=encode(valid_text) if valid_text is not None else None,
         valid_text=valid_text,
+        init_from=config.model.init_from,
     )
 
 
 def base_spec(config: TrainConfig) -> ModelSpec:
-    """The spec the config names, before the tokenizer is wired in (overrides applied)."""
+    """The spec the config names, before the tokenizer is wired in (overrides applied; for a
+    classification task, those under ``heads.classifier`` wait for the classifier, made from the data)."""
     source = config.model
     if source.preset is not None:
         spec = preset(source.preset)
     elif source.file is not None:
         spec = load_spec(source.file)
+    elif source.init_from is not None:
+        spec = pretrained.read_spec(source.init_from)
     else:
         spec = parse_spec(source.spec)  # type: ignore[arg-type]
-    return spec.override(**source.overrides) if source.overrides else spec
+    overrides = source.overrides
+    if config.task in tasks.CLASSIFICATION:
+        overrides = split_overrides(overrides)[0]
+    return spec.override(**overrides) if overrides else spec
 
 
 def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:
-    """The config's task, or the natural one for the family; a task the model cannot do is an error."""
-    natural = TASK_OF_FAMILY[spec.family]
+    """The config's task, or the natural one for the model (its family's, or its classifier's); a task the
+    model cannot do is an error."""
+    classifier = spec.heads.classifier if isinstance(spec, EncoderSpec) else None
+    natural = CLASSIFIER_TASKS[classifier.task] if classifier is not None else TASK_OF_FAMILY[spec.family]
     task = config.task or natural
-    if task != natural:
-        raise ConfigError(f"task {task} needs a {_family_for(task)} model, but the model is {spec.family}")
+    if FAMILY_OF_TASK[task] != spec.family:
+        raise ConfigError(f"task {task} needs a {FAMILY_OF_TASK[task]} model, but the model is {spec.family}")
     if task == "causal_lm" and spec.lm_head is None:  # type: ignore[union-attr]
         raise ConfigError("task causal_lm needs an LM head; the spec has lm_head: null")
     if task == "masked_lm" and spec.heads.mlm is None:  # type: ignore[union-attr]
         raise ConfigError("task masked_lm needs an MLM head; set heads.mlm in the spec (model.overrides)")
     return task
-
-
-def _family_for(task: Task) -> str:
-    return next(family for family, t in TASK_OF_FAMILY.items() if t == task)
 
 
 @dataclass
@@ -125,14 +148,28 @@ class Tokenizers:
 def load_or_train_tokenizers(
     config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None = None
 ) -> Tokenizers:
-    """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path``, or trained on the
-    training split."""
+    """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path`` (or ``model.init_from``),
+    or trained on the training split. A classifier reads [CLS]: a tokenizer without framing of its own
+    gets ``bos text eos`` as its post-processor, so it frames as training did wherever it goes
+    (`zoo.training.classification.with_encoder_framing`)."""
+    tokenizers = _load_or_train(config, train_text, task=task, saved_dir=saved_dir)
+    if task in tasks.CLASSIFICATION:
+        tokenizers.target = with_encoder_framing(tokenizers.target)
+    return tokenizers
+
+
+def _load_or_train(
+    config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None
+) -> Tokenizers:
     cfg = config.tokenizer
     separate = task == "seq2seq" and not cfg.shared
+    init_from = config.model.init_from
     if saved_dir is not None and (saved_dir / TOKENIZER_NAME).is_file():
         source = Tokenizer.from_file(saved_dir / SOURCE_TOKENIZER_NAME) if separate else None
-        return Tokenizers(Tokenizer.from_file(saved_dir / TOKENIZER_NAME), source, trained=cfg.path is None)
-    if cfg.path is not None:
+        trained = cfg.path is None and init_from is None
+        return Tokenizers(Tokenizer.from_file(saved_dir / TOKENIZER_NAME), source, trained=trained)
+    path = cfg.path or (pretrained.tokenizer_path(init_from) if init_from is not None else None)
+    if path is not None:
         source = None
         if separate:
             if cfg.source_path is None:
@@ -140,7 +177,7 @@ def load_or_train_tokenizers(
                     "tokenizer.shared is false: give tokenizer.source_path too, or neither path"
                 )
             source = Tokenizer.from_file(cfg.source_path)
-        return Tokenizers(Tokenizer.from_file(cfg.path), source)
+        return Tokenizers(Tokenizer.from_file(path), source)
 
     def train(side: str) -> Tokenizer:
         lines = corpus_lines(train_text, side=side)  # type: ignore[arg-type]
@@ -187,6 +224,8 @@ def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
 def wire_spec(spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig, *, task: Task) -> ModelSpec:
     """The spec with the tokenizer's vocabulary size(s) and special ids, checked against each other."""
     explicit = set(config.model.overrides)
+    if config.model.init_from is not None:
+        explicit.add("vocab_size")  # trained embeddings: the tokenizer must fit them (checked below)
     tok = tokenizers.target
     changes: dict[str, object] = {}
     if "vocab_size" not in explicit:
@@ -201,7 +240,7 @@ def wire_spec(spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig, *, t
             changes[field] = tok_id
     if tokenizers.source is not None and "source_vocab_size" not in explicit:
         changes["source_vocab_size"] = tokenizers.source.vocab_size
-    where = f"model ({config.model.preset or config.model.file or 'inline spec'})"
+    where = _where(config)
     try:
         wired = spec.override(**changes) if changes else spec
     except ValueError as error:
@@ -241,6 +280,11 @@ def _check_task_tokens(spec: ModelSpec, tokenizers: Tokenizers, *, task: Task, w
         raise ConfigError(f"{where}: training needs {' and '.join(missing)}; the tokenizer/spec has none")
 
 
+def _where(config: TrainConfig) -> str:
+    source = config.model
+    return f"model ({source.preset or source.file or source.init_from or 'inline spec'})"
+
+
 def max_length(config: TrainConfig, spec: ModelSpec) -> int:
     """The longest sequence a batch may hold: data.max_length, at most the model's max_positions."""
     limit = config.data.max_length
@@ -251,11 +295,20 @@ def max_length(config: TrainConfig, spec: ModelSpec) -> int:
     return limit or spec.max_positions
 
 
-def encode_split(text: TextExamples, tokenizers: Tokenizers, config: TrainConfig, *, task: Task, limit: int
-                 ) -> EncodedExamples:  # fmt: skip
-    return encode_examples(
+def encode_split(
+    text: TextExamples,
+    tokenizers: Tokenizers,
+    config: TrainConfig,
+    *,
+    task: Task,
+    limit: int,
+    spec: ModelSpec | None = None,
+) -> EncodedExamples:
+    """One split's ids (`zoo.training.tasks.encode_split`); ``spec`` names a classifier's labels."""
+    return tasks.encode_split(
         text,
         task=task,
+        spec=spec,
         target_tokenizer=tokenizers.target,
         source_tokenizer=tokenizers.source,
         max_length=limit,
@@ -265,6 +318,6 @@ def encode_split(text: TextExamples, tokenizers: Tokenizers, config: TrainConfig
 
 def read_splits(config: TrainConfig, *, task: Task) -> tuple[TextExamples, TextExamples | None]:
     """Read and check both splits before anything else happens."""
-    train = read_examples(config.data.train, task=task)
-    valid = read_examples(config.data.valid, task=task) if config.data.valid is not None else None
+    train = tasks.read_split(config.data.train, task=task)
+    valid = tasks.read_split(config.data.valid, task=task) if config.data.valid is not None else None
     return train, valid

@@ -39,9 +39,16 @@ def wants_progress(setting: ProgressSetting, *, stream: TextIO | None = None) ->
 
 
 def eval_line(record: dict[str, Any]) -> str:
-    """``step 200: val_loss 1.234  ppl 3.43  BLEU 25.1`` — one validation record as a line."""
+    """``step 200: val_loss 1.234  ppl 3.43  BLEU 25.1`` — one validation record as a line; a classifier's
+    shows accuracy (and F1) instead of perplexity: ``step 200: val_loss 0.321  accuracy 91.0%  F1 88.2%``."""
+    line = f"step {record['step']}: val_loss {record['val_loss']:.3f}"
+    if record.get("val_accuracy") is not None:
+        line += f"  accuracy {100 * record['val_accuracy']:.1f}%"
+        if record.get("val_f1") is not None:
+            line += f"  F1 {100 * record['val_f1']:.1f}%"
+        return line
     bleu = f"  BLEU {record['val_bleu']:.1f}" if record.get("val_bleu") is not None else ""
-    return f"step {record['step']}: val_loss {record['val_loss']:.3f}  ppl {record['val_ppl']:.2f}{bleu}"
+    return f"{line}  ppl {record['val_ppl']:.2f}{bleu}"
 
 
 class ProgressLines:

@@ -1,4 +1,5 @@
-"""ALBERT (``model_type: albert``): ``AlbertModel`` (with its pooler) and ``AlbertForMaskedLM``.
+"""ALBERT (``model_type: albert``): ``AlbertModel`` (with its pooler), ``AlbertForMaskedLM``,
+``AlbertForSequenceClassification`` and ``AlbertForTokenClassification``.
 
 transformers' ``models/albert/modeling_albert.py``: BERT's post-norm layer, plus
 
@@ -8,8 +9,12 @@ transformers' ``models/albert/modeling_albert.py``: BERT's post-norm layer, plus
                             i // (num_layers / groups). zoo shares cyclically, so only 1 group
                             (``encoder.share_layers``) or one per layer converts; inner_group_num 1
     MLM head                predictions.{dense (C -> E), LayerNorm, decoder (tied), bias}, config.hidden_act
+    classifiers             BERT's: pooler -> dropout -> classifier per sequence, classifier per token;
+                            the dropout is classifier_dropout_prob (0.1 when absent), never null for a
+                            sequence head, so zoo's null (the model's dropout) is written as
+                            hidden_dropout_prob and read back as null
 
-``AlbertForMaskedLM`` prefixes the body with ``albert.``. The pretraining checkpoints' sentence-order head
+The head classes prefix the body with ``albert.``. The pretraining checkpoints' sentence-order head
 (``sop_classifier``) has no zoo counterpart and is dropped.
 """
 
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zoo.io.hf.classifier import classifier_from_hf, classifier_rules, classifier_task, classifier_to_hf
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
@@ -37,10 +43,13 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.spec import EncoderSpec, ModelSpec, parse_spec
+from zoo.spec.model import SequenceClassifierSpec
 
 PREFIX = "albert."
 QKV = ("query", "key", "value")
 HEADED = "AlbertForMaskedLM"
+CLASSIFIERS = ("AlbertForSequenceClassification", "AlbertForTokenClassification")
+DROPOUT_KEY = "classifier_dropout_prob"
 
 
 def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
@@ -55,6 +64,15 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     activation = activation_from_hf(config.get("hidden_act", "gelu_new"), field="hidden_act")
     body = {n.removeprefix(PREFIX) for n in names}
     has_mlm = any(n.startswith("predictions.") for n in names)
+    dropout = config.get("hidden_dropout_prob", 0.0)
+    task = classifier_task(config, body, classes=CLASSIFIERS, pooler="pooler.weight")
+    classifier = (
+        classifier_from_hf(
+            config, task, pooling="pooler", dropout_key=DROPOUT_KEY, absent=0.1, model_dropout=dropout
+        )
+        if task
+        else None
+    )
     return parse_spec({
         "family": "encoder",
         "vocab_size": vocab,
@@ -79,8 +97,9 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "mlm": {"activation": activation, "tied": config.get("tie_word_embeddings", True)}
             if has_mlm
             else None,
+            "classifier": classifier,
         },
-        "dropout": config.get("hidden_dropout_prob", 0.0),
+        "dropout": dropout,
         "init": {"std": config.get("initializer_range", 0.02)},
         "pad_token_id": token_id(config, "pad_token_id", vocab, 0),
         "bos_token_id": token_id(config, "bos_token_id", vocab, 2),
@@ -102,18 +121,29 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         *classic_layers(stack, spec.d_model, placement="post", final=False, position_offset=0),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.norm", spec.embedding.norm, True),
-        ("heads.num_labels", spec.heads.num_labels, None),
     ])  # fmt: skip
     if mlm is not None:
         require("albert", [("heads.mlm.activation", mlm.activation, ffn.activation)])
+    classifier = spec.heads.classifier
+    if isinstance(classifier, SequenceClassifierSpec):
+        require("albert", [("heads.classifier.pooling", classifier.pooling, "pooler")])
     if spec.embedding.segment_vocab_size == 0:
         raise HFError(
             "albert cannot express embedding.segment_vocab_size=0: Hugging Face albert always has "
             "token-type embeddings (type_vocab_size >= 1)"
         )
+    if classifier is not None:
+        head_class = CLASSIFIERS[0 if classifier.task == "sequence" else 1]
+    else:
+        head_class = HEADED if mlm else "AlbertModel"
+    extra = (
+        classifier_to_hf(classifier, dropout_key=DROPOUT_KEY, model_dropout=spec.dropout)
+        if classifier is not None
+        else {}
+    )
     return {
         "model_type": "albert",
-        "architectures": [HEADED if mlm else "AlbertModel"],
+        "architectures": [head_class],
         "vocab_size": spec.vocab_size,
         "embedding_size": spec.embedding.factorized_dim,
         "hidden_size": spec.d_model,
@@ -133,11 +163,12 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "pad_token_id": spec.pad_token_id,
         "bos_token_id": spec.bos_token_id,
         "eos_token_id": spec.eos_token_id,
+        **extra,
     }
 
 
 def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
-    """zoo <-> HF names; body names carry ``prefix`` (``albert.`` under ``AlbertForMaskedLM``)."""
+    """zoo <-> HF names; body names carry ``prefix`` (``albert.`` under the head classes)."""
     stack = spec.stacks()["encoder"]
     C = stack.attention.num_heads * stack.attention.resolved_head_dim(spec.d_model)
     emb, enc = f"{prefix}embeddings", f"{prefix}encoder"
@@ -169,6 +200,7 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
             rules.append(rename("mlm_head.bias", "predictions.bias"))
         else:
             rules += linear("mlm_head", "predictions.decoder")
+    rules += classifier_rules(spec.heads.classifier)
     return rules
 
 
@@ -183,7 +215,8 @@ def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    out = rules_to_hf(_rules(spec, PREFIX if mlm else ""), tensors)
+    headed = mlm is not None or spec.heads.classifier is not None  # head classes prefix the body
+    out = rules_to_hf(_rules(spec, PREFIX if headed else ""), tensors)
     if mlm is not None and not mlm.tied:  # transformers expects both biases even when untied
         out["predictions.bias"] = out["predictions.decoder.bias"].clone()
     return out

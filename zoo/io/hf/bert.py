@@ -1,4 +1,5 @@
-"""BERT and RoBERTa (``model_type: bert | roberta``): the bare body, with or without pooler, and the MLM head.
+"""BERT and RoBERTa (``model_type: bert | roberta``): the bare body, with or without pooler, the MLM head, and
+the sequence- and token-classification heads.
 
 transformers' ``models/bert/modeling_bert.py`` and ``models/roberta/modeling_roberta.py``: post-norm
 LayerNorm, learned positions, token-type embeddings and an embedding LayerNorm; separate query/key/value
@@ -8,9 +9,13 @@ matrices that zoo fuses into ``qkv_proj`` (rows [q; k; v]). The two differ only 
                 ``LearnedPositions(offset=pad_token_id + 1)`` with positions counted over the attention mask
     MLM head    BERT: cls.predictions.{transform.dense, transform.LayerNorm, bias} with config.hidden_act;
                 RoBERTa: lm_head.{dense, layer_norm, bias} with exact GELU whatever hidden_act says
+    sequence    BERT: pooler -> dropout -> classifier (zoo's ``pooling: pooler``); RoBERTa: no pooler,
+    classifier  classifier.{dense, out_proj} over <s> (``pooling: dense``)
 
-``BertForMaskedLM`` checkpoints prefix the body with ``bert.`` (``roberta.``); ``BertModel`` ones do not.
-The decoder matrix is tied to the word embeddings. Google's original BERT checkpoints also hold the
+A token classifier is ``classifier`` over every token in both; label names, problem_type and
+classifier_dropout go through `zoo.io.hf.classifier`. Head classes (``BertForMaskedLM``,
+``*ForSequenceClassification``, ``*ForTokenClassification``) prefix the body with ``bert.`` (``roberta.``);
+``BertModel`` checkpoints do not. The MLM decoder matrix is tied to the word embeddings. Google's original BERT checkpoints also hold the
 next-sentence head (``cls.seq_relationship``): zoo has no NSP head, and that pretraining-only head is dropped.
 """
 
@@ -20,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.io.hf.classifier import classifier_from_hf, classifier_rules, classifier_task, classifier_to_hf
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
@@ -40,6 +46,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.spec import EncoderSpec, ModelSpec, parse_spec
+from zoo.spec.model import SequenceClassifierSpec
 
 
 @dataclass(frozen=True)
@@ -57,12 +64,16 @@ class Flavour:
     vocab_size: int  # transformers' config defaults
     pad_token_id: int
     ignored: tuple[str, ...] = ()  # pretraining-only tensors dropped on import
+    classifiers: tuple[str, str] | None = None  # (sequence, token classification); None: not mapped
+    sequence_pooling: str = "pooler"  # what the sequence classifier reads: the pooler, or its own dense
 
 
 BERT = Flavour(
     model_type="bert",
     prefix="bert.",
     classes=("BertModel", "BertForMaskedLM"),
+    classifiers=("BertForSequenceClassification", "BertForTokenClassification"),
+    sequence_pooling="pooler",
     mlm="cls.predictions",
     mlm_dense="transform.dense",
     mlm_norm="transform.LayerNorm",
@@ -76,6 +87,8 @@ ROBERTA = Flavour(
     model_type="roberta",
     prefix="roberta.",
     classes=("RobertaModel", "RobertaForMaskedLM"),
+    classifiers=("RobertaForSequenceClassification", "RobertaForTokenClassification"),
+    sequence_pooling="dense",
     mlm="lm_head",
     mlm_dense="dense",
     mlm_norm="layer_norm",
@@ -98,6 +111,12 @@ def _config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -
     offset = (pad if pad is not None else 0) + 1 if flavour.offset_from_pad else 0
     activation = activation_from_hf(config.get("hidden_act", "gelu"), field="hidden_act")
     has_mlm = any(n.startswith(f"{flavour.mlm}.") for n in names)
+    task = (
+        classifier_task(config, body, classes=flavour.classifiers, pooler="pooler.dense.weight")
+        if flavour.classifiers
+        else None
+    )
+    classifier = classifier_from_hf(config, task, pooling=flavour.sequence_pooling) if task else None
     mlm = {
         "activation": flavour.mlm_activation or activation,
         "tied": config.get("tie_word_embeddings", True),
@@ -116,7 +135,11 @@ def _config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -
         "norm": {"kind": "layernorm", "eps": config.get("layer_norm_eps", 1e-12), "placement": "post"},
         "position": {"kind": "learned", "offset": offset},
         "embedding": {"segment_vocab_size": config.get("type_vocab_size", 2), "norm": True},
-        "heads": {"pooler": "pooler.dense.weight" in body, "mlm": mlm if has_mlm else None},
+        "heads": {
+            "pooler": "pooler.dense.weight" in body,
+            "mlm": mlm if has_mlm else None,
+            "classifier": classifier,
+        },
         "dropout": config.get("hidden_dropout_prob", 0.1),
         "init": {"std": config.get("initializer_range", 0.02)},
         "pad_token_id": pad,
@@ -139,18 +162,26 @@ def _spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
         ("embedding.norm", spec.embedding.norm, True),
         ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
         ("encoder.share_layers", stack.share_layers, False),
-        ("heads.num_labels", spec.heads.num_labels, None),
     ])  # fmt: skip
     if mlm is not None:
         require(family, [("heads.mlm.activation", mlm.activation, flavour.mlm_activation or ffn.activation)])
+    classifier = spec.heads.classifier
+    if classifier is not None and not flavour.classifiers:
+        raise HFError(f"{family} cannot express heads.classifier: zoo maps no {family} classification head")
+    if isinstance(classifier, SequenceClassifierSpec):
+        require(family, [("heads.classifier.pooling", classifier.pooling, flavour.sequence_pooling)])
     if spec.embedding.segment_vocab_size == 0:
         raise HFError(
             f"{family} cannot express embedding.segment_vocab_size=0: Hugging Face {family} always has "
             "token-type embeddings (type_vocab_size >= 1)"
         )
+    if classifier is not None and flavour.classifiers:
+        head_class = flavour.classifiers[0 if classifier.task == "sequence" else 1]
+    else:
+        head_class = flavour.classes[1] if mlm else flavour.classes[0]
     return {
         "model_type": family,
-        "architectures": [flavour.classes[1] if mlm else flavour.classes[0]],
+        "architectures": [head_class],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.d_model,
         "num_hidden_layers": stack.num_layers,
@@ -168,6 +199,7 @@ def _spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
         "pad_token_id": spec.pad_token_id,
         "bos_token_id": spec.bos_token_id,
         "eos_token_id": spec.eos_token_id,
+        **(classifier_to_hf(classifier) if classifier is not None else {}),
     }
 
 
@@ -205,6 +237,7 @@ def _rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]:
             rules.append(rename("mlm_head.bias", f"{head}.bias"))
         else:  # untied, the decoder's own bias is the one the forward adds
             rules += linear("mlm_head", f"{head}.decoder")
+    rules += classifier_rules(spec.heads.classifier)
     return rules
 
 
@@ -227,7 +260,8 @@ def _hf_to_zoo(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDi
 def _zoo_to_hf(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    out = rules_to_hf(_rules(flavour, spec, flavour.prefix if mlm else ""), tensors)
+    headed = mlm is not None or spec.heads.classifier is not None  # head classes prefix the body
+    out = rules_to_hf(_rules(flavour, spec, flavour.prefix if headed else ""), tensors)
     if mlm is not None and not mlm.tied:  # transformers expects both biases even when untied
         out[f"{flavour.mlm}.bias"] = out[f"{flavour.mlm}.decoder.bias"].clone()
     return out
