@@ -1,12 +1,18 @@
 """``zoo convert``: Hugging Face -> zoo, zoo -> Hugging Face, or zoo -> zoo (another dtype or shard size).
 
     zoo convert --from-hf hf_gpt2/ --out runs/gpt2            # zoo.from_hf, then zoo.save
+    zoo convert --from-hf Helsinki-NLP/opus-mt-en-de --out runs/opus   # a Hub id: from the HF cache
     zoo convert --to-hf runs/gpt2 --out hf_out/               # zoo.load, then zoo.to_hf
+    zoo convert --to-hf runs/demo --out hf_demo/              # a trained run (zoo demo): MarianMTModel
+    zoo convert --to-hf transformer-base --out hf_base/       # a preset, built with initial weights
     zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bf16 --max-shard-size 500MB
 
-A ``tokenizer.json`` beside the source checkpoint is carried over to the output. ``--out`` must be another
-folder than the source's (symbolic links resolved): written in place, the output's weights would replace
-the very files being converted.
+A ``tokenizer.json`` beside the source checkpoint is carried over to the output (a training run's
+``source_tokenizer.json`` is not: a transformers tokenizer folder holds one vocabulary). A zoo source that
+is no path but a preset's name is built with random initial weights (seed 0: the same files every time),
+which shows the export's layout before any training. ``--out`` must be another folder than the source's
+(symbolic links resolved): written in place, the output's weights would replace the very files being
+converted.
 """
 
 from __future__ import annotations
@@ -28,10 +34,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert a checkpoint between Hugging Face's layout and zoo's own format.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-hf", metavar="DIR", help="Hugging Face checkpoint directory to import")
-    source.add_argument("--to-hf", metavar="DIR", help="zoo checkpoint to export for transformers")
     source.add_argument(
-        "--from-zoo", metavar="DIR", help="zoo checkpoint to save again (--dtype, --max-shard-size)"
+        "--from-hf",
+        metavar="DIR|ID",
+        help="Hugging Face checkpoint to import: a folder, or a Hub id (org/name[@revision]) read from the "
+        "Hugging Face cache, downloaded unless HF_HUB_OFFLINE=1",
+    )
+    source.add_argument(
+        "--to-hf",
+        metavar="DIR|PRESET",
+        help="zoo checkpoint or training run (e.g. runs/demo) to export for transformers; a preset name "
+        "builds it with random initial weights (seed 0). transformer-* presets export as MarianMTModel",
+    )
+    source.add_argument(
+        "--from-zoo",
+        metavar="DIR|PRESET",
+        help="zoo checkpoint to save again (--dtype, --max-shard-size); a preset name: initial weights",
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_dtype_option(parser, default=None, help="cast floating-point weights (default: keep theirs)")
@@ -48,12 +66,19 @@ def run(args: argparse.Namespace) -> int:
     from zoo.io.tokenizer import Tokenizer
 
     dtype = torch_dtype(args.dtype)
-    source = Path(args.from_hf or args.to_hf or args.from_zoo).expanduser()
+    given = args.from_hf or args.to_hf or args.from_zoo
     out = Path(args.out).expanduser()
     if args.to_hf and args.max_shard_size:
         raise CheckpointError("--max-shard-size applies to zoo output (--from-hf, --from-zoo), not --to-hf")
+    preset = None if args.from_hf else preset_name(given)
+    if args.from_hf:
+        from zoo.io.hf.hub import resolve_checkpoint
+
+        source = resolve_checkpoint(given)  # a Hub id becomes its snapshot folder in the HF cache
+    else:
+        source = Path(given).expanduser()
     folder = source if source.is_dir() else source.parent
-    if same_folder(folder, out):
+    if preset is None and same_folder(folder, out):
         option = "--from-hf" if args.from_hf else "--to-hf" if args.to_hf else "--from-zoo"
         raise ValueError(
             f"--out {out} is the {option} folder {folder}: converting in place would replace the weights "
@@ -61,23 +86,28 @@ def run(args: argparse.Namespace) -> int:
         )
     tokenizer_file = folder / TOKENIZER_NAME
     tokenizer = (
-        Tokenizer.from_file(tokenizer_file) if tokenizer_file.is_file() else None
+        Tokenizer.from_file(tokenizer_file) if preset is None and tokenizer_file.is_file() else None
     )  # fail before the weights
 
+    if args.from_hf:
+        from zoo.io.hf import from_hf
+
+        model = from_hf(source, dtype=dtype)
+    elif preset is not None:
+        import torch
+
+        torch.manual_seed(0)  # initial weights, the same every time
+        model = zoo.build(preset, dtype=dtype).eval()
+        console.print(f"[dim]built preset {markup(preset)} with random initial weights (seed 0)[/]")
+    else:
+        model = zoo.load(source, dtype=dtype)
     if args.to_hf:
         from zoo.io.hf import to_hf
 
-        model = zoo.load(source, dtype=dtype)
         with writing(out):
             to_hf(model, out, tokenizer=tokenizer)
         kind = "Hugging Face"
     else:
-        if args.from_hf:
-            from zoo.io.hf import from_hf
-
-            model = from_hf(source, dtype=dtype)
-        else:
-            model = zoo.load(source, dtype=dtype)
         with writing(out):
             zoo.save(model, out, tokenizer=tokenizer, max_shard_size=args.max_shard_size or "2GB")
         kind = "zoo"
@@ -89,6 +119,13 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"[dim]{markup(', '.join(files))}[/]", highlight=False)
     return 0
+
+
+def preset_name(source: str) -> str | None:
+    """``source`` when it names a preset and no file or folder of that name exists, else None."""
+    from zoo.spec import list_presets
+
+    return source if source in list_presets() and not Path(source).expanduser().exists() else None
 
 
 def same_folder(source: Path, out: Path) -> bool:

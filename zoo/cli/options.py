@@ -141,8 +141,22 @@ def add_device_option(
     )
 
 
+def _looks_like_hub_id(target: str) -> bool:
+    """``org/name``: not a preset, not a file name (a missing ``my/spec.yaml`` keeps its own error)."""
+    from zoo.io.hf.hub import parse_hub_id
+    from zoo.spec import list_presets
+
+    return (
+        "/" in target
+        and target not in list_presets()
+        and not target.endswith((".yaml", ".yml", ".json", ".safetensors"))
+        and parse_hub_id(target) is not None
+    )
+
+
 def load_target_spec(target: str) -> ModelSpec:
-    """The spec of a preset name, a spec file, a zoo checkpoint or a Hugging Face folder (``config.json``).
+    """The spec of a preset name, a spec file, a zoo checkpoint, a Hugging Face folder (``config.json``) or
+    a Hub id in the local Hugging Face cache (``org/name``; a preset or an existing path wins).
 
     A zoo checkpoint (``spec.json`` or safetensors metadata) is read by `zoo.analysis.load_target_spec`;
     a folder with a ``config.json`` and no ``spec.json`` goes through the Hugging Face import path, reading
@@ -156,4 +170,8 @@ def load_target_spec(target: str) -> ModelSpec:
         from zoo.io.hf import read_hf_spec
 
         return read_hf_spec(path)
+    if not path.exists() and _looks_like_hub_id(target):
+        from zoo.io.hf import read_hf_spec  # a Hub id, resolved through the Hugging Face cache
+
+        return read_hf_spec(target)
     return load_zoo_target(target)

@@ -31,10 +31,26 @@ A headless ``BartModel`` checkpoint (no ``model.`` prefix, no final_logits_bias)
 is zero. Marian's sinusoid table is not trained: a stored copy is ignored on import and none is written on
 export (transformers recomputes it). transformers counts BART/Marian positions from 0 with ``arange``; zoo
 counts them over the attention mask, which is the same for right-padded batches.
+
+The paper's Transformer (``transformer-*`` presets: sinusoids in the "interleaved" layout, sin/cos
+alternating) exports as Marian exactly. Marian's table is the same sines and cosines with the columns in
+another order, ``half[:, k] = interleaved[:, perm[k]]`` with ``perm = [0, 2, 4, ..., 1, 3, 5, ...]``, and
+renaming the residual stream's coordinates the same way gives the same network: every tensor along the
+stream (d_model) takes that order, nothing else changes.
+
+    embeddings, lm_head (V, C)                       columns permuted
+    q/k/v, cross q/kv, fc1 weights (out, C)          columns permuted (they read the stream)
+    out_proj, fc2 weights (C, in) and biases (C,)    rows permuted (they write to it)
+    LayerNorm weights and biases (C,)                permuted (mean and variance ignore the order)
+    q/k/v and fc1 biases, final_logits_bias         unchanged (heads and FFN units keep their order)
+
+A re-import (`zoo.from_hf`) reads Marian's layout: a "half" model with the same logits whose residual
+coordinates are the permuted ones.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -56,12 +72,27 @@ from zoo.io.hf.common import (
     rules_to_zoo,
     token_id,
 )
-from zoo.spec import EncoderDecoderSpec, ModelSpec, parse_spec
+from zoo.spec import EncoderDecoderSpec, ModelSpec, SinusoidalPositions, parse_spec
 
 _LAYERNORM_EPS = 1e-5  # nn.LayerNorm's default; BART and Marian configs have no eps field
 _TOP_LEVEL = ("final_logits_bias", "lm_head.weight")  # outside the ``model.`` base model
 _IGNORED = (r"model\.(encoder|decoder)\.version",)
 _SINUSOIDS = r"model\.(encoder|decoder)\.embed_positions\.weight"  # Marian's fixed table
+# every field of the spec (model_dump compares all of them): the paper's frequencies, no row offset
+_HALF = SinusoidalPositions(layout="half").model_dump()
+_INTERLEAVED = SinusoidalPositions(layout="interleaved").model_dump()  # exported as _HALF, permuted
+# Which axis of each zoo tensor of a BART/Marian-shaped model runs along the residual stream (d_model);
+# None: the tensor does not touch it. Every tensor must match one row: a new one cannot be left unpermuted.
+_RESIDUAL_AXIS: tuple[tuple[re.Pattern[str], int | None], ...] = tuple(
+    (re.compile(pattern), axis)
+    for pattern, axis in (
+        (r"(source_)?embed\.tokens\.weight|lm_head\.weight", 1),  # (V, C)
+        (r".+\.(qkv_proj|q_proj|kv_proj|up_proj)\.weight", 1),  # (out, C): reads the stream
+        (r".+\.(out_proj|down_proj)\.(weight|bias)", 0),  # (C, in), (C,): writes to it
+        (r".+_norm\.(weight|bias)", 0),  # (C,)
+        (r".+\.(qkv_proj|q_proj|kv_proj|up_proj)\.bias|lm_head\.final_logits_bias", None),
+    )
+)
 
 
 # -- config <-> spec ------------------------------------------------------------------------------------
@@ -90,7 +121,7 @@ def _config_to_spec(config: dict[str, Any], names: set[str], *, marian: bool) ->
     separate = marian and config.get("share_encoder_decoder_embeddings", True) is False
     # apart, vocab_size is the source's and decoder_vocab_size the target's (decoder embeddings and head)
     vocab = (config.get("decoder_vocab_size") or source_vocab) if separate else source_vocab
-    position = {"kind": "sinusoidal", "layout": "half"} if marian else {"kind": "learned", "offset": 2}
+    position = _HALF if marian else {"kind": "learned", "offset": 2}
     return parse_spec({
         "family": "encoder-decoder",
         "vocab_size": vocab,
@@ -117,21 +148,23 @@ def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
     require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
-    position = {"kind": "sinusoidal", "layout": "half"} if marian else {"kind": "learned", "offset": 2}
+    # Marian: the paper's interleaved sinusoids too, by re-ordering the residual stream (`_to_half_layout`)
+    position = (_HALF, _INTERLEAVED) if marian else {"kind": "learned", "offset": 2}
     checks: list[tuple[str, Any, Any]] = []
     for stack in (encoder, decoder):
         src, norm = stack.sources, stack.norm
+        _check_eps(family, f"{src['norm']}.eps", norm.eps)
         checks += [
             (f"{src['norm']}.kind", norm.kind, "layernorm"),
             (f"{src['norm']}.placement", norm.placement, "post"),
             (f"{src['norm']}.final", norm.has_final, False),
             (f"{src['norm']}.bias", norm.bias, True),
-            (f"{src['norm']}.eps", norm.eps, _LAYERNORM_EPS),
             *plain_attention(stack, spec.d_model),
             (f"{src['ffn']}.gated", stack.ffn.gated, False),
             (f"{src['ffn']}.bias", stack.ffn.bias, True),
             (f"{src['ffn']}.activation", stack.ffn.activation, encoder.ffn.activation),  # one per model
             (src["position"], stack.position.model_dump(), position),
+            (src["position"], stack.position.model_dump(), encoder.position.model_dump()),  # one layout
             (f"{stack.name}.share_layers", stack.share_layers, False),
         ]
     cross = decoder.cross_attention
@@ -176,6 +209,17 @@ def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         config["decoder_vocab_size"] = spec.vocab_size
         config["share_encoder_decoder_embeddings"] = spec.source_vocab_size is None
     return config
+
+
+def _check_eps(family: str, field: str, eps: float) -> None:
+    """transformers builds BART's and Marian's norms as ``nn.LayerNorm(d_model)``: eps 1e-5, which
+    config.json cannot change; another eps would give other logits, so it is refused, not rounded."""
+    if eps != _LAYERNORM_EPS:
+        raise HFError(
+            f"{family} cannot express {field}={eps!r}: Hugging Face {family} hard-codes LayerNorm eps "
+            f"{_LAYERNORM_EPS!r} (config.json has no field for it) and another eps gives other logits; "
+            f"train with {field}: {_LAYERNORM_EPS!r} to export exactly"
+        )
 
 
 # -- tensors ------------------------------------------------------------------------------------------
@@ -252,9 +296,36 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDic
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
+    if marian and spec.stacks()["encoder"].position.model_dump() == _INTERLEAVED:  # one layout: checked
+        tensors = _to_half_layout(tensors, spec.d_model)
     out = rules_to_hf(_rules(spec, marian=marian), tensors)
     table = out["model.decoder.embed_tokens.weight" if spec.source_vocab_size else "model.shared.weight"]
     out.setdefault("final_logits_bias", table.new_zeros(1, spec.vocab_size))  # HF's head always has one
+    return out
+
+
+def half_layout_order(d_model: int) -> torch.Tensor:
+    """``perm`` with ``sinusoidal_table(P, C, layout="half") == sinusoidal_table(P, C)[:, perm]``: the even
+    (sine) coordinates, then the odd (cosine) ones."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def _to_half_layout(tensors: StateDict, d_model: int) -> StateDict:
+    """The same network with its residual coordinates re-ordered by `half_layout_order`, so that the
+    interleaved sinusoids it adds become Marian's half layout (table in the module docstring)."""
+    perm = half_layout_order(d_model)
+    out: StateDict = {}
+    for name, tensor in tensors.items():
+        axis = next((axis for pattern, axis in _RESIDUAL_AXIS if pattern.fullmatch(name)), -1)
+        if axis == -1:
+            raise HFError(
+                f"marian export: no rule says how {name} meets the residual stream; cannot permute it"
+            )
+        if axis is not None and tensor.shape[axis] != d_model:
+            raise HFError(
+                f"marian export: {name} has {tensor.shape[axis]} along axis {axis}, not d_model {d_model}"
+            )
+        out[name] = tensor if axis is None else tensor.index_select(axis, perm.to(tensor.device))
     return out
 
 
