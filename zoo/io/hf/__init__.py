@@ -3,8 +3,9 @@
     config.json ──config_to_spec──> ModelSpec ──build on meta──> model ──strict load──> model
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
-Each family module (gpt2, llama, bert [+ roberta], albert, t5, bart [+ marian]) holds one declarative
-`FamilyMapping`; this module only reads and writes files and picks the mapping by ``model_type``. Weights
+Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5, bart [+ marian],
+m2m100, bigbird, opt, ctrl) holds declarative `FamilyMapping`s; this module only reads and writes files,
+picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
