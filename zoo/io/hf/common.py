@@ -283,3 +283,31 @@ def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
                 part.contiguous() if len(parts) == 1 else part.clone(memory_format=torch.contiguous_format)
             )
     return out
+
+
+# -- decoder-only families ---------------------------------------------------------------------------------
+
+DecoderRules = Callable[[Any, str], list[Rule]]  # (DecoderSpec, body prefix) -> the family's table
+
+
+def decoder_converters(
+    rules: DecoderRules, *, prefix: str, ignore: Sequence[str] = ()
+) -> tuple[Callable[[StateDict, ModelSpec], StateDict], Callable[[StateDict, ModelSpec], StateDict]]:
+    """``(hf_to_zoo, zoo_to_hf)`` for a decoder family whose head class keeps the body under ``prefix``.
+
+    Import strips ``prefix`` wherever it appears (a headless ``*Model`` file and some original releases have
+    none) and ignores a tied head's stored copy of the embeddings, as transformers does; export writes the
+    prefix only when there is a head. ``ignore``: more regexes of tensors that hold nothing learned.
+    """
+
+    def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
+        head = getattr(spec, "lm_head", None)
+        tied = head is None or head.tied
+        skipped = [*ignore, *([r"lm_head\.weight"] if tied else [])]
+        return rules_to_zoo(rules(spec, ""), strip_prefix(tensors, prefix), ignore=skipped)
+
+    def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
+        has_head = getattr(spec, "lm_head", None) is not None
+        return rules_to_hf(rules(spec, prefix if has_head else ""), tensors)
+
+    return hf_to_zoo, zoo_to_hf

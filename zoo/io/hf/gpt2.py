@@ -16,18 +16,15 @@ from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
     Rule,
-    StateDict,
     activation_from_hf,
     classic_layers,
+    decoder_converters,
     has_lm_head,
     layernorm,
     linear,
     reject,
     rename,
     require,
-    rules_to_hf,
-    rules_to_zoo,
-    strip_prefix,
     token_id,
 )
 from zoo.spec import DecoderSpec, ModelSpec, parse_spec
@@ -127,16 +124,7 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    tied = spec.lm_head is None or spec.lm_head.tied
-    ignore = (*_OLD_BUFFERS, *(["lm_head\\.weight"] if tied else []))  # a tied head's stored copy is unused
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore)
-
-
-def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    return rules_to_hf(_rules(spec, PREFIX if spec.lm_head is not None else ""), tensors)
+hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX, ignore=_OLD_BUFFERS)
 
 
 MAPPING = FamilyMapping(

@@ -28,17 +28,14 @@ from zoo.io.hf.common import (
     FamilyMapping,
     HFError,
     Rule,
-    StateDict,
     activation_from_hf,
+    decoder_converters,
     fused_linear,
     has_lm_head,
     layernorm,
     linear,
     rename,
     require,
-    rules_to_hf,
-    rules_to_zoo,
-    strip_prefix,
     token_id,
 )
 from zoo.io.hf.rope import rope_from_config, rope_to_config
@@ -355,17 +352,7 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    tied = spec.lm_head is None or spec.lm_head.tied
-    return rules_to_zoo(
-        _rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=["lm_head\\.weight"] if tied else []
-    )
-
-
-def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    return rules_to_hf(_rules(spec, PREFIX if spec.lm_head is not None else ""), tensors)
+hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX)
 
 
 def _mapping(variant: Variant) -> FamilyMapping:

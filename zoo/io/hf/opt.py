@@ -33,8 +33,8 @@ from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
     Rule,
-    StateDict,
     activation_from_hf,
+    decoder_converters,
     fused_linear,
     has_lm_head,
     layernorm,
@@ -42,9 +42,6 @@ from zoo.io.hf.common import (
     reject,
     rename,
     require,
-    rules_to_hf,
-    rules_to_zoo,
-    strip_prefix,
     token_id,
 )
 from zoo.spec import DecoderSpec, ModelSpec, parse_spec
@@ -183,17 +180,8 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    tied = spec.lm_head is None or spec.lm_head.tied
-    ignore = ["lm_head\\.weight"] if tied else []  # a tied head's stored copy is unused, as in transformers
-    # OPTForCausalLM saves the body under ``model.``; facebook's original files and OPTModel do not
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore)
-
-
-def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, DecoderSpec)
-    return rules_to_hf(_rules(spec, PREFIX if spec.lm_head is not None else ""), tensors)
+# OPTForCausalLM saves the body under ``model.``; facebook's original files and OPTModel do not
+hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX)
 
 
 MAPPING = FamilyMapping(
