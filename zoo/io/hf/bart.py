@@ -98,7 +98,7 @@ _RESIDUAL_AXIS: tuple[tuple[re.Pattern[str], int | None], ...] = tuple(
 # -- config <-> spec ------------------------------------------------------------------------------------
 
 
-def _config_to_spec(config: dict[str, Any], names: set[str], *, marian: bool) -> ModelSpec:
+def config_to_spec(config: dict[str, Any], names: set[str], *, marian: bool) -> ModelSpec:
     activation = activation_from_hf(config.get("activation_function", "gelu"), field="activation_function")
 
     def stack(side: str) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def _config_to_spec(config: dict[str, Any], names: set[str], *, marian: bool) ->
     })  # fmt: skip
 
 
-def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
+def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
     family = "marian" if marian else "bart"
     require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
@@ -183,19 +183,7 @@ def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
         "model_type": family,
         "vocab_size": spec.source_vocab_size or spec.vocab_size,
-        "d_model": spec.d_model,
-        "max_position_embeddings": spec.max_positions,
-        "encoder_layers": encoder.num_layers,
-        "decoder_layers": decoder.num_layers,
-        "encoder_attention_heads": encoder.attention.num_heads,
-        "decoder_attention_heads": decoder.attention.num_heads,
-        "encoder_ffn_dim": encoder.ffn.d_ff,
-        "decoder_ffn_dim": decoder.ffn.d_ff,
-        "activation_function": ACTIVATIONS_TO_HF[encoder.ffn.activation],
-        # HF has one rate of each kind for both stacks: the encoder's is written
-        "dropout": spec.dropout,
-        "attention_dropout": encoder.attention.dropout,
-        "activation_dropout": encoder.ffn.dropout,
+        **stack_config(spec),
         "init_std": spec.init.std,
         "scale_embedding": emb.scale,
         "tie_word_embeddings": spec.lm_head.tied,
@@ -209,6 +197,29 @@ def _spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         config["decoder_vocab_size"] = spec.vocab_size
         config["share_encoder_decoder_embeddings"] = spec.source_vocab_size is None
     return config
+
+
+def stack_config(spec: EncoderDecoderSpec) -> dict[str, Any]:
+    """The config.json fields BART, Marian and M2M-100 share: widths, depths, heads, activation, dropout.
+
+    Hugging Face has one activation and one rate of each kind for both stacks: the encoder's is written.
+    """
+    stacks = spec.stacks()
+    encoder, decoder = stacks["encoder"], stacks["decoder"]
+    return {
+        "d_model": spec.d_model,
+        "max_position_embeddings": spec.max_positions,
+        "encoder_layers": encoder.num_layers,
+        "decoder_layers": decoder.num_layers,
+        "encoder_attention_heads": encoder.attention.num_heads,
+        "decoder_attention_heads": decoder.attention.num_heads,
+        "encoder_ffn_dim": encoder.ffn.d_ff,
+        "decoder_ffn_dim": decoder.ffn.d_ff,
+        "activation_function": ACTIVATIONS_TO_HF[encoder.ffn.activation],
+        "dropout": spec.dropout,
+        "attention_dropout": encoder.attention.dropout,
+        "activation_dropout": encoder.ffn.dropout,
+    }
 
 
 def _check_eps(family: str, field: str, eps: float) -> None:
@@ -225,7 +236,7 @@ def _check_eps(family: str, field: str, eps: float) -> None:
 # -- tensors ------------------------------------------------------------------------------------------
 
 
-def _rules(spec: EncoderDecoderSpec, *, marian: bool) -> list[Rule]:
+def tensor_rules(spec: EncoderDecoderSpec, *, marian: bool) -> list[Rule]:
     """One row per zoo tensor: the HF tensor(s) it is made of (full ``*ForConditionalGeneration`` names)."""
     if spec.source_vocab_size:
         rules = [
@@ -261,7 +272,7 @@ def _rules(spec: EncoderDecoderSpec, *, marian: bool) -> list[Rule]:
     return rules
 
 
-def _drop_copies(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
+def drop_copies(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
     """Check and drop the copies of the target table: a shared table's per-stack aliases (some files keep
     only those, then one stands in for it) and a tied head. A copy that differs is an error."""
     separate = bool(spec.source_vocab_size)
@@ -289,16 +300,16 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDic
     if spec.lm_head.logits_bias and "final_logits_bias" not in tensors:
         dtype = next((t.dtype for t in tensors.values() if t.is_floating_point()), torch.float32)
         tensors["final_logits_bias"] = torch.zeros(1, spec.vocab_size, dtype=dtype)  # transformers' start
-    _drop_copies(tensors, spec)
+    drop_copies(tensors, spec)
     ignore = (*_IGNORED, _SINUSOIDS) if marian else _IGNORED  # the sinusoids are recomputed, never read
-    return rules_to_zoo(_rules(spec, marian=marian), tensors, ignore=ignore)
+    return rules_to_zoo(tensor_rules(spec, marian=marian), tensors, ignore=ignore)
 
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
     if marian and spec.stacks()["encoder"].position.model_dump() == _INTERLEAVED:  # one layout: checked
         tensors = _to_half_layout(tensors, spec.d_model)
-    out = rules_to_hf(_rules(spec, marian=marian), tensors)
+    out = rules_to_hf(tensor_rules(spec, marian=marian), tensors)
     table = out["model.decoder.embed_tokens.weight" if spec.source_vocab_size else "model.shared.weight"]
     out.setdefault("final_logits_bias", table.new_zeros(1, spec.vocab_size))  # HF's head always has one
     return out
@@ -330,19 +341,13 @@ def _to_half_layout(tensors: StateDict, d_model: int) -> StateDict:
 
 
 def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
-    def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-        return _config_to_spec(config, names, marian=marian)
-
-    def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-        return _spec_to_config(spec, marian=marian)
-
-    def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
-        return _hf_to_zoo(tensors, spec, marian=marian)
-
-    def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
-        return _zoo_to_hf(tensors, spec, marian=marian)
-
-    return FamilyMapping((model_type,), config_to_spec, spec_to_config, hf_to_zoo, zoo_to_hf)
+    return FamilyMapping(
+        model_types=(model_type,),
+        config_to_spec=lambda config, names: config_to_spec(config, names, marian=marian),
+        spec_to_config=lambda spec: spec_to_config(spec, marian=marian),
+        hf_to_zoo=lambda tensors, spec: _hf_to_zoo(tensors, spec, marian=marian),
+        zoo_to_hf=lambda tensors, spec: _zoo_to_hf(tensors, spec, marian=marian),
+    )
 
 
 MAPPINGS: list[FamilyMapping] = [_mapping("bart", marian=False), _mapping("marian", marian=True)]

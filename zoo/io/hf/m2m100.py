@@ -34,7 +34,6 @@ from typing import Any
 
 from zoo.io.hf import bart
 from zoo.io.hf.common import (
-    ACTIVATIONS_TO_HF,
     FamilyMapping,
     HFError,
     Rule,
@@ -94,7 +93,7 @@ def _config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         )
     # BART's reading of the sizes, dropouts and token ids (Marian's rows: no embedding norm), then M2M-100's
     # wiring on top
-    spec = bart._config_to_spec(config, names, marian=True)
+    spec = bart.config_to_spec(config, names, marian=True)
     return spec.override(
         norm={"placement": "pre"},  # with a final norm, as pre-norm has by default
         position=_fairseq_positions(pad),
@@ -143,19 +142,7 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "architectures": ["M2M100ForConditionalGeneration"],
         "model_type": family,
         "vocab_size": spec.vocab_size,
-        "d_model": spec.d_model,
-        "max_position_embeddings": spec.max_positions,
-        "encoder_layers": encoder.num_layers,
-        "decoder_layers": decoder.num_layers,
-        "encoder_attention_heads": encoder.attention.num_heads,
-        "decoder_attention_heads": decoder.attention.num_heads,
-        "encoder_ffn_dim": encoder.ffn.d_ff,
-        "decoder_ffn_dim": decoder.ffn.d_ff,
-        "activation_function": ACTIVATIONS_TO_HF[encoder.ffn.activation],
-        # HF has one rate of each kind for both stacks: the encoder's is written
-        "dropout": spec.dropout,
-        "attention_dropout": encoder.attention.dropout,
-        "activation_dropout": encoder.ffn.dropout,
+        **bart.stack_config(spec),
         "encoder_layerdrop": 0.0,  # zoo trains without LayerDrop
         "decoder_layerdrop": 0.0,
         "init_std": spec.init.std,
@@ -174,7 +161,7 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
 
 def _rules(spec: EncoderDecoderSpec) -> list[Rule]:
     """BART's table in Marian's shape (no stored positions, no embedding norm) plus the final norms."""
-    rules = bart._rules(spec, marian=True)
+    rules = bart.tensor_rules(spec, marian=True)
     for name in spec.stacks():
         rules += layernorm(f"{name}.final_norm", f"model.{name}.layer_norm")
     return rules
@@ -186,7 +173,7 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     tensors = {
         k if k.startswith("model.") or k == "lm_head.weight" else f"model.{k}": v for k, v in tensors.items()
     }
-    bart._drop_copies(tensors, spec)  # the per-stack aliases of ``shared`` and a tied head
+    bart.drop_copies(tensors, spec)  # the per-stack aliases of ``shared`` and a tied head
     return rules_to_zoo(_rules(spec), tensors, ignore=_IGNORED)
 
 
