@@ -29,7 +29,7 @@ from zoo.losses import IGNORE_INDEX
 from zoo.spec import EncoderSpec, ModelSpec
 from zoo.training.batching import Batch, Collator
 from zoo.training.config import ConfigError, Task
-from zoo.training.data import DataError, EncodedExamples, TooLong
+from zoo.training.data import DataError, EncodedExamples, TooLong, report_length_cuts
 from zoo.training.labelled import LabelledText
 
 log = logging.getLogger(__name__)
@@ -210,16 +210,9 @@ def encode_labelled(
             if text.words is not None:
                 labels[i] = [*labels[i][: max_length - 1], labels[i][-1]]
             keep.append(i)
-    if cut:
-        action = "truncated" if too_long == "truncate" else "skipped"
-        log.warning(
-            "%d of %d examples are longer than %d tokens and were %s (first: %s)",
-            len(cut), len(ids), max_length, action, text.origins[cut[0]],
-        )  # fmt: skip
-    if not keep:
-        raise DataError(
-            f"{text.origins[0].rsplit(':', 1)[0]}: every example is longer than {max_length} tokens"
-        )
+    report_length_cuts(
+        cut, keep, total=len(ids), max_length=max_length, too_long=too_long, origins=text.origins
+    )
     return LabelledExamples(
         targets=[ids[i] for i in keep],
         sources=None,

@@ -167,16 +167,9 @@ def encode_examples(
                 if len(side[i]) > max_length:
                     side[i] = _truncate(side[i], max_length)
             keep.append(i)
-    if cut:
-        action = "truncated" if too_long == "truncate" else "skipped"
-        log.warning(
-            "%d of %d examples are longer than %d tokens and were %s (first: %s)",
-            len(cut), len(targets), max_length, action, text.origins[cut[0]],
-        )  # fmt: skip
-    if not keep:
-        raise DataError(
-            f"{text.origins[0].rsplit(':', 1)[0]}: every example is longer than {max_length} tokens"
-        )
+    report_length_cuts(
+        cut, keep, total=len(targets), max_length=max_length, too_long=too_long, origins=text.origins
+    )
     return EncodedExamples(
         targets=[targets[i] for i in keep],
         sources=[sources[i] for i in keep] if sources is not None else None,
@@ -205,3 +198,24 @@ def corpus_lines(
             yield from text.sources
         if side in ("target", "both"):
             yield from text.targets
+
+
+def report_length_cuts(
+    cut: Sequence[int],
+    keep: Sequence[int],
+    *,
+    total: int,
+    max_length: int,
+    too_long: str,
+    origins: Sequence[str],
+) -> None:
+    """Log how many of ``total`` examples were truncated or skipped (indices ``cut``); refuse a file that
+    keeps none (``keep`` empty), naming it."""
+    if cut:
+        action = "truncated" if too_long == "truncate" else "skipped"
+        log.warning(
+            "%d of %d examples are longer than %d tokens and were %s (first: %s)",
+            len(cut), total, max_length, action, origins[cut[0]],
+        )  # fmt: skip
+    if not keep:
+        raise DataError(f"{origins[0].rsplit(':', 1)[0]}: every example is longer than {max_length} tokens")
