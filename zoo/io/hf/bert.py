@@ -101,7 +101,7 @@ QKV = ("query", "key", "value")
 _LEGACY_NORM = re.compile(r"(.*LayerNorm)\.(gamma|beta)")  # TF-era names transformers still accepts
 
 
-def _config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -> ModelSpec:
+def config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -> ModelSpec:
     reject(config, "is_decoder", False, why="a causal BERT is not an encoder")
     reject(config, "add_cross_attention", False, why="an encoder has no cross-attention")
     reject(config, "position_embedding_type", "absolute", why="only absolute learned positions convert")
@@ -148,7 +148,7 @@ def _config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -
     })  # fmt: skip
 
 
-def _spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
+def spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
     family = flavour.model_type
     require(family, [("family", spec.family, "encoder")])
     assert isinstance(spec, EncoderSpec)
@@ -203,7 +203,7 @@ def _spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def _rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]:
+def tensor_rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]:
     """zoo <-> HF names; body names carry ``prefix`` (``bert.`` under the MLM head class)."""
     stack = spec.stacks()["encoder"]
     C = stack.attention.num_heads * stack.attention.resolved_head_dim(spec.d_model)
@@ -253,7 +253,9 @@ def _hf_to_zoo(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDi
     # unused {head}.bias beside the decoder's own.
     extra = [rf"{head}\.decoder\.(weight|bias)"] if mlm is None or mlm.tied else [rf"{head}\.bias"]
     return rules_to_zoo(
-        _rules(flavour, spec, ""), strip_prefix(tensors, flavour.prefix), ignore=[*flavour.ignored, *extra]
+        tensor_rules(flavour, spec, ""),
+        strip_prefix(tensors, flavour.prefix),
+        ignore=[*flavour.ignored, *extra],
     )
 
 
@@ -261,7 +263,7 @@ def _zoo_to_hf(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDi
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
     headed = mlm is not None or spec.heads.classifier is not None  # head classes prefix the body
-    out = rules_to_hf(_rules(flavour, spec, flavour.prefix if headed else ""), tensors)
+    out = rules_to_hf(tensor_rules(flavour, spec, flavour.prefix if headed else ""), tensors)
     if mlm is not None and not mlm.tied:  # transformers expects both biases even when untied
         out[f"{flavour.mlm}.bias"] = out[f"{flavour.mlm}.decoder.bias"].clone()
     return out
@@ -270,8 +272,8 @@ def _zoo_to_hf(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDi
 def _mapping(flavour: Flavour) -> FamilyMapping:
     return FamilyMapping(
         model_types=(flavour.model_type,),
-        config_to_spec=lambda config, names: _config_to_spec(flavour, config, names),
-        spec_to_config=lambda spec: _spec_to_config(flavour, spec),
+        config_to_spec=lambda config, names: config_to_spec(flavour, config, names),
+        spec_to_config=lambda spec: spec_to_config(flavour, spec),
         hf_to_zoo=lambda tensors, spec: _hf_to_zoo(flavour, tensors, spec),
         zoo_to_hf=lambda tensors, spec: _zoo_to_hf(flavour, tensors, spec),
     )

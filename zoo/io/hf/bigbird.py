@@ -129,7 +129,7 @@ def _config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "and 'block_sparse'"
         )
     bert_names = {_POOLER.sub(r"\1.dense.\2", n) for n in names}  # BERT's reading looks for pooler.dense
-    spec = bert._config_to_spec(BIG_BIRD, config, bert_names)
+    spec = bert.config_to_spec(BIG_BIRD, config, bert_names)
     changes: dict[str, Any] = {
         # q/k/v biases; the output dense always has one
         "attention": {"bias": bool(config["use_bias"]), "out_bias": None if config["use_bias"] else True},
@@ -183,7 +183,7 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     plain = spec.override(**{
         f"{path}.bias": True, f"{path}.out_bias": None, "embedding.scale": False, "encoder.pattern": None
     })  # fmt: skip
-    config = bert._spec_to_config(BIG_BIRD, plain)
+    config = bert.spec_to_config(BIG_BIRD, plain)
     del config["position_embedding_type"]  # BigBird has absolute positions only
     return config | sparse | {"use_bias": attention.bias, "rescale_embeddings": spec.embedding.scale}
 
@@ -197,7 +197,7 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
     qkv_bias = spec.stacks()["encoder"].attention.bias
     return [
         replace(rule, hf=tuple(_BERT_POOLER.sub(r"\1.\2", name) for name in rule.hf))
-        for rule in bert._rules(BIG_BIRD, spec, prefix)
+        for rule in bert.tensor_rules(BIG_BIRD, spec, prefix)
         if qkv_bias or not rule.zoo.endswith(".self_attn.qkv_proj.bias")
     ]
 
