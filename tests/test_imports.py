@@ -84,7 +84,9 @@ LAYERS = (
     ("zoo.stacks",),
     ("zoo.generation", "zoo.losses"),  # generation sees models only through its protocol
     ("zoo.models",),
+    ("zoo.quant",),  # weight-only quantisation: checkpoints save and load quantised weights through it
     ("zoo.io",),
+    ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
     ("zoo.analysis", "zoo.training"),
     ("zoo.demo", "zoo.viz"),
     ("zoo.cli",),
