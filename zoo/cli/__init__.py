@@ -31,6 +31,7 @@ COMMANDS = (
     "diff",
     "plot",
     "convert",
+    "quantize",
     "generate",
 )
 

@@ -164,8 +164,10 @@ def check_finite(model: Any, *, where: str) -> None:
     """Raise ValueError naming the first weight that holds NaN or inf (one pass over the weights)."""
     import torch
 
+    from zoo.quant import float_parts  # a quantised weight's scales: torchao's tensors have no isfinite
+
     for name, tensor in model.named_parameters():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if tensor.is_floating_point() and not all(bool(torch.isfinite(t).all()) for t in float_parts(tensor)):
             raise ValueError(
                 f"{where}: weight {name} holds NaN or inf values; the model cannot generate "
                 "(did its training diverge?)"

@@ -40,11 +40,35 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_target_spec(args.target)
     result = zoo.summary(spec, seq_len=args.seq_len, batch=args.batch, dtype=args.dtype)
+    quantization = _quantization(args.target)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        extra = {"quantization": quantization.to_dict()} if quantization else {}
+        print(json.dumps(result.to_dict() | extra, indent=2))
         return 0
     render(result, title=result.name or str(args.target), depth=args.depth)
+    if quantization is not None:
+        from zoo.cli import console
+
+        console.print(
+            f"[yellow]quantised:[/] {markup(quantization.describe())}; the estimates above assume "
+            f"{args.dtype} weights"
+        )
     return 0
+
+
+def _quantization(target: str) -> Any:
+    """zoo.quant's record of a zoo checkpoint's weights (read from its header), or None."""
+    from pathlib import Path
+
+    from zoo.io.checkpoint import CheckpointError, open_checkpoint
+
+    path = Path(target).expanduser()
+    if not path.exists():
+        return None  # a preset or a Hub id: no weights to tell about
+    try:
+        return open_checkpoint(path).quantization
+    except CheckpointError:  # a spec file, a Hugging Face folder: not zoo's weights
+        return None
 
 
 def render(s: Any, *, title: str, depth: int | None = None) -> None:

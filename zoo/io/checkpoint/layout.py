@@ -32,6 +32,8 @@ from zoo.io.checkpoint.files import (
 )
 from zoo.io.checkpoint.limits import zoo_layers_held
 from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME, is_plain_file_name
+from zoo.quant.record import Quantization
+from zoo.quant.state import logical_shapes, part_names
 from zoo.spec import ModelSpec, parse_spec
 from zoo.spec.presets import format_validation_error
 
@@ -78,10 +80,11 @@ class Checkpoint:
     spec: ModelSpec
     tensors: dict[str, tuple[Path, TensorInfo]]  # stored name -> (file, dtype and shape)
     aliases: dict[str, str]  # a name saved once under another: alias -> stored name
+    quantization: Quantization | None = None  # zoo.quant's record: which weights are stored as parts
 
     def compare(self, expected: Mapping[str, tuple[int, ...]]) -> LoadReport:
         """Names and shapes of the checkpoint against ``expected`` (a model's state-dict shapes)."""
-        shapes = {name: info.shape for name, (_, info) in self.tensors.items()}
+        shapes = self.model_shapes()
         shapes |= {alias: shapes[kept] for alias, kept in self.aliases.items() if kept in shapes}
         return LoadReport(
             missing=tuple(sorted(set(expected) - set(shapes))),
@@ -93,11 +96,22 @@ class Checkpoint:
             ),
         )
 
+    def model_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Stored shapes under the model's names: a quantised weight's parts count as the weight (N, K)."""
+        shapes = {name: info.shape for name, (_, info) in self.tensors.items()}
+        if self.quantization is None:
+            return shapes
+        parts = part_names(self.quantization)
+        infos = {name: (info.dtype, info.shape) for name, (_, info) in self.tensors.items()}
+        quantized = logical_shapes(self.quantization, infos, where=str(self.source), error=CheckpointError)
+        return {name: shape for name, shape in shapes.items() if name not in parts} | quantized
+
     def floating_dtype(self) -> torch.dtype | None:
         """The dtype most floating-point elements are stored in (what the model was saved in), if any."""
         elements: Counter[torch.dtype] = Counter()
-        for _, info in self.tensors.values():
-            if info.dtype.is_floating_point:
+        parts = part_names(self.quantization) if self.quantization else {}
+        for name, (_, info) in self.tensors.items():
+            if info.dtype.is_floating_point and name not in parts:  # a quantised weight's scales do not count
                 elements[info.dtype] += info.numel
         return elements.most_common(1)[0][0] if elements else None
 
@@ -115,14 +129,22 @@ class Checkpoint:
         return {stack: zoo_layers_held(names, stack) for stack in self.spec.stacks()}
 
 
-def checkpoint_metadata(spec: ModelSpec, *, checkpoint_id: str, aliases: Mapping[str, str]) -> dict[str, str]:
-    """The safetensors metadata of every weights file of one save. ``checkpoint_id`` ties shards together."""
+def checkpoint_metadata(
+    spec: ModelSpec,
+    *,
+    checkpoint_id: str,
+    aliases: Mapping[str, str],
+    quantization: Quantization | None = None,
+) -> dict[str, str]:
+    """The safetensors metadata of every weights file of one save. ``checkpoint_id`` ties shards together;
+    ``quantization``: zoo.quant's record of a quantised model (its weights stored as parts)."""
     metadata = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "checkpoint_id": checkpoint_id,
         "spec": spec.to_json(),
     }
+    metadata |= {"quantization": quantization.to_json()} if quantization else {}
     return metadata | ({"aliases": json.dumps(dict(aliases))} if aliases else {})
 
 
@@ -130,10 +152,13 @@ def index_document(
     spec: ModelSpec, metadata: Mapping[str, str], weight_map: dict[str, str], *, total_size: int
 ) -> dict[str, Any]:
     """``model.safetensors.index.json`` as Hugging Face writes it, plus the spec (readable) and our metadata."""
-    index_metadata: dict[str, Any] = {k: v for k, v in metadata.items() if k not in ("spec", "aliases")}
+    index_metadata: dict[str, Any] = {
+        k: v for k, v in metadata.items() if k not in ("spec", "aliases", "quantization")
+    }
     index_metadata["total_size"] = total_size  # bytes of tensor data, as in Hugging Face's index
-    if "aliases" in metadata:
-        index_metadata["aliases"] = json.loads(metadata["aliases"])
+    for key in ("aliases", "quantization"):  # JSON in the file's metadata, readable objects in the index
+        if key in metadata:
+            index_metadata[key] = json.loads(metadata[key])
     index_metadata["spec"] = spec.model_dump(mode="json")
     return {"metadata": index_metadata, "weight_map": weight_map}
 
@@ -162,12 +187,15 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 def _open_single(file: Path) -> Checkpoint:
     metadata, infos = _read_header(file)
-    return Checkpoint(
+    checkpoint = Checkpoint(
         source=file,
         spec=_spec(file, metadata),
         tensors={name: (file, info) for name, info in infos.items()},
         aliases=_aliases(file, metadata.get("aliases"), stored=set(infos)),
+        quantization=_quantization(file, metadata.get("quantization")),
     )
+    checkpoint.model_shapes()  # a quantised checkpoint's parts are checked here, before any use
+    return checkpoint
 
 
 def _open_sharded(index: Path) -> Checkpoint:
@@ -215,7 +243,12 @@ def _open_sharded(index: Path) -> Checkpoint:
             )
         tensors |= {name: (file, infos[name]) for name in names}
     aliases = _aliases(index, metadata.get("aliases"), stored=set(tensors))
-    return Checkpoint(source=index, spec=spec, tensors=tensors, aliases=aliases)
+    quantization = _quantization(index, metadata.get("quantization"))
+    checkpoint = Checkpoint(
+        source=index, spec=spec, tensors=tensors, aliases=aliases, quantization=quantization
+    )
+    checkpoint.model_shapes()  # a quantised checkpoint's parts are checked here, before any use
+    return checkpoint
 
 
 def _read_header(file: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
@@ -252,6 +285,11 @@ def _spec(source: Path, metadata: Mapping[str, Any]) -> ModelSpec:
         raise CheckpointError(
             f"{source}: the spec in the metadata is invalid:\n{format_validation_error(error)}"
         ) from None
+
+
+def _quantization(source: Path, raw: Any) -> Quantization | None:
+    """zoo.quant's record in the metadata, checked (None for a floating-point checkpoint)."""
+    return None if raw is None else Quantization.parse(raw, where=str(source), error=CheckpointError)
 
 
 def _aliases(source: Path, raw: Any, *, stored: set[str]) -> dict[str, str]:

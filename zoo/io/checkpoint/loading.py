@@ -24,6 +24,8 @@ from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
 from zoo.io.names import TOKENIZER_NAME
 from zoo.models import ZooModel, build_model
+from zoo.quant.library import QuantizationError
+from zoo.quant.state import assemble, check_loadable, part_names, place
 
 if TYPE_CHECKING:
     from zoo.io.tokenizer import Tokenizer
@@ -59,6 +61,12 @@ def load(
     device = resolve_device(device if device is not None else "cpu")
     checkpoint = open_checkpoint(path)
     spec, source = checkpoint.spec, str(checkpoint.source)
+    quantization = checkpoint.quantization
+    if quantization is not None:  # torchao, and a device its kernel runs on, before anything is built
+        try:
+            check_loadable(quantization, device=device)
+        except QuantizationError as error:
+            raise CheckpointError(f"{source}: holds {quantization.weights} weights; {error}") from None
     check_spec_fits(spec, checkpoint.shapes(), checkpoint.layers_held(), source=source)  # before any build
     model = build_model(spec, device="meta", init=False)
     state = model.state_dict()
@@ -72,24 +80,31 @@ def load(
         logger.warning("%s: loaded with strict=False:\n%s", checkpoint.source, report)
     not_loaded = {*report.missing, *report.mismatched_names}
     matched = [name for name in expected if name not in not_loaded]
-    _check_dtypes(checkpoint, {name: state[name].dtype for name in matched}, dtype=dtype)
+    quantized = [name for name in matched if quantization and name in quantization.tensors]
+    plain = [name for name in matched if name not in quantized]  # read as they are stored
+    _check_dtypes(checkpoint, {name: state[name].dtype for name in plain}, dtype=dtype)
     check_allocation(model, spec, loaded=set(matched), file_elements=checkpoint.elements, source=source)
     if report.missing or report.mismatched:
         # The tensors not loaded need values: build for real (initialised) and copy the rest in, one by one.
         model = build_model(spec, device=device, dtype=dtype or checkpoint.floating_dtype())
         targets = model.state_dict()
         with torch.no_grad():
-            for name, tensor in _read_tensors(checkpoint, matched, device=device, dtype=dtype):
+            for name, tensor in _read_tensors(checkpoint, plain, device=device, dtype=dtype):
                 targets[name].copy_(tensor)
     else:
         # Names and shapes were checked above; `assign` adopts the tensors just read, no second copy.
         model.load_state_dict(
-            dict(_read_tensors(checkpoint, matched, device=device, dtype=dtype)), assign=True
+            dict(_read_tensors(checkpoint, plain, device=device, dtype=dtype)),
+            assign=True,
+            strict=not quantized,  # the quantised weights are placed below
         )
         materialize_buffers(model, device)
+    if quantization is not None:
+        _place_quantized(model, checkpoint, quantized, device=device, dtype=dtype)
     _retie(model, checkpoint.aliases, loaded=set(matched))
     model.reset_buffers()
     _check_placed(model, checkpoint.source)
+    setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
     model.eval()
     return (model, report) if return_report else model
 
@@ -143,6 +158,29 @@ def _read_tensors(
             if isinstance(error, CheckpointError):
                 raise
             raise CheckpointError(f"{file}: cannot read tensors: {error}") from None
+
+
+def _place_quantized(
+    model: ZooModel,
+    checkpoint: Checkpoint,
+    names: list[str],
+    *,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> None:
+    """Read the parts of each quantised weight in ``names`` as stored, rebuild torchao's tensor in the
+    model's dtype and make it the model's parameter (zoo.quant.state)."""
+    assert checkpoint.quantization is not None
+    record, owners = checkpoint.quantization, part_names(checkpoint.quantization)
+    wanted = set(names)
+    parts = [part for part, owner in owners.items() if owner in wanted]
+    read = dict(_read_tensors(checkpoint, parts, device=device, dtype=None))  # bit for bit: never cast here
+    compute = dtype or checkpoint.floating_dtype() or torch.float32
+    try:
+        weights = {name: assemble(record, name, read, dtype=compute) for name in names}
+    except QuantizationError as error:
+        raise CheckpointError(f"{checkpoint.source}: {error}") from None
+    place(model, weights, record)
 
 
 def _check_dtypes(

@@ -42,6 +42,7 @@ from zoo.io.atomic import (
 from zoo.io.checkpoint.files import CheckpointError, parse_size, plan_shards, unique_tensors
 from zoo.io.checkpoint.layout import checkpoint_metadata, index_document
 from zoo.io.names import INDEX_NAME, SHARD_PATTERN, SPEC_NAME, TOKENIZER_NAME, WEIGHTS_NAME, shard_name
+from zoo.quant.state import quantized_state
 
 if TYPE_CHECKING:
     from zoo.io.tokenizer import Tokenizer
@@ -80,15 +81,24 @@ def save(
     spec = getattr(model, "spec", None)
     if not isinstance(model, torch.nn.Module) or spec is None:
         raise CheckpointError(f"zoo.save needs a zoo model (with a .spec), got {type(model).__name__}")
+    # io sits below zoo.lora, so its wrapper is recognised by class name: its tensors fit no spec.
+    if any(type(module).__name__ == "LoraLinear" for module in model.modules()):
+        raise CheckpointError(
+            "zoo.save: the model has LoRA adapters: save them with zoo.lora.save, or fold them in with "
+            "zoo.lora.merge_and_unload first"
+        )
     tokenizer = _as_tokenizer(tokenizer)
     limit = parse_size(max_shard_size)
-    tensors, aliases = unique_tensors(model.state_dict())
+    state, quantization = quantized_state(model, error=CheckpointError)  # int8/int4 weights as plain parts
+    tensors, aliases = unique_tensors(state)
     sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}
     groups = plan_shards(sizes, limit)
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(directory, _OWN_FILES)  # 0. what killed saves left
     checkpoint_id, names = _new_names(directory, len(groups))
-    metadata = checkpoint_metadata(spec, checkpoint_id=checkpoint_id, aliases=aliases)
+    metadata = checkpoint_metadata(
+        spec, checkpoint_id=checkpoint_id, aliases=aliases, quantization=quantization
+    )
 
     files = {names[i]: {name: tensors[name] for name in group} for i, group in enumerate(groups)}
     _write_weights(directory, files, metadata)  # 1. the new weights; the old checkpoint is untouched

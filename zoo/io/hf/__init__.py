@@ -53,6 +53,7 @@ from zoo.io.names import (
 )
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
+from zoo.quant import quantization_of
 from zoo.spec import ModelSpec
 from zoo.spec.presets import format_validation_error
 
@@ -204,6 +205,7 @@ def from_hf(
         tensors = mapping.hf_to_zoo(hf_tensors, spec)
     model = build_model(spec, device="meta", init=False)
     load_strict(model, tensors, source=str(root), device=torch.device(device or "cpu"), dtype=dtype)
+    setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
     return model.eval()
 
 
@@ -340,6 +342,7 @@ def to_hf(
 
     >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
     """
+    _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
     state = model.state_dict()
@@ -360,6 +363,20 @@ def to_hf(
     if tokenizer is not None:
         tokenizer.save_pretrained(out, model_max_length=spec.max_positions)
     return out
+
+
+def _check_plain_weights(model: ZooModel) -> None:
+    """Refuse weights a Hugging Face config cannot describe: adapters beside them, or quantised ones."""
+    # io sits below zoo.lora, so its wrapper is recognised by class name (as zoo.save does).
+    if any(type(module).__name__ == "LoraLinear" for module in model.modules()):
+        raise HFError(
+            "to_hf: the model has LoRA adapters: export them with zoo.lora.to_peft beside the base, or fold "
+            "them in with zoo.lora.merge_and_unload first"
+        )
+    if (record := quantization_of(model)) is not None:
+        raise HFError(
+            f"to_hf: the model's weights are quantised ({record.describe()}); export the floating-point model"
+        )
 
 
 def _remove_previous_shards(out: Path) -> None:
