@@ -121,7 +121,12 @@ class Attention(nn.Module):
         else:
             out, weights = self._sdpa(q, k, v, mask, is_causal), None
         B, _, T, _ = q.shape
-        out = out.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
+        out = out.transpose(1, 2)  # (B, T, H, D)
+        if torch.compiler.is_exporting():
+            # The traced reshape becomes a view valid for the traced kernel's output layout; a later
+            # lowering (ONNX) may pick an SDPA kernel with another layout: copy, so the view always holds.
+            out = out.clone(memory_format=torch.contiguous_format)
+        out = out.reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
         return self.out_proj(out.to(dtype)), weights
 
     def _project(

@@ -13,6 +13,9 @@ Which kernel runs a call (`attention_kernel`, or the ``ZOO_ATTENTION_KERNEL`` en
     flex            flex for every pattern (full and causal included), wherever flex can run the call
     sdpa            never flex
 
+Under ``torch.export`` (`zoo.export`) every pattern takes SDPA with the dense mask: the exported graph
+must serve every length, so it cannot pick a kernel by the traced one.
+
 Flex cannot run a call that asks for the attention weights (``output_attentions``), adds a position bias
 (T5's relative bias, ALiBi), applies attention dropout in training, or needs gradients on a CPU (torch has
 no CPU backward for it); those take SDPA whatever the setting. flex_attention is compiled
@@ -79,6 +82,8 @@ def use_flex(pattern_kind: str, *, q_len: int, device: torch.device, dense_only:
     """
     kernel = current_kernel()
     if kernel == "sdpa" or dense_only or device.type not in ("cpu", "cuda"):
+        return False
+    if torch.compiler.is_exporting():  # one graph for every length: no choice made on the traced one
         return False
     if kernel == "flex":
         return True

@@ -84,7 +84,11 @@ def self_attention_masks(
     built: list[LayerMask] = []
     for pattern, seed in zip(patterns.distinct, patterns.seeds):
         kind = pattern.kind
-        if isinstance(pattern, SlidingWindowPattern) and length <= pattern.window:
+        if (
+            isinstance(pattern, SlidingWindowPattern)
+            and not torch.compiler.is_exporting()  # exported: the window mask, right for every length
+            and length <= pattern.window
+        ):
             kind = "causal" if causal else "full"  # a window spanning the sequence hides nothing
         if kind == "prefix_lm" and prefix_lengths is None:
             kind = "causal"

@@ -33,6 +33,7 @@ COMMANDS = (
     "convert",
     "quantize",
     "generate",
+    "export",
 )
 
 # The distribution's name, new and old; the package itself is `zoo` either way.

@@ -1,4 +1,9 @@
-"""What every model's forward returns."""
+"""What every model's forward returns.
+
+`ModelOutput` is registered as a pytree node (`torch.export.register_dataclass`), so ``torch.export.export``,
+``torch.compile`` and ``torch.utils._pytree`` see its tensors: an exported program returns a `ModelOutput`
+whose unset fields stay None (the treespec records which; `zoo.export`).
+"""
 
 from __future__ import annotations
 
@@ -25,3 +30,7 @@ class ModelOutput:
     encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, C)
     encoder_attentions: tuple[torch.Tensor, ...] | None = None  # per encoder layer (B, H, S, S)
     pooler_output: torch.Tensor | None = None  # (B, C)
+
+
+# The serialized name keeps a saved ``.pt2`` loadable (`torch.export.load`) wherever zoo is importable.
+torch.export.register_dataclass(ModelOutput, serialized_type_name="zoo.models.outputs.ModelOutput")
