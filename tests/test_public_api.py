@@ -10,11 +10,11 @@ def test_subpackages_and_functions_are_reachable_after_a_bare_import() -> None:
     code = (
         "import zoo; "
         "print(zoo.generation.stream_text.__name__, zoo.training.train.__name__, zoo.train.__name__, "
-        "zoo.TextStream.__name__, zoo.read_hf_spec.__name__)"
+        "zoo.TextStream.__name__, zoo.read_hf_spec.__name__, zoo.lora.apply.__name__)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["stream_text", "train", "train", "TextStream", "read_hf_spec"]
+    assert result.stdout.split() == ["stream_text", "train", "train", "TextStream", "read_hf_spec", "apply"]
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:

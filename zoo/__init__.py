@@ -52,6 +52,17 @@ __all__ = [
 
 
 # subpackages reachable as attributes after a bare `import zoo` (zoo.generation.stream_text, zoo.training...)
-_SUBPACKAGES = ("analysis", "blocks", "generation", "io", "models", "training", "viz")
+_SUBPACKAGES = (
+    "analysis",
+    "blocks",
+    "export",
+    "generation",
+    "io",
+    "lora",
+    "models",
+    "quant",
+    "training",
+    "viz",
+)
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, submodules=_SUBPACKAGES, eager=__all__)

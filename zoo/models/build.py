@@ -42,7 +42,7 @@ def build_model(
 
     >>> model = zoo.build("transformer-base")
     """
-    spec = resolve_spec(spec)
+    name_or_path, spec = spec, resolve_spec(spec)
     with torch.device(device or "cpu"):
         model = MODEL_CLASSES[spec.family](spec)
         if init:
@@ -50,4 +50,6 @@ def build_model(
             initialize(model, spec.init, d_model=spec.d_model, num_layers=num_layers)
     if dtype is not None:
         model = model.to(dtype)
+    if isinstance(name_or_path, str | Path):  # a preset or spec file: zoo.lora.save records it as base_id
+        setattr(model, "name_or_path", str(name_or_path))  # noqa: B010
     return model

@@ -17,6 +17,7 @@ from zoo.spec.blocks import (
     SinusoidalPositions,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
+from zoo.spec.lora import LoraSpec
 from zoo.spec.model import (
     ClassifierSpec,
     DecoderSpec,
@@ -63,6 +64,7 @@ __all__ = [
     "LearnedPositions",
     "LinearRopeScaling",
     "Llama3RopeScaling",
+    "LoraSpec",
     "MLMHeadSpec",
     "ModelSpec",
     "NoPositions",

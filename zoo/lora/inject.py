@@ -1,0 +1,239 @@
+"""Putting adapters into a model from outside, and taking them out: `apply`, `merge`, `unmerge`,
+`merge_and_unload`, `trainable_parameters`.
+
+Nothing in `zoo.blocks` knows about LoRA. `apply` finds the projections a `LoraSpec` targets by walking the
+model's `Attention` and `FeedForward` blocks and replaces each ``nn.Linear`` attribute on its block by a
+`LoraLinear` that takes over its parameters:
+
+    target       block (in each layer of each stack)      attribute(s) replaced
+    qkv          self_attn / cross_attn                    qkv_proj (self) | q_proj + kv_proj (cross)
+    out          self_attn / cross_attn                    out_proj
+    ffn_in       ffn                                       up_proj (gate and up rows, when gated)
+    ffn_out      ffn                                       down_proj
+
+Every target is resolved (and a target that matches nothing refused) before any module is replaced, so a
+refused call leaves the model as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from zoo.blocks import Attention, FeedForward
+from zoo.lora.errors import LoraError
+from zoo.lora.layer import LoraLinear
+from zoo.spec import LoraSpec
+from zoo.spec.lora import LoraTarget
+
+# target kind -> (projection attributes on a self-attention block, ... on a cross-attention block)
+_ATTENTION_PROJECTIONS = {
+    "qkv": (("qkv_proj",), ("q_proj", "kv_proj")),
+    "out": (("out_proj",), ("out_proj",)),
+}
+_FFN_PROJECTIONS = {"ffn_in": "up_proj", "ffn_out": "down_proj"}
+_FLAGS_ATTR = "_lora_base_requires_grad"  # on the model: each base parameter's requires_grad before `apply`
+
+
+def adapter_modules(model: nn.Module) -> dict[str, LoraLinear]:
+    """Every `LoraLinear` of ``model`` by module path (``decoder.layers.0.self_attn.qkv_proj``), in order."""
+    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLinear)}
+
+
+def resolve_targets(model: nn.Module, spec: LoraSpec) -> dict[str, nn.Linear]:
+    """The linear projections ``spec.targets`` name in ``model``, by module path, in model order.
+
+    Refuses (LoraError) a target that matches nothing, naming what the model has.
+    """
+    blocks = _blocks(model)
+    found: dict[str, nn.Linear] = {}
+    for target in spec.parsed_targets():
+        matched = [
+            (f"{path}.{attr}", linear)
+            for path, stack, role, block in blocks
+            if _matches(target, stack, role)
+            for attr in _projections(target, role)
+            if isinstance(linear := getattr(block, attr, None), nn.Linear)
+        ]
+        if not matched:
+            raise LoraError(
+                f"lora target '{target}' matches nothing in this {type(model).__name__}: it has "
+                f"{_describe(blocks)}"
+            )
+        found |= dict(matched)
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    return dict(sorted(found.items(), key=lambda item: order[item[0]]))
+
+
+def apply(
+    model: nn.Module,
+    spec: LoraSpec | None = None,
+    *,
+    r: int = 8,
+    alpha: float = 16.0,
+    targets: Sequence[str] = ("qkv", "out"),
+    dropout: float = 0.0,
+    dora: bool = False,
+) -> nn.Module:
+    """Add adapters to ``model`` in place and return it: every targeted projection becomes a `LoraLinear`
+    (B = 0, so the outputs are unchanged until B is trained), every other parameter is frozen.
+
+    ``spec`` (a `LoraSpec`) or the keyword arguments (validated into one) say which projections and how;
+    ``model.lora_spec`` holds it afterwards. Refuses a model that already has adapters and a target that
+    matches nothing in it (e.g. ``cross.qkv`` on a decoder-only model).
+
+    >>> model = zoo.lora.apply(zoo.build("gpt2-tiny"), r=8, alpha=16, targets=["qkv", "ffn_in"])
+    """
+    if spec is None:
+        spec = LoraSpec(r=r, alpha=alpha, targets=list(targets), dropout=dropout, dora=dora)
+    existing = adapter_modules(model)
+    if existing:
+        raise LoraError(
+            f"the model already has LoRA adapters ({len(existing)}, e.g. {next(iter(existing))}); fold them in "
+            "with zoo.lora.merge_and_unload first, or start from the base model"
+        )
+    targeted = resolve_targets(model, spec)  # everything checked before the first module is replaced
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    for path, linear in targeted.items():
+        parent, attr = _parent(model, path)
+        setattr(
+            parent, attr, LoraLinear(linear, r=spec.r, alpha=spec.alpha, dropout=spec.dropout, dora=spec.dora)
+        )
+    adapter_params = {
+        id(p) for module in adapter_modules(model).values() for p in _adapter_parameters(module)
+    }
+    for p in model.parameters():
+        p.requires_grad_(id(p) in adapter_params)
+    setattr(model, _FLAGS_ATTR, flags)
+    setattr(model, "lora_spec", spec)  # noqa: B010 (a plain attribute on an nn.Module)
+    return model
+
+
+def merge(model: nn.Module, *, keep_original: bool = True) -> nn.Module:
+    """Fold every adapter into its base weight in place; forward then runs the plain linears.
+
+    Merged logits equal the adapters' to float rounding (tested to 1e-5 in float32). ``keep_original``: each
+    wrapper keeps a copy of its base weight so `unmerge` restores it bit for bit ("exact" = equal bits);
+    without, unmerge subtracts the update again, equal up to rounding (about one ulp of the larger term).
+    """
+    for module in _require_adapters(model, "merge").values():
+        module.merge_(keep_original=keep_original)
+    return model
+
+
+def unmerge(model: nn.Module) -> nn.Module:
+    """Take merged adapters out of the base weights again (see `merge` for how exactly)."""
+    for module in _require_adapters(model, "unmerge").values():
+        module.unmerge_()
+    return model
+
+
+def merge_and_unload(model: nn.Module) -> nn.Module:
+    """Merge every adapter and put plain ``nn.Linear`` projections back: an ordinary zoo model again, with
+    each parameter's ``requires_grad`` as it was before `apply`. `zoo.save` saves it, `zoo.to_hf` exports it."""
+    modules = _require_adapters(model, "merge_and_unload")
+    for path, module in modules.items():
+        module.merge_(keep_original=False)
+        parent, attr = _parent(model, path)
+        setattr(parent, attr, module.to_linear())
+    flags: dict[str, bool] = getattr(model, _FLAGS_ATTR, {})
+    for name, p in model.named_parameters():
+        p.requires_grad_(flags.get(name, True))
+    for attr in (_FLAGS_ATTR, "lora_spec"):
+        if attr in model.__dict__:
+            delattr(model, attr)
+    return model
+
+
+def trainable_parameters(model: nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameter elements, each distinct tensor counted once (tied ones too)."""
+    params = list(model.parameters())  # distinct tensors
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter tensors only, by readable name: ``<module path>.lora_A`` / ``.lora_B`` / ``.lora_magnitude``."""
+    return {
+        f"{path}.{name}": tensor
+        for path, module in adapter_modules(model).items()
+        for name, tensor in _named_adapter_tensors(module)
+    }
+
+
+def adapter_shapes(targeted: dict[str, nn.Linear], spec: LoraSpec) -> dict[str, tuple[int, ...]]:
+    """The names and shapes `adapter_state` will have once ``spec`` is applied to ``targeted``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path, linear in targeted.items():
+        shapes[f"{path}.lora_A"] = (spec.r, linear.in_features)
+        shapes[f"{path}.lora_B"] = (linear.out_features, spec.r)
+        if spec.dora:
+            shapes[f"{path}.lora_magnitude"] = (linear.out_features,)
+    return shapes
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def _named_adapter_tensors(module: LoraLinear) -> Iterable[tuple[str, nn.Parameter]]:
+    yield "lora_A", module.lora_A
+    yield "lora_B", module.lora_B
+    if module.lora_magnitude is not None:
+        yield "lora_magnitude", module.lora_magnitude
+
+
+def _adapter_parameters(module: LoraLinear) -> list[nn.Parameter]:
+    return [p for _, p in _named_adapter_tensors(module)]
+
+
+def _require_adapters(model: nn.Module, what: str) -> dict[str, LoraLinear]:
+    modules = adapter_modules(model)
+    if not modules:
+        raise LoraError(f"zoo.lora.{what}: the model has no LoRA adapters (add them with zoo.lora.apply)")
+    return modules
+
+
+def _blocks(model: nn.Module) -> list[tuple[str, str | None, str, nn.Module]]:
+    """(path, stack, role, block) for every attention and FFN block: role "self", "cross" or "ffn"."""
+    blocks: list[tuple[str, str | None, str, nn.Module]] = []
+    for path, module in model.named_modules():
+        stack = path.split(".")[0] or None
+        if isinstance(module, Attention):
+            blocks.append((path, stack, "cross" if module.cross else "self", module))
+        elif isinstance(module, FeedForward):
+            blocks.append((path, stack, "ffn", module))
+    return blocks
+
+
+def _matches(target: LoraTarget, stack: str | None, role: str) -> bool:
+    if target.stack is not None and target.stack != stack:
+        return False
+    if target.kind in _FFN_PROJECTIONS:
+        return role == "ffn"
+    return role != "ffn" and (target.attention is None or target.attention == role)
+
+
+def _projections(target: LoraTarget, role: str) -> tuple[str, ...]:
+    if target.kind in _FFN_PROJECTIONS:
+        return (_FFN_PROJECTIONS[target.kind],)
+    own, cross = _ATTENTION_PROJECTIONS[target.kind]
+    return cross if role == "cross" else own
+
+
+def _describe(blocks: list[tuple[str, str | None, str, nn.Module]]) -> str:
+    """``encoder (self-attention, ffn); decoder (self-attention, cross-attention, ffn)``."""
+    names = {"self": "self-attention", "cross": "cross-attention", "ffn": "ffn"}
+    roles: dict[str, list[str]] = {}
+    for _, stack, role, _ in blocks:
+        kinds = roles.setdefault(str(stack), [])
+        if names[role] not in kinds:
+            kinds.append(names[role])
+    return (
+        "; ".join(f"{stack} ({', '.join(kinds)})" for stack, kinds in roles.items()) or "no attention or FFN"
+    )
+
+
+def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
+    parent, _, attr = path.rpartition(".")
+    return model.get_submodule(parent), attr
