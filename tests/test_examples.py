@@ -30,3 +30,14 @@ def test_annotated_example_sets_every_top_level_field():
 def test_build_and_run_example_runs(capsys):
     runpy.run_path(str(EXAMPLES / "build_and_run.py"), run_name="__main__")
     assert "my_stack.yaml: encoder-decoder" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["translate.yaml", "classify.yaml", "finetune_lora.yaml"])
+def test_example_training_configs_validate_and_name_bundled_data(name):
+    from zoo.training import TrainConfig
+
+    config = TrainConfig.from_yaml(EXAMPLES / name)
+    for split in (config.data.train, config.data.valid):
+        assert isinstance(split, Path) and (EXAMPLES.parent / split).is_file(), split  # from the repo root
+    if name == "finetune_lora.yaml":  # LoRA on the demo's run (`zoo demo` writes runs/demo)
+        assert config.model.init_from == Path("runs/demo") and config.lora is not None

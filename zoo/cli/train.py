@@ -6,6 +6,7 @@
     torchrun --nproc-per-node 2 -m zoo train examples/translate.yaml
     zoo train examples/translate.yaml --no-progress > train.log   # validation lines only
     zoo train examples/classify.yaml --init-from hf/bert-base-uncased   # fine-tune a trained model
+    zoo train examples/finetune_lora.yaml --set lora.r=16     # LoRA adapters on runs/demo (its lora section)
 
 Only rank 0 draws and prints. The bar is the library's (`zoo.training.progress`), drawn on stdout when
 stdout is a terminal; otherwise (a log file, a pipe) validation results and checkpoints come as lines.
@@ -138,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             overrides[key] = value
-    config = TrainConfig.from_yaml(args.config, **overrides)
-    if args.init_from is not None:
-        config = config.starting_from(args.init_from)  # replaces the config's model source, keeps overrides
+    # --init-from replaces the config's model source (keeping its overrides) before the config is checked,
+    # so a config with a lora section may leave model.init_from to the command line.
+    config = TrainConfig.from_yaml(args.config, init_from=args.init_from, **overrides)
     # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
     progress: ProgressBar | bool
     if not args.no_progress and wants_progress("auto", stream=sys.stdout):

@@ -2,10 +2,12 @@
 
     <output_dir>/checkpoints/step-00000500/
         model.safetensors, spec.json, tokenizer.json   zoo.save: a loadable model on its own
+        adapter.safetensors                             a LoRA run's adapters (zoo.lora.save)
         optimizer.safetensors                           Adam moments by parameter name; groups in metadata
         rng.safetensors                                 every rank's torch (and CUDA) RNG state
         trainer_state.json                              step, epoch, batch position, elapsed time;
-                                                        fp16: the loss scale (``grad_scaler``)
+                                                        fp16: the loss scale (``grad_scaler``);
+                                                        LoRA: the run's ``lora`` spec
 
 No pickle: tensors go to safetensors and everything else to JSON. Each file is written through
 `zoo.io.atomic`, into a directory under a temporary name that is renamed into place once complete, so a
@@ -38,7 +40,7 @@ from zoo.io.checkpoint.files import read_header
 from zoo.io.checkpoint.layout import open_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
-from zoo.training.layout import CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
+from zoo.training.layout import ADAPTER_NAME, CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
 from zoo.training.precision import scaler_state_problem
 from zoo.training.rundir import writing
 
@@ -195,7 +197,11 @@ def checkpoint_problem(path: Path) -> str | None:
     if missing:
         return f"{', '.join(missing)} missing"
     try:
-        read_trainer_state(path)
+        state = read_trainer_state(path)
+        if state.get("lora") is not None:  # a LoRA run's checkpoint: its adapters are what a resume loads
+            if not (path / ADAPTER_NAME).is_file():
+                return f"{ADAPTER_NAME} missing"
+            read_header(path / ADAPTER_NAME)
         read_json_object(path / SPEC_NAME, error=ResumeError)
         read_json_object(path / TOKENIZER_NAME, error=ResumeError)
         open_checkpoint(path)  # the weights: headers, sizes and spec

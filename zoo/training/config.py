@@ -8,6 +8,8 @@
     schedule:  {kind: noam, warmup_steps: 4000}
     batch:     {max_tokens: 4096}
     epochs:    10
+    lora:      {r: 8, alpha: 16, targets: [qkv, out]}                  # optional: train low-rank adapters on
+                                                                        # a frozen model.init_from (zoo.lora)
 
 Relative paths are taken from the current directory, as a shell would. Every section forbids unknown
 keys, so a typo is an error that names the field instead of a setting silently ignored.
@@ -30,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from zoo.spec import LoraSpec
 from zoo.spec.errors import format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
@@ -250,6 +253,12 @@ class TrainConfig(Section):
     activation_checkpointing: bool = Field(False, description="Recompute each layer in backward.")
     compile: bool = Field(False, description="torch.compile the model.")
     distributed: DistributedConfig = DistributedConfig()
+    lora: LoraSpec | None = Field(
+        None,
+        description="Fine-tune with LoRA adapters (zoo.lora) on the frozen model.init_from: r, alpha, dropout, "
+        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora. The run saves "
+        "adapter.safetensors and the merged model.",
+    )
     log_every: PositiveInt = 10
     log_sinks: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = Field(
         ("jsonl",),
@@ -276,6 +285,16 @@ class TrainConfig(Section):
         parallel = isinstance(self.data.train, ParallelFiles) or isinstance(self.data.valid, ParallelFiles)
         if self.task is not None and self.task != "seq2seq" and parallel:
             raise ValueError(f"data: {{source, target}} files are for seq2seq, not {self.task}")
+        if self.lora is not None and self.model.init_from is None:
+            raise ValueError(
+                "lora needs model.init_from (a trained model to adapt): LoRA freezes the base weights, so a "
+                "base trained from scratch would stay at its random initialisation"
+            )
+        if self.lora is not None and self.distributed.strategy == "fsdp":
+            raise ValueError(
+                "lora with distributed.strategy fsdp is not supported: use ddp (the adapters are a small "
+                "fraction of the weights, and each process holds the frozen base whole)"
+            )
         return self
 
     # -- reading and changing ----------------------------------------------------------------------------
@@ -291,8 +310,12 @@ class TrainConfig(Section):
             ) from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
-        """Read a YAML (or JSON) file; ``overrides`` are dotted keys, e.g. ``**{"optim.eps": 1e-8}``.
+    def from_yaml(
+        cls, path: str | Path, *, init_from: str | Path | None = None, **overrides: Any
+    ) -> TrainConfig:
+        """Read a YAML (or JSON) file; ``overrides`` are dotted keys, e.g. ``**{"optim.eps": 1e-8}``;
+        ``init_from`` replaces the file's model source, keeping its model.overrides (as `starting_from`),
+        before the config is validated.
 
         Files over 10 MiB, or whose aliases expand past 100,000 values, are refused (`zoo.spec.files`).
         """
@@ -309,6 +332,10 @@ class TrainConfig(Section):
             raise ConfigError(f"{path}: a training config must be a mapping, got {type(data).__name__}")
         for key, value in overrides.items():
             _set_dotted(data, key, value)
+        if init_from is not None:
+            model = data.get("model")
+            kept = model.get("overrides", {}) if isinstance(model, dict) else {}
+            data["model"] = {"init_from": str(init_from), "overrides": kept}
         return cls.from_dict(data, where=str(path))
 
     def override(self, **changes: Any) -> TrainConfig:

@@ -3,7 +3,8 @@
     lock the output dir (`runlock`: one trainer at a time) -> refuse a previous run there unless overwrite /
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
     -> prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
-    -> model -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
+    -> model (``lora``: + adapters, the init_from weights frozen)
+    -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
        divided by the step's token count over every micro-batch and process -> (fp16: unscale) -> clip
        -> optimizer step (fp16: skipped when the gradients overflowed; `zoo.training.precision`)
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
@@ -17,6 +18,10 @@ the progress bar among them, get a `TrainerState` snapshot on rank 0, and each r
 ``metrics.jsonl`` and the chosen sinks after the callbacks have seen it. It saves and resumes through
 `CheckpointIO` (`zoo.training.resume`), given the parts to save rather than the trainer. Warnings go to
 the ``zoo.training`` logger.
+
+A ``lora`` section trains `zoo.lora` adapters on the weights of ``model.init_from``, frozen: the optimizer
+holds only the adapters, the state carries the trainable / total parameter counts (the CLI prints them;
+``run.json`` records them), and the run saves ``adapter.safetensors`` beside the merged model.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 import torch
 
+import zoo.lora
 from zoo.io.atomic import write_text_atomic
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.models.base import ZooModel
@@ -39,7 +45,7 @@ from zoo.training import distributed as dist_
 from zoo.training import prepare, pretrained, rundir, runlock, tasks
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
 from zoo.training.classification import ClassificationCollator
-from zoo.training.config import TrainConfig
+from zoo.training.config import ConfigError, TrainConfig
 from zoo.training.evaluate import bleu, validation_loss
 from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
@@ -115,14 +121,22 @@ class Trainer:
         self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
         self.train_data, self.valid_data = prepared.train_data, prepared.valid_data
         self.valid_text = prepared.valid_text
-        if self.resume_from is None:
-            self._write_run_files()
         self._plan_batches()
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
-        if prepared.init_from is not None and self.resume_from is None:  # a resume loads its checkpoint
-            pretrained.load_weights(self.model, prepared.init_from)
+        # A resume loads its checkpoint, except a LoRA run's base: its checkpoints hold only the adapters.
+        if prepared.init_from is not None and (self.resume_from is None or config.lora is not None):
+            loaded = pretrained.load_weights(self.model, prepared.init_from)
+            if config.lora is not None and loaded.new:
+                raise ConfigError(
+                    f"lora: the task adds head tensors to {prepared.init_from} ({', '.join(loaded.new[:4])}) "
+                    "that LoRA would keep frozen at their random initialisation: start from a model that has "
+                    "this head, or train without lora"
+                )
+        if config.lora is not None:  # base frozen; adapters trainable, B = 0 so the outputs are unchanged
+            zoo.lora.apply(self.model, config.lora)
+        self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:
             dist_.checkpoint_activations(self.model)
         if config.compile:
@@ -147,7 +161,11 @@ class Trainer:
             sharded=runtime.distributed and config.distributed.strategy == "fsdp",
             keep_last=config.checkpoint.keep_last,
             grad_accum=config.batch.grad_accum,
+            lora=config.lora,
+            base_id=str(prepared.init_from) if prepared.init_from is not None else None,
         )
+        if self.resume_from is None:
+            self._write_run_files()
         self.step, self.elapsed_before = 0, 0.0
         self.lr: float | None = None
         self.grad_norm: torch.Tensor | None = None  # on the device: read only when reported
@@ -167,7 +185,14 @@ class Trainer:
         if self.runtime.is_main:
             with rundir.writing(out / CONFIG_NAME):
                 write_text_atomic(out / CONFIG_NAME, self.config.to_yaml())
-            write_run_info(out, task=self.task, label_smoothing=self.label_smoothing)
+            write_run_info(
+                out,
+                task=self.task,
+                label_smoothing=self.label_smoothing,
+                parameters=self.parameter_counts,
+                lora=self.config.lora,
+                init_from=self.config.model.init_from,
+            )
 
     def _plan_batches(self) -> None:
         config, batch = self.config, self.config.batch
@@ -367,6 +392,9 @@ class Trainer:
             lr=self.lr,
             grad_norm=float(self.grad_norm) if self.grad_norm is not None else None,
             output_dir=self.output_dir,
+            trainable_parameters=self.parameter_counts[0],
+            total_parameters=self.parameter_counts[1],
+            lora=self.config.lora,
         )
 
     @property

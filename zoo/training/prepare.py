@@ -24,8 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import zoo.lora
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
+from zoo.models.build import build_model
 from zoo.spec import EncoderSpec, ModelSpec, load_spec, parse_spec, preset
 from zoo.training import pretrained, tasks
 from zoo.training.classification import split_overrides, with_classifier, with_encoder_framing
@@ -71,6 +73,8 @@ def setup(
     loads the tokenizers and saves them to ``config.output_dir``. A resumed run reads the ones saved in
     checkpoint ``resume_from`` and writes nothing: nothing changes until the resume has been accepted."""
     spec = base_spec(config)
+    if config.lora is not None:
+        check_lora_targets(spec, config)
     task = resolve_task(config, spec)
     train_text, valid_text = read_splits(config, task=task)
     if resume_from is not None:
@@ -117,6 +121,16 @@ def base_spec(config: TrainConfig) -> ModelSpec:
     if config.task in tasks.CLASSIFICATION:
         overrides = split_overrides(overrides)[0]
     return spec.override(**overrides) if overrides else spec
+
+
+def check_lora_targets(spec: ModelSpec, config: TrainConfig) -> None:
+    """Refuse a ``lora.targets`` entry the model has nothing for (``cross.qkv`` on a decoder) before anything
+    is written; the model is built on the meta device, which allocates nothing."""
+    assert config.lora is not None
+    try:
+        zoo.lora.resolve_targets(build_model(spec, device="meta"), config.lora)
+    except zoo.lora.LoraError as error:
+        raise ConfigError(f"lora.targets: {error}") from None
 
 
 def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:

@@ -38,6 +38,16 @@ def wants_progress(setting: ProgressSetting, *, stream: TextIO | None = None) ->
         return False
 
 
+def parameters_line(state: TrainerState) -> str:
+    """``trainable parameters: 24,576 of 3,027,968 (0.81%) — LoRA r=8 on qkv, out``: what a run trains."""
+    trainable, total = state.trainable_parameters, state.total_parameters
+    line = f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
+    if state.lora is not None:
+        kind = "DoRA" if state.lora.dora else "LoRA"
+        line += f" — {kind} r={state.lora.r} on {', '.join(state.lora.targets)}"
+    return line
+
+
 def eval_line(record: dict[str, Any]) -> str:
     """``step 200: val_loss 1.234  ppl 3.43  BLEU 25.1`` — one validation record as a line; a classifier's
     shows accuracy (and F1) instead of perplexity: ``step 200: val_loss 0.321  accuracy 91.0%  F1 88.2%``."""
@@ -63,6 +73,14 @@ class ProgressLines:
 
             console = Console(file=file) if file is not None else Console(stderr=True)
         self.console = console
+
+    def on_train_start(self, state: TrainerState) -> None:
+        self.print_parameters(state)
+
+    def print_parameters(self, state: TrainerState) -> None:
+        """The `parameters_line`, when the run trains only part of the model (LoRA, frozen weights)."""
+        if state.trainable_parameters < state.total_parameters:
+            self.console.print(parameters_line(state), highlight=False, markup=False, soft_wrap=True)
 
     def on_eval(self, state: TrainerState, record: dict[str, Any]) -> None:
         self.console.print(eval_line(record), highlight=False)
@@ -93,6 +111,7 @@ class ProgressBar(ProgressLines):
         )
 
         self.close()  # a second fit() on the same trainer starts a new bar
+        self.print_parameters(state)
         self.progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),

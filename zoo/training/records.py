@@ -10,7 +10,9 @@ run's training records add `SCALING_KEYS`: ``loss_scale`` (the loss scale after 
 the order they were first given.
 
 ``run.json`` says what the numbers mean, once per run rather than on every line: the task and the label
-smoothing in ``loss`` (``loss_label_smoothing``), which `zoo plot training` uses to label its curves.
+smoothing in ``loss`` (``loss_label_smoothing``), which `zoo plot training` uses to label its curves; the
+parameter counts (``parameters``: trainable and total), the model it started from (``init_from``) and a
+LoRA run's ``lora`` spec.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from zoo.io.atomic import write_text_atomic
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
+from zoo.spec import LoraSpec
 from zoo.training.layout import RUN_NAME
 from zoo.training.rundir import writing
 from zoo.training.state import TrainerState
@@ -138,14 +141,29 @@ def settle_record(record: dict[str, Any], standard: dict[str, Any]) -> None:
             record[key] = metric_value(key, value)
 
 
-def write_run_info(output_dir: Path, *, task: str, label_smoothing: float) -> None:
-    """``run.json``: what this run's losses are, for readers of ``metrics.jsonl`` (and its plot)."""
+def write_run_info(
+    output_dir: Path,
+    *,
+    task: str,
+    label_smoothing: float,
+    parameters: tuple[int, int] | None = None,
+    lora: LoraSpec | None = None,
+    init_from: Path | None = None,
+) -> None:
+    """``run.json``: what this run's losses are, for readers of ``metrics.jsonl`` (and its plot), and what
+    it trains: ``parameters`` (trainable, total) and a LoRA run's spec and base."""
     smoothing = f"label smoothing {label_smoothing:g}" if label_smoothing else "no label smoothing"
-    info = {
+    info: dict[str, Any] = {
         "task": task,
         "loss_label_smoothing": label_smoothing,
         "loss": f"training objective per target token: cross-entropy with {smoothing}",
         "val_loss": "validation negative log-likelihood per target token (no label smoothing)",
     }
+    if parameters is not None:
+        info["parameters"] = {"trainable": parameters[0], "total": parameters[1]}
+    if lora is not None:
+        info["lora"] = lora.model_dump(mode="json")
+    if init_from is not None:
+        info["init_from"] = str(init_from)
     with writing(output_dir / RUN_NAME):
         write_text_atomic(output_dir / RUN_NAME, json.dumps(info, indent=2) + "\n")

@@ -6,6 +6,12 @@ is no scheduler to save: the learning rate is a function of the step.) Full (uns
 gathered through ``torch.distributed.checkpoint.state_dict``, which handles a plain model, DDP and FSDP2
 alike, so a checkpoint written by 2 sharded processes loads into 1 process and back. Every process calls
 these methods (gathering is collective); rank 0 writes.
+
+A LoRA run (``lora``: the model has `zoo.lora` adapters on a frozen base loaded from ``model.init_from``)
+saves the adapters (``adapter.safetensors``, `zoo.lora.save`) beside the usual files, whose weights are the
+merged model (merged, copied, unmerged exactly), so a checkpoint and the final folder load, translate and
+export like any model. Resuming rebuilds the base from ``init_from`` and loads only the adapters and the
+optimizer: the base's fingerprint must still be the one the adapters were trained on.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -25,11 +32,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 import zoo
+import zoo.lora
 from zoo.io.names import SPEC_NAME, WEIGHTS_NAME
-from zoo.spec import ModelSpec
+from zoo.spec import LoraSpec, ModelSpec
 from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
-from zoo.training.layout import OPTIMIZER_NAME
+from zoo.training.layout import ADAPTER_NAME, OPTIMIZER_NAME
 from zoo.training.precision import LossScaling
 from zoo.training.prepare import Tokenizers, save_tokenizers
 from zoo.training.state import TrainerState, rng_state, set_rng_state
@@ -43,7 +51,8 @@ class CheckpointIO:
     """Checkpoints of one run. ``scaling``: fp16's loss scale, saved and restored with the optimizer (None
     or a disabled one: nothing to save); ``sharded``: the model is FSDP-sharded over the processes;
     ``keep_last``: how many checkpoints to keep; ``grad_accum`` is recorded, to warn when a resume changes
-    it."""
+    it. ``lora``: the model carries these adapters (see the module docstring); ``base_id``: where its base
+    came from (``model.init_from`` as given), recorded in the adapter files."""
 
     def __init__(
         self,
@@ -58,14 +67,22 @@ class CheckpointIO:
         sharded: bool = False,
         keep_last: int = 2,
         grad_accum: int = 1,
+        lora: LoraSpec | None = None,
+        base_id: str | None = None,
     ) -> None:
         self.model, self.optimizer, self.runtime = model, optimizer, runtime
         self.scaling = scaling if scaling is not None and scaling.enabled else None
         self.spec, self.tokenizers, self.output_dir = spec, tokenizers, output_dir
         self.sharded, self.keep_last, self.grad_accum = sharded, keep_last, grad_accum
+        self.lora, self.base_id = lora, base_id
+        if lora is not None and sharded:  # TrainConfig refuses lora with fsdp: this is a programming error
+            raise ValueError("CheckpointIO: LoRA adapters on a sharded (FSDP) model are not supported")
 
     def _saveable_model(self) -> torch.nn.Module | None:
-        """A model zoo.save can write (rank 0; None elsewhere). Sharded weights are gathered into a copy."""
+        """A model zoo.save can write (rank 0; None elsewhere). Sharded weights are gathered into a copy;
+        a LoRA model's are merged into one."""
+        if self.lora is not None:
+            return self._merged_copy() if self.runtime.is_main else None
         if not self.sharded:
             return self.model if self.runtime.is_main else None
         full = get_model_state_dict(self.model, options=_FULL)  # collective; the tensors land on rank 0
@@ -77,9 +94,27 @@ class CheckpointIO:
         copy.load_state_dict(full)
         return copy
 
+    @torch.no_grad()
+    def _merged_copy(self) -> torch.nn.Module:
+        """A plain zoo model (on the CPU) holding the base weights with the adapters folded in; the trained
+        model is merged only while its weights are copied, then unmerged bit for bit."""
+        from zoo.models.build import build_model
+
+        adapters = zoo.lora.adapter_state(self.model)
+        zoo.lora.merge(self.model, keep_original=True)
+        try:
+            weights = {k: v for k, v in self.model.state_dict().items() if k not in adapters}
+            copy = build_model(self.spec, device="cpu", init=False)
+            copy.load_state_dict(weights)
+        finally:
+            zoo.lora.unmerge(self.model)
+        return copy
+
     def _save_model(self, model: torch.nn.Module | None, directory: Path) -> None:
         zoo.save(model, directory, tokenizer=self.tokenizers.target)
         save_tokenizers(self.tokenizers, directory)
+        if self.lora is not None:
+            zoo.lora.save(self.model, directory / ADAPTER_NAME, base_id=self.base_id)
 
     def save_checkpoint(self, state: TrainerState) -> Path:
         """A resumable checkpoint of ``state`` (its ``rng``: this process's streams, captured now if None)."""
@@ -95,7 +130,7 @@ class CheckpointIO:
                 "world_size": self.runtime.world_size,
                 "grad_accum": self.grad_accum,
                 "zoo_version": zoo.__version__,
-            }
+            } | ({"lora": self.lora.model_dump(mode="json")} if self.lora is not None else {})
             checkpoints.write_checkpoint(
                 path,
                 save_model=lambda directory: self._save_model(model, directory),
@@ -123,8 +158,12 @@ class CheckpointIO:
         continue from."""
         saved = checkpoints.read_trainer_state(path)
         self._check_spec(path)
-        weights = zoo.load(path).state_dict()
-        set_model_state_dict(self.model, weights, options=StateDictOptions(full_state_dict=True))
+        self._check_lora(path, saved)
+        if self.lora is not None:
+            self._load_adapters(path)  # the frozen base is init_from's, loaded when the model was built
+        else:
+            weights = zoo.load(path).state_dict()
+            set_model_state_dict(self.model, weights, options=StateDictOptions(full_state_dict=True))
         optimizer_state = checkpoints.unflatten_optimizer_state(path / OPTIMIZER_NAME)
         set_optimizer_state_dict(
             self.model, self.optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True)
@@ -152,6 +191,49 @@ class CheckpointIO:
             )  # fmt: skip
             return
         self.scaling.load_state_dict(saved["grad_scaler"])  # checked by read_trainer_state
+
+    def _check_lora(self, path: Path, saved: dict[str, Any]) -> None:
+        """A LoRA run resumes only from its own kind of checkpoint, with the same adapters."""
+        saved_lora = saved.get("lora")
+        if saved_lora is None and self.lora is not None:
+            raise checkpoints.ResumeError(
+                f"{path}: the checkpoint is of a full fine-tune, but this config trains LoRA adapters (lora); "
+                "resume without the lora section, or start over"
+            )
+        if saved_lora is not None and self.lora is None:
+            raise checkpoints.ResumeError(
+                f"{path}: the checkpoint holds LoRA adapters (lora: {saved_lora}), but this config has no lora "
+                "section; add the same one to resume"
+            )
+        if saved_lora is not None and self.lora is not None:
+            current = self.lora.model_dump(mode="json")
+            changed = sorted(
+                k for k in saved_lora.keys() | current.keys() if saved_lora.get(k) != current.get(k)
+            )
+            if changed:
+                raise checkpoints.ResumeError(
+                    f"{path}: the checkpoint's lora section differs from this config's in: {', '.join(changed)}"
+                )
+
+    @torch.no_grad()
+    def _load_adapters(self, path: Path) -> None:
+        """Copy the checkpoint's adapter tensors into the model's adapters, once its base is checked to be
+        the one they were trained on (`zoo.lora.base_fingerprint`)."""
+        file = path / ADAPTER_NAME
+        info = zoo.lora.read_adapter(file)
+        modules = zoo.lora.adapter_modules(self.model)
+        fingerprint = zoo.lora.base_fingerprint({name: module.weight for name, module in modules.items()})
+        if fingerprint != info.fingerprint:
+            raise checkpoints.ResumeError(
+                f"{file}: the adapters were trained on another base (fingerprint {info.fingerprint[:12]}; "
+                f"{info.base_id or 'model.init_from'} now gives {fingerprint[:12]}): resume with the base the "
+                "run started from"
+            )
+        saved, ours = load_file(str(file)), zoo.lora.adapter_state(self.model)
+        if saved.keys() != ours.keys() or any(saved[k].shape != ours[k].shape for k in ours):
+            raise checkpoints.ResumeError(f"{file}: the adapter tensors do not fit this model's adapters")
+        for name, tensor in ours.items():
+            tensor.copy_(saved[name])
 
     def _check_spec(self, path: Path) -> None:
         saved = json.loads((path / SPEC_NAME).read_text(encoding="utf-8"))

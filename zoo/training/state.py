@@ -3,7 +3,8 @@
 The loop hands a fresh snapshot to every callback hook and to `CheckpointIO` for each checkpoint. Its
 progress fields (step, data position, elapsed time, RNG streams) are what a checkpoint saves and a resume
 restores; the rest is context for callbacks (the step count to reach, the last step's lr and gradient
-norm, the output directory), known from the config and the last step and never saved. Nothing here refers
+norm, the output directory, the parameter counts and LoRA spec), known from the config, the model and the
+last step and never saved. Nothing here refers
 to a trainer: a state can be made, saved and compared on its own.
 """
 
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from zoo.spec import LoraSpec
 
 PROGRESS_FIELDS = ("step", "epoch", "position", "elapsed_s")  # trainer_state.json, besides provenance
 
@@ -32,6 +35,9 @@ class TrainerState:
     lr: float | None = None  # the learning rate of the last step
     grad_norm: float | None = None  # the last step's global gradient norm, before clipping
     output_dir: Path | None = None
+    trainable_parameters: int = 0  # parameter elements the optimizer updates (a LoRA run: the adapters')
+    total_parameters: int = 0  # every parameter element of the model being trained, adapters included
+    lora: LoraSpec | None = None  # the run's adapters (the config's ``lora``), None for a full fine-tune
 
     def progress(self) -> dict[str, Any]:
         """The progress fields as JSON values (``trainer_state.json``); the RNG goes to its own file."""
