@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from quant.quant_support import lively
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -19,18 +20,10 @@ from zoo.quant import is_quantized_tensor, quantization_of, quantize
 pytest.importorskip("torchao")
 
 
-def _lively(model: zoo.ZooModel) -> zoo.ZooModel:
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            if tensor.is_floating_point():
-                tensor.normal_(0.0, 0.05)
-    return model
-
-
 def _quantised(
     name: str = "llama-tiny", weights: str = "int8", dtype: torch.dtype = torch.float32
 ) -> zoo.ZooModel:
-    return quantize(_lively(zoo.build(name).eval()).to(dtype), weights)  # type: ignore[arg-type]
+    return quantize(lively(zoo.build(name).eval()).to(dtype), weights)  # type: ignore[arg-type]
 
 
 def _metadata(path: Path) -> dict[str, str]:
@@ -213,7 +206,7 @@ def test_without_torchao_a_quantised_checkpoint_says_how_to_install_it(
 
 
 def test_a_float_checkpoint_is_untouched_by_all_this(tmp_path: Path) -> None:
-    model = _lively(zoo.build("llama-tiny").eval())
+    model = lively(zoo.build("llama-tiny").eval())
     zoo.save(model, tmp_path)
     assert "quantization" not in _metadata(tmp_path / "model.safetensors")
     loaded = zoo.load(tmp_path)

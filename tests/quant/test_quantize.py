@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from quant.quant_support import lively
 
 import zoo
 from zoo.quant import (
@@ -20,15 +21,6 @@ from zoo.quant import (
 )
 
 pytest.importorskip("torchao")
-
-
-def _lively(model: zoo.ZooModel) -> zoo.ZooModel:
-    """Weights of a trained model's scale (N(0, 0.05)), so that logits differ from token to token."""
-    with torch.no_grad():
-        for tensor in model.state_dict().values():
-            if tensor.is_floating_point():
-                tensor.normal_(0.0, 0.05)
-    return model
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -75,7 +67,7 @@ def test_quantised_logits_stay_close_to_the_float_models(
     name: str, weights: str, dtype: torch.dtype, bound: float
 ) -> None:
     spec = zoo.preset(name).override(vocab_size=512) if name == "transformer-tiny" else zoo.preset(name)
-    model = _lively(zoo.build(spec).eval()).to(dtype)
+    model = lively(zoo.build(spec).eval()).to(dtype)
     ids = torch.randint(3, 512, (2, 9))
     want = _logits(model, ids)
     got = _logits(quantize(copy.deepcopy(model), weights), ids)  # type: ignore[arg-type]
@@ -86,7 +78,7 @@ def test_quantised_logits_stay_close_to_the_float_models(
 
 
 def test_quantised_greedy_decoding_runs_and_mostly_agrees() -> None:
-    model = _lively(zoo.build("gpt2-tiny").eval())
+    model = lively(zoo.build("gpt2-tiny").eval())
     prompt = torch.randint(3, 512, (2, 5))
     want = model.generate(prompt, max_new_tokens=12)
     got = quantize(copy.deepcopy(model)).generate(prompt, max_new_tokens=12)
@@ -165,7 +157,7 @@ def test_without_torchao_quantize_says_how_to_install_it(monkeypatch: pytest.Mon
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_int8_runs_on_cuda_as_on_the_cpu() -> None:
-    model = _lively(zoo.build("llama-tiny").eval())
+    model = lively(zoo.build("llama-tiny").eval())
     ids = torch.randint(3, 512, (2, 9))
     cpu = _logits(quantize(copy.deepcopy(model)), ids)
     cuda = _logits(quantize(copy.deepcopy(model).cuda()), ids.cuda())

@@ -38,26 +38,35 @@ def toy_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return directory / "train.tsv", directory / "valid.tsv"
 
 
+def tiny_config(output_dir: Path, toy_files: tuple[Path, Path], /, **overrides: Any) -> TrainConfig:
+    """A config for the tiny model on the toy files, writing to ``output_dir``; keyword arguments are
+    dotted overrides, except ``model``, which replaces the model source whole (a dotted merge would keep
+    the preset beside, say, ``init_from``)."""
+    train, valid = toy_files
+    data: dict[str, Any] = {
+        "model": copy.deepcopy(TINY_MODEL),  # overrides below edit nested dicts in place
+        "data": {"train": str(train), "valid": str(valid)},
+        "tokenizer": {"kind": "bpe", "vocab_size": 400},
+        "schedule": {"kind": "noam", "warmup_steps": 20},
+        "batch": {"max_tokens": 600},
+        "eval": {"bleu": False},
+        "max_steps": 4,
+        "log_every": 1,
+        "output_dir": str(output_dir),
+    }
+    if "model" in overrides:
+        data["model"] = overrides.pop("model")
+    for key, value in overrides.items():
+        _set_dotted(data, key, value)
+    return TrainConfig.from_dict(data)
+
+
 @pytest.fixture
 def make_config(tmp_path: Path, toy_files: tuple[Path, Path]) -> Callable[..., TrainConfig]:
-    """A config for the tiny model on the toy files; keyword arguments are dotted overrides."""
+    """`tiny_config` writing to this test's ``tmp_path / "run"``."""
 
     def make(**overrides: Any) -> TrainConfig:
-        train, valid = toy_files
-        data: dict[str, Any] = {
-            "model": copy.deepcopy(TINY_MODEL),  # overrides below edit nested dicts in place
-            "data": {"train": str(train), "valid": str(valid)},
-            "tokenizer": {"kind": "bpe", "vocab_size": 400},
-            "schedule": {"kind": "noam", "warmup_steps": 20},
-            "batch": {"max_tokens": 600},
-            "eval": {"bleu": False},
-            "max_steps": 4,
-            "log_every": 1,
-            "output_dir": str(tmp_path / "run"),
-        }
-        for key, value in overrides.items():
-            _set_dotted(data, key, value)
-        return TrainConfig.from_dict(data)
+        return tiny_config(tmp_path / "run", toy_files, **overrides)
 
     return make
 

@@ -3,7 +3,6 @@ the merged model, prints and records what it trains, and resumes exactly; the sh
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from training.conftest import TINY_MODEL
+from training.conftest import tiny_config
 
 import zoo
 import zoo.lora
@@ -24,7 +23,6 @@ from zoo.demo.corpus import _Clause, _NounPhrase
 from zoo.demo.lexicon import LOCATIONS, NOUNS, PRONOUNS, VERBS
 from zoo.demo.shifted import negate, negated_pairs, shifted_corpus
 from zoo.io.tokenizer import train_tokenizer
-from zoo.spec.model import _set_dotted
 from zoo.training import TrainConfig, train
 from zoo.training.checkpoints import ResumeError, checkpoint_problem, latest_checkpoint
 from zoo.training.config import ConfigError
@@ -43,25 +41,6 @@ TINY_ADAPTER_ELEMENTS = 2 * ENCODER_LAYER + 2 * DECODER_LAYER  # 4,864
 def losses(run: Path) -> dict[int, float]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["loss"] for r in records if r["loss"] is not None}
-
-
-def tiny_config(output_dir: Path, toy_files: tuple[Path, Path], /, **overrides: Any) -> TrainConfig:
-    data: dict[str, Any] = {
-        "model": copy.deepcopy(TINY_MODEL),
-        "data": {"train": str(toy_files[0]), "valid": str(toy_files[1])},
-        "tokenizer": {"kind": "bpe", "vocab_size": 400},
-        "schedule": {"kind": "noam", "warmup_steps": 20},
-        "batch": {"max_tokens": 600},
-        "eval": {"bleu": False},
-        "max_steps": 4,
-        "log_every": 1,
-        "output_dir": str(output_dir),
-    }
-    if "model" in overrides:  # a new model source replaces the preset (a dotted merge would keep it)
-        data["model"] = overrides.pop("model")
-    for key, value in overrides.items():
-        _set_dotted(data, key, value)
-    return TrainConfig.from_dict(data)
 
 
 @pytest.fixture(scope="module")
