@@ -6,11 +6,15 @@
     zoo convert --to-hf runs/demo --out hf_demo/              # a trained run (zoo demo): MarianMTModel
     zoo convert --to-hf transformer-base --out hf_base/       # a preset, built with initial weights
     zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bf16 --max-shard-size 500MB
+    zoo convert --to-peft runs/finetune-lora --out hf_adapter/  # LoRA adapters in PEFT's format
 
 A ``tokenizer.json`` beside the source checkpoint is carried over to the output (a training run's
 ``source_tokenizer.json`` is not: a transformers tokenizer folder holds one vocabulary). A zoo source that
 is no path but a preset's name is built with random initial weights (seed 0: the same files every time),
-which shows the export's layout before any training. ``--out`` must be another folder than the source's
+which shows the export's layout before any training. ``--to-peft`` takes a LoRA run (its
+``adapter.safetensors``) or an adapter file, puts the adapters back on their base (``--base``, else the base
+the adapter file names) and writes PEFT's ``adapter_config.json`` + ``adapter_model.safetensors`` for the
+transformers model ``--to-hf`` makes of that base. ``--out`` must be another folder than the source's
 (symbolic links resolved): written in place, the output's weights would replace the very files being
 converted.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
@@ -51,7 +56,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR|PRESET",
         help="zoo checkpoint to save again (--dtype, --max-shard-size); a preset name: initial weights",
     )
+    source.add_argument(
+        "--to-peft",
+        metavar="RUN|FILE",
+        help="LoRA adapters (a LoRA training run, or its adapter.safetensors) to export in PEFT's format, "
+        "for the transformers model that --to-hf makes of their base",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument(
+        "--base",
+        metavar="DIR",
+        help="--to-peft: the zoo checkpoint the adapters were trained on (default: the one the adapter "
+        "file names); also written as base_model_name_or_path",
+    )
     add_dtype_option(parser, default=None, help="cast floating-point weights (default: keep theirs)")
     parser.add_argument(
         "--max-shard-size", metavar="SIZE", help="zoo output: shard above this size, e.g. 500MB (default 2GB)"
@@ -66,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     from zoo.io.tokenizer import Tokenizer
 
     dtype = torch_dtype(args.dtype)
+    if args.base and not args.to_peft:
+        raise ValueError("--base applies to --to-peft only")
+    if args.to_peft:
+        return _to_peft(Path(args.to_peft).expanduser(), Path(args.out).expanduser(), args.base, dtype)
     given = args.from_hf or args.to_hf or args.from_zoo
     out = Path(args.out).expanduser()
     if args.to_hf and args.max_shard_size:
@@ -117,6 +138,36 @@ def run(args: argparse.Namespace) -> int:
         f"wrote [bold]{markup(out)}[/] ({kind}): {markup(name)}, {model.num_parameters():,} parameters",
         highlight=False,
     )
+    console.print(f"[dim]{markup(', '.join(files))}[/]", highlight=False)
+    return 0
+
+
+def _to_peft(given: Path, out: Path, base: str | None, dtype: Any) -> int:
+    """``zoo convert --to-peft``: the adapters back on their base, then `zoo.lora.to_peft`."""
+    import zoo
+    import zoo.lora
+    from zoo.cli import console
+    from zoo.training.layout import ADAPTER_NAME
+
+    adapter = given / ADAPTER_NAME if given.is_dir() else given
+    if given.is_dir() and not adapter.is_file():
+        raise ValueError(f"--to-peft {given}: no {ADAPTER_NAME} here (is it a LoRA training run?)")
+    info = zoo.lora.read_adapter(adapter)
+    base = base or info.base_id
+    if base is None:
+        raise ValueError(f"{adapter} does not name its base: give it with --base DIR")
+    if not Path(base).expanduser().exists():
+        raise ValueError(f"{adapter}: its base {base} is not here; give the base checkpoint with --base DIR")
+    model = zoo.lora.load(zoo.load(Path(base).expanduser(), dtype=dtype), adapter)
+    with writing(out):
+        zoo.lora.to_peft(model, out, base_model_name_or_path=base)
+    trainable, _ = zoo.lora.trainable_parameters(model)
+    console.print(
+        f"wrote [bold]{markup(out)}[/] (PEFT adapters, r={info.spec.r}, {trainable:,} parameters) for "
+        f"the base {markup(base)}; its transformers model: zoo convert --to-hf {markup(base)} --out DIR",
+        highlight=False,
+    )
+    files = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
     console.print(f"[dim]{markup(', '.join(files))}[/]", highlight=False)
     return 0
 
