@@ -25,6 +25,7 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding, cut_words
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import EncoderSpec, ModelSpec
 from zoo.training.batching import Batch, Collator
@@ -181,11 +182,17 @@ def encode_labelled(
     head, tail = [bos] if bos is not None else [], [eos] if eos is not None else []
     ids: list[list[int]] = []
     labels: list[Any] = []
+    budget = char_budget(tokenizer, max_length)  # longer texts are cut before encoding (io.tokenizer.lengths)
     if text.words is None:  # one label per text
-        ids = tokenizer.encode_batch(text.targets, add_bos=bos is not None, add_eos=eos is not None)
+        texts, over = cut_before_encoding(text.targets, budget)
+        ids = tokenizer.encode_batch(texts, add_bos=bos is not None, add_eos=eos is not None)
         labels = [index[label] for label in text.labels]
     else:
-        encodings = tokenizer.hf.encode_batch(text.words, is_pretokenized=True, add_special_tokens=False)
+        words = [cut_words(row, budget) for row in text.words]  # whole words, so the tags stay aligned
+        over = [i for i, (_, left_out) in enumerate(words) if left_out]
+        encodings = tokenizer.hf.encode_batch(
+            [w for w, _ in words], is_pretokenized=True, add_special_tokens=False
+        )
         for encoding, tags in zip(encodings, text.labels):
             previous, row = None, []
             for word in encoding.word_ids:
@@ -194,21 +201,28 @@ def encode_labelled(
                 previous = word
             ids.append([*head, *encoding.ids, *tail])
             labels.append([IGNORE_INDEX] * len(head) + row + [IGNORE_INDEX] * len(tail))
+    too_many_chars = set(over)  # certainly too long, whatever their cut text encodes to
     keep, cut = [], []
     for i, row in enumerate(ids):
-        if len(row) <= max_length:
+        if i not in too_many_chars and len(row) <= max_length:
             keep.append(i)
             continue
         if too_long == "error":
+            found = (
+                f"{len(text.targets[i]):,} characters, more than the limit of {max_length} tokens can cover"
+                if i in too_many_chars
+                else f"{len(row)} tokens, more than the limit of {max_length}"
+            )
             raise DataError(
-                f"{text.origins[i]}: {len(row)} tokens, more than the limit of {max_length} "
+                f"{text.origins[i]}: {found} "
                 "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
             )
         cut.append(i)
         if too_long == "truncate":  # keep the closing special token, as `zoo.training.data` does
-            ids[i] = [*row[: max_length - 1], row[-1]]
-            if text.words is not None:
-                labels[i] = [*labels[i][: max_length - 1], labels[i][-1]]
+            if len(row) > max_length:  # (a text cut before encoding may already fit)
+                ids[i] = [*row[: max_length - 1], row[-1]]
+                if text.words is not None:
+                    labels[i] = [*labels[i][: max_length - 1], labels[i][-1]]
             keep.append(i)
     report_length_cuts(
         cut, keep, total=len(ids), max_length=max_length, too_long=too_long, origins=text.origins

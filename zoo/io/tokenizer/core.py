@@ -64,6 +64,7 @@ class Tokenizer:
         self._tok = tokenizer
         self._names = names
         self.model_max_length = model_max_length
+        self._chars_per_token: int | None = None  # computed on first use (reads the whole vocabulary)
 
     @classmethod
     def from_file(cls, path: PathLike) -> Tokenizer:
@@ -242,6 +243,18 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of tokens, added (special) tokens included."""
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def chars_per_token(self) -> int:
+        """An upper bound on the characters of plain text one token covers: twice the longest vocabulary
+        entry (or WordPiece's ``max_input_chars_per_word``, a word it maps to one unknown token) plus one;
+        `zoo.io.tokenizer.lengths` says why, and what it does not cover."""
+        if self._chars_per_token is None:
+            longest = max(map(len, self._tok.get_vocab(with_added_tokens=True)), default=1)
+            # A file may set any word limit; past 1,024 a whole unknown word is not covered (see lengths).
+            whole_word = min(getattr(self._tok.model, "max_input_chars_per_word", 0), 1024)
+            self._chars_per_token = 2 * (max(longest, whole_word) + 1)
+        return self._chars_per_token
 
     def token_to_id(self, token: str) -> int | None:
         """Id of ``token``, or None when it is not in the vocabulary."""

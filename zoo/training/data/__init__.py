@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
 from zoo.training.config import DataFiles, ParallelFiles, Task
 
 log = logging.getLogger(__name__)
@@ -138,27 +139,43 @@ def encode_examples(
     max_length: int,
     too_long: TooLong = "truncate",
 ) -> EncodedExamples:
-    """Tokenize and frame every example; sequences over ``max_length`` tokens are cut, dropped or refused."""
+    """Tokenize and frame every example; sequences over ``max_length`` tokens are cut, dropped or refused.
+
+    A text longer than ``max_length`` tokens can cover is cut to that many characters before it is encoded
+    (`zoo.io.tokenizer.lengths`): a 20 MB line costs what a line at the limit does.
+    """
+    target_budget = char_budget(target_tokenizer, max_length)
+    target_texts, over = cut_before_encoding(text.targets, target_budget)
     if task == "seq2seq":
         if text.sources is None:
             raise DataError("seq2seq needs parallel data (a TSV file or {source, target} files)")
-        sources = (source_tokenizer or target_tokenizer).encode_batch(text.sources, add_eos=True)
-        targets = target_tokenizer.encode_batch(text.targets, add_eos=True)
+        source_tokenizer = source_tokenizer or target_tokenizer
+        source_texts, source_over = cut_before_encoding(
+            text.sources, char_budget(source_tokenizer, max_length)
+        )
+        over = sorted({*over, *source_over})
+        sources = source_tokenizer.encode_batch(source_texts, add_eos=True)
+        targets = target_tokenizer.encode_batch(target_texts, add_eos=True)
     else:
         # A foreign tokenizer may lack bos (GPT-2 has one token for both): frame with what exists.
         has_bos, has_eos = target_tokenizer.bos_id is not None, target_tokenizer.eos_id is not None
-        targets = target_tokenizer.encode_batch(text.targets, add_bos=has_bos, add_eos=has_eos)
+        targets = target_tokenizer.encode_batch(target_texts, add_bos=has_bos, add_eos=has_eos)
         sources = None
+    too_many_chars = set(over)  # certainly too long, whatever their cut text encodes to
     keep, cut = [], []
     for i in range(len(targets)):
         sides = [targets] if sources is None else [sources, targets]
-        if all(len(side[i]) <= max_length for side in sides):
+        if i not in too_many_chars and all(len(side[i]) <= max_length for side in sides):
             keep.append(i)
             continue
         if too_long == "error":
-            longest = max(len(side[i]) for side in sides)
+            if i in too_many_chars:
+                chars = max(len(text.targets[i]), len(text.sources[i]) if text.sources else 0)
+                found = f"{chars:,} characters, more than the limit of {max_length} tokens can cover"
+            else:
+                found = f"{max(len(side[i]) for side in sides)} tokens, more than the limit of {max_length}"
             raise DataError(
-                f"{text.origins[i]}: {longest} tokens, more than the limit of {max_length} "
+                f"{text.origins[i]}: {found} "
                 "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
             )
         cut.append(i)
