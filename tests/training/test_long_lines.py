@@ -150,3 +150,19 @@ def test_cut_helpers_leave_short_texts_alone_and_say_what_they_cut() -> None:
     assert cut_words(["ab", "cd", "ef"], 6) == (["ab", "cd"], True)
     assert cut_words(["ab", "cd"], 6) == (["ab", "cd"], False)
     assert cut_words(["abcdefgh", "cd"], 4) == (["abcd"], True)
+
+
+def test_bleu_translation_cuts_a_long_validation_source_before_encoding(
+    tokenizer: Tokenizer, words: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zoo
+    from zoo.training.evaluate import translate
+
+    spec = zoo.preset("transformer-tiny").override(num_layers=1, vocab_size=400, max_positions=MAX)
+    model = zoo.build(spec)
+    line = long_line(words, 20 * char_budget(tokenizer, MAX))
+    recorder = Recorder(tokenizer, monkeypatch)
+    out = translate(
+        model, ["a b", line], source_tokenizer=tokenizer, target_tokenizer=tokenizer, max_new_tokens=2
+    )
+    assert recorder.longest == char_budget(tokenizer, MAX) and len(out) == 2

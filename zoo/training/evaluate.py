@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
 from zoo.losses import label_smoothed_cross_entropy
 from zoo.training.batching import Batch
 from zoo.training.bleu import BleuMetric, corpus_bleu
@@ -81,7 +82,8 @@ def translate(
     spec = model.spec
     device = torch.device(device) if device is not None else next(model.parameters()).device
     limit = spec.max_positions
-    encoded = [ids[:limit] for ids in source_tokenizer.encode_batch(list(sources), add_eos=True)]
+    texts, _ = cut_before_encoding(list(sources), char_budget(source_tokenizer, limit))  # a 20 MB line too
+    encoded = [ids[:limit] for ids in source_tokenizer.encode_batch(texts, add_eos=True)]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     outputs: list[str] = [""] * len(encoded)
     eos, pad = spec.eos_token_id, spec.pad_token_id or 0
