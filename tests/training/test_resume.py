@@ -85,9 +85,13 @@ def test_failed_save_leaves_the_previous_checkpoint_intact(
 
 def test_a_finished_run_is_not_silently_overwritten(make_config: Callable[..., TrainConfig]) -> None:
     config = make_config(max_steps=1)
-    train(config)
-    with pytest.raises(FileExistsError, match="already holds a training run; resume it"):
+    train(config)  # no checkpoint.every_steps: nothing to resume from, so the message does not offer it
+    with pytest.raises(FileExistsError, match="already holds a training run that saved no checkpoint"):
         train(config)
+    saving = config.override(checkpoint={"every_steps": 1})
+    train(saving, overwrite=True)
+    with pytest.raises(FileExistsError, match="already holds a training run; resume it"):
+        train(saving)
     assert train(config, overwrite=True).step == 1
     with pytest.raises(ValueError, match="no complete checkpoint to resume from"):
         train(config, resume=True)

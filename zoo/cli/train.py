@@ -8,6 +8,10 @@
     zoo train examples/classify.yaml --init-from hf/bert-base-uncased   # fine-tune a trained model
     zoo train examples/finetune_lora.yaml --set lora.r=16     # LoRA adapters on runs/demo (its lora section)
 
+Ctrl-C (SIGINT) or a scheduler's SIGTERM lets the step under way finish, keeps a checkpoint of it, prints the
+command that continues the run and exits with 130 (SIGINT) or 143 (SIGTERM); a second Ctrl-C stops at once.
+A loss that is no longer finite stops the run with one line naming the step (`zoo.training.stopping`).
+
 Only rank 0 draws and prints. The bar is the library's (`zoo.training.progress`), drawn on stdout when
 stdout is a terminal; otherwise (a log file, a pipe) validation results and checkpoints come as lines.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,6 +127,49 @@ def _clean_record(record: logging.LogRecord) -> bool:
     return True
 
 
+class ResumedLine:
+    """Says which step a resumed run continues from, once training starts."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def on_train_start(self, state: Any) -> None:
+        self.console.print(f"resumed from step {state.step} of {state.total_steps}", highlight=False)
+
+
+def _report_interrupt(stop: Any, args: argparse.Namespace) -> None:
+    """What the interrupt kept and the command that continues the run (on stderr, beside errors)."""
+    from zoo.cli import err_console
+
+    if stop.checkpoint is None:
+        err_console.print(f"interrupted again ({stop.signal_name}): stopped at once", highlight=False)
+        return
+    err_console.print(
+        f"interrupted ({stop.signal_name}): kept step {stop.step} in {markup(stop.checkpoint)}",
+        highlight=False,
+    )
+    err_console.print(f"continue with: {markup(resume_command(args))}", highlight=False, soft_wrap=True)
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The ``zoo train`` command that continues the run ``args`` started: the same config, overrides and
+    options, ``--resume`` instead of ``--overwrite`` or a ``--resume CHECKPOINT``."""
+    words = ["zoo", "train", str(args.config)]
+    for item in args.overrides:
+        words += ["--set", item]
+    for option, value in (
+        ("--max-steps", args.max_steps),
+        ("--output-dir", args.output_dir),
+        ("--init-from", args.init_from),
+        ("--device", args.device),
+    ):
+        if value is not None:
+            words += [option, str(value)]
+    if args.no_progress:
+        words.append("--no-progress")
+    return shlex.join([*words, "--resume"])
+
+
 # The bar moved to the library (zoo.training.progress); its old name here stays for existing callers.
 ProgressCallback = ProgressBar
 
@@ -129,6 +177,7 @@ ProgressCallback = ProgressBar
 def run(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.training import TrainConfig, train
+    from zoo.training.stopping import TrainingInterrupted
 
     setup_logging()
     overrides = parse_overrides(args.overrides)
@@ -144,14 +193,22 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig.from_yaml(args.config, init_from=args.init_from, **overrides)
     # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
     progress: ProgressBar | bool
+    callbacks: list[Any]
     if not args.no_progress and wants_progress("auto", stream=sys.stdout):
         progress, callbacks = ProgressBar(console), []
     else:
         progress, callbacks = False, [ProgressLines(console)]
-    with writing(config.output_dir):
-        result = train(
-            config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
-        )
+    if args.resume and is_main_process():
+        callbacks.append(ResumedLine(console))
+    try:
+        with writing(config.output_dir):
+            result = train(
+                config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
+            )
+    except TrainingInterrupted as stop:
+        if is_main_process():
+            _report_interrupt(stop, args)
+        return stop.exit_code
     if is_main_process():
         console.print(
             f"trained {result.step} steps; model and tokenizer saved to [bold]{markup(result.output_dir)}[/]"

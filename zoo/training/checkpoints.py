@@ -128,9 +128,12 @@ def write_checkpoint(
     # One temporary directory, renamed as a whole: `zoo.io.atomic` makes files atomic, not folders.
     temp = final.parent / f".{final.name}{TEMP_SUFFIX}"
     kept = [p.name for p in list_checkpoints(final.parent.parent) if p != final]
-    intact = f"the checkpoints before it ({', '.join(kept)}) are intact" if kept else "there is no other"
-    hint = f"this checkpoint was not kept and {intact}: free some space (or fix the cause), then continue "
-    hint += "(--resume)"
+    if kept:
+        hint = f"this checkpoint was not kept and the checkpoints before it ({', '.join(kept)}) are intact: "
+        hint += "free some space (or fix the cause), then continue from the last (--resume)"
+    else:
+        hint = "this checkpoint was not kept and there is no other to resume from: free some space (or fix "
+        hint += "the cause), then start over (--overwrite)"
     try:
         with writing(final, hint=hint):
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -220,7 +223,10 @@ def resumable_checkpoint(output_dir: Path) -> Path:
     skipped is logged with its problem. A `ResumeError` lists them all when none verifies."""
     candidates = list_checkpoints(output_dir)[::-1]
     if not candidates:
-        raise ResumeError(f"{output_dir}: no complete checkpoint to resume from")
+        raise ResumeError(
+            f"{output_dir}: no complete checkpoint to resume from; start over (--overwrite), or resume from a "
+            "checkpoint elsewhere (--resume PATH)"
+        )
     problems: list[str] = []
     for path in candidates:
         problem = checkpoint_problem(path)

@@ -247,6 +247,12 @@ class TrainConfig(Section):
         description="Autocast dtype; fp16 adds dynamic loss scaling (GradScaler). auto: bf16 on CUDA, else "
         "fp32 (zoo.training.precision).",
     )
+    max_skipped_steps: PositiveInt = Field(
+        25,
+        description="precision fp16: stop after this many optimizer steps in a row skipped for non-finite "
+        "gradients (the loss scale has then halved as often: 65536 -> 0.002 by default); a few are normal "
+        "while the scale settles. Other precisions stop at the first non-finite loss.",
+    )
     num_threads: PositiveInt | None = Field(
         None, description="CPU threads for PyTorch (torch.set_num_threads); default: PyTorch's choice."
     )

@@ -10,6 +10,10 @@
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
        resumable checkpoint -> final validation, and the model + tokenizer saved to ``output_dir``
 
+Stopping early loses nothing (`zoo.training.stopping`): on SIGINT / SIGTERM the step under way finishes, a
+checkpoint is saved and `TrainingInterrupted` raised; a loss that is no longer finite raises
+`TrainingDiverged` at the next record, validation or save, and its weights are never saved.
+
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
 split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
 
@@ -42,7 +46,7 @@ from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.training import distributed as dist_
-from zoo.training import prepare, pretrained, rundir, runlock, tasks
+from zoo.training import prepare, pretrained, rundir, runlock, stopping, tasks
 from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
 from zoo.training.classification import ClassificationCollator
 from zoo.training.config import ConfigError, TrainConfig
@@ -150,6 +154,12 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.precision = resolve_precision(config.precision, runtime.device)
         self.scaling = LossScaling(self.precision, runtime.device)  # fp16's loss scale; else a pass-through
+        self.guard = stopping.Guard(
+            runtime,
+            output_dir=out,
+            skipping=self.scaling.enabled,
+            max_skipped_steps=config.max_skipped_steps,
+        )
         self.io = CheckpointIO(
             model=self.model,
             optimizer=self.optimizer,
@@ -167,6 +177,7 @@ class Trainer:
         if self.resume_from is None:
             self._write_run_files()
         self.step, self.elapsed_before = 0, 0.0
+        self._saved: tuple[int, Path] | None = None  # the last checkpoint: (step, path)
         self.lr: float | None = None
         self.grad_norm: torch.Tensor | None = None  # on the device: read only when reported
         self._started = time.perf_counter()
@@ -175,6 +186,7 @@ class Trainer:
             saved = self.io.load(self.resume_from)  # weights, optimizer, loss scale and RNG restored in place
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
             self.order.epoch, self.order.position = saved.epoch, saved.position
+            self._saved = (self.step, self.resume_from) if own else None
             if not own:  # another run's checkpoint continues here: whatever ``out`` held is overwritten
                 start_fresh(out, runtime)
             self._write_run_files()  # the resume is accepted: now the run's files may change
@@ -257,18 +269,24 @@ class Trainer:
         self.interval = Interval(self.runtime.device)
         checkpoint_every = self.config.checkpoint.every_steps
         eval_every = self.config.eval.every_steps
-        while self.step < self.total_steps:
-            self._train_step(self._next_batches())
-            self.step += 1
-            if self.step % self.config.log_every == 0 or self.step == self.total_steps:
-                self._log()
-            if eval_every and self.step % eval_every == 0 and self.step < self.total_steps:
-                with self.interval.paused():
-                    self.evaluate()
-            if checkpoint_every and (self.step % checkpoint_every == 0 or self.step == self.total_steps):
-                with self.interval.paused():
-                    self.save_checkpoint()
+        with self.guard.signals():  # SIGINT / SIGTERM: finish the step, keep a checkpoint, stop
+            while self.step < self.total_steps:
+                if (signum := self.guard.interrupted()) is not None:  # every process agrees
+                    self._stop_on_signal(signum)
+                loss = self._train_step(self._next_batches())
+                self.step += 1
+                self.guard.after_step(self.step, loss, self.grad_norm)  # on the device: no sync
+                if self.step % self.config.log_every == 0 or self.step == self.total_steps:
+                    self._log()
+                    self._check_finite()
+                if eval_every and self.step % eval_every == 0 and self.step < self.total_steps:
+                    with self.interval.paused():
+                        self.evaluate()
+                if checkpoint_every and (self.step % checkpoint_every == 0 or self.step == self.total_steps):
+                    with self.interval.paused():
+                        self.save_checkpoint()
         final = self.evaluate() if self.valid_data is not None else {}
+        self._check_finite(weights=True)  # never a final model that is not finite
         self.io.save_final()
         self.model.eval()  # handed back ready for inference, as zoo.load returns models
         result = TrainResult(
@@ -281,6 +299,19 @@ class Trainer:
         )
         self.reporter.notify("on_train_end", self.state, result)
         return result
+
+    def _stop_on_signal(self, signum: int) -> None:
+        """Keep a checkpoint of the last complete step (unless it was just saved) and raise
+        `TrainingInterrupted`; a second signal meanwhile stops at once."""
+        self._check_finite(weights=True)
+        path = self._saved[1] if self._saved is not None and self._saved[0] == self.step else None
+        raise stopping.TrainingInterrupted(signum, step=self.step, checkpoint=path or self.save_checkpoint())
+
+    def _check_finite(self, *, weights: bool = False) -> None:
+        """`TrainingDiverged` if a loss went non-finite (one host sync); ``weights``: the weights too."""
+        self.guard.check(
+            step=self.step, model=self.model if weights else None, loss_scale=self.scaling.loss_scale
+        )
 
     def _next_batches(self) -> list[Batch]:
         """This process's micro-batches for the next step."""
@@ -295,7 +326,8 @@ class Trainer:
             self.config.seed * 1_000_003 + self.order.epoch * 10_007 + batch_index
         )
 
-    def _train_step(self, batches: list[Batch]) -> None:
+    def _train_step(self, batches: list[Batch]) -> torch.Tensor:
+        """One optimizer step on this process's ``batches``; returns its summed loss (on the device)."""
         local = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
         (step_tokens,) = dist_.all_reduce_sum([float(local)], self.runtime)
         # Each process's loss is scaled by world_size because DDP / FSDP average (not sum) the gradients.
@@ -305,6 +337,7 @@ class Trainer:
         )
         set_learning_rate(self.optimizer, lr)
         self.lr = lr
+        step_loss = torch.zeros((), device=self.runtime.device)
         for k, batch in enumerate(batches):
             # The head runs only where a target is (skipping padding, and MLM's ~85% unscored positions).
             scored = batch.logits_mask()  # (B, T), on the CPU: selecting needs no device sync; or None
@@ -318,11 +351,13 @@ class Trainer:
                 self.scaling.scale(sums.loss * scale).backward()  # fp16: times the loss scale
             self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
             self.interval.input_tokens += batch.num_tokens
+            step_loss = step_loss + sums.loss.detach()
         self.interval.target_tokens += local
         self.scaling.unscale(self.optimizer)  # fp16: the clip and the reported norm see true gradients
         self.grad_norm = clip_gradients(self.model, self.config.optim.clip_grad_norm)
         self.scaling.step(self.optimizer, self.grad_norm)  # fp16: skipped if the gradients overflowed
         self.optimizer.zero_grad(set_to_none=True)
+        return step_loss
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._started
@@ -372,9 +407,12 @@ class Trainer:
         return record
 
     def save_checkpoint(self) -> Path:
-        """A resumable checkpoint of this step (every process must call it; rank 0 writes)."""
+        """A resumable checkpoint of this step (every process must call it; rank 0 writes). Refused with
+        `TrainingDiverged` when the loss or the weights are no longer finite."""
+        self._check_finite(weights=True)
         state = self.state
         path = self.io.save_checkpoint(state)
+        self._saved = (state.step, path)
         self.reporter.notify("on_checkpoint", state, path)
         return path
 

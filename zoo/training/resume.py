@@ -146,8 +146,8 @@ class CheckpointIO:
         """The trained model and its tokenizer(s) in ``output_dir``, ready for ``zoo.load``."""
         model = self._saveable_model()
         if self.runtime.is_main:
-            hint = "the trained model was not saved (the last checkpoint is intact): free some space (or fix "
-            hint += "the cause), then continue the run (--resume)"
+            hint = "the trained model was not saved: free some space (or fix the cause), "
+            hint += rundir.go_on(self.output_dir)
             with rundir.writing(self.output_dir / WEIGHTS_NAME, hint=hint):
                 self._save_model(model, self.output_dir)
         dist_.barrier(self.runtime)

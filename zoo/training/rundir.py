@@ -15,6 +15,7 @@ elsewhere would change that file; silently replaced, the link the user made woul
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import os
 import shutil
@@ -42,6 +43,7 @@ from zoo.training.layout import (
     METRICS_NAME,
     RUN_NAME,
     SOURCE_TOKENIZER_NAME,
+    STATE_NAME,
     TENSORBOARD_DIR,
 )
 
@@ -99,14 +101,56 @@ def previous_run(output_dir: Path) -> list[str]:
 def previous_run_error(output_dir: Path, found: list[str]) -> FileExistsError:
     listed = ", ".join(found)
     if any(name.rstrip("/") in RUN_NAMES for name in found):
+        if not has_checkpoint(output_dir):
+            return FileExistsError(
+                f"{output_dir} already holds a training run that saved no checkpoint to resume from: start "
+                f"over ({option('overwrite')}, which deletes {listed}), or choose another output dir"
+            )
         return FileExistsError(
-            f"{output_dir} already holds a training run; resume it (--resume) or start over "
-            f"(--overwrite, which deletes {listed})"
+            f"{output_dir} already holds a training run; resume it ({option('resume')}) or start over "
+            f"({option('overwrite')}, which deletes {listed})"
         )
     return FileExistsError(
         f"{output_dir} already holds a saved model or tokenizer ({listed}), which training would replace: "
-        "choose another output dir, or start over (--overwrite, which deletes them)"
+        f"choose another output dir, or start over ({option('overwrite')}, which deletes them)"
     )
+
+
+# How messages name the options a caller passes: ``train(config, resume=True)`` in Python, ``--resume``
+# under ``zoo train`` (which sets this around its call, `cli_options`).
+_CLI_OPTIONS: contextvars.ContextVar[bool] = contextvars.ContextVar("zoo_training_cli_options", default=False)
+
+
+def option(name: str, value: str = "True") -> str:
+    """The option ``name`` (``resume``, ``overwrite``) as the caller spells it: ``resume=True`` from Python,
+    ``--resume`` inside `cli_options`; ``value`` other than True: ``resume=PATH`` / ``--resume PATH``."""
+    if _CLI_OPTIONS.get():
+        return f"--{name}" if value == "True" else f"--{name} {value}"
+    return f"{name}={value}"
+
+
+@contextlib.contextmanager
+def cli_options() -> Iterator[None]:
+    """Inside, messages name the command line's options (``--resume``), not `train`'s arguments."""
+    token = _CLI_OPTIONS.set(True)
+    try:
+        yield
+    finally:
+        _CLI_OPTIONS.reset(token)
+
+
+def has_checkpoint(output_dir: Path) -> bool:
+    """Whether ``output_dir`` holds a checkpoint that finished writing (its ``trainer_state.json`` is written
+    last); whether it also verifies is `zoo.training.checkpoints.resumable_checkpoint`'s question."""
+    return any((output_dir / CHECKPOINTS_DIR).glob(f"step-*/{STATE_NAME}"))
+
+
+def go_on(output_dir: Path) -> str:
+    """How a run in ``output_dir`` that stopped can go on: ``--resume`` when it has a checkpoint, else start
+    over."""
+    if has_checkpoint(output_dir):
+        return f"then continue it from its last checkpoint ({option('resume')})"
+    return f"then start it over ({option('overwrite')}): it saved no checkpoint to resume from"
 
 
 def clear_run(output_dir: Path) -> None:
@@ -166,7 +210,8 @@ def write_error(path: Path | str, error: OSError, *, hint: str | None = None) ->
     full = error.errno in (errno.ENOSPC, errno.EDQUOT)
     reason = f"the disk is full ({error.strerror})" if full else error.strerror or str(error)
     remedy = "free some space" if full else "fix that"
-    hint = hint or f"the run stopped; what it wrote before is intact: {remedy}, then continue it (--resume)"
+    # The run's own files (metrics.jsonl, run.json, train_config.yaml) lie in its output dir.
+    hint = hint or f"the run stopped; what it wrote before is intact: {remedy}, {go_on(Path(path).parent)}"
     return RunWriteError(f"could not write {path}: {reason}; {hint}", path=path, cause=error)
 
 
