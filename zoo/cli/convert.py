@@ -30,6 +30,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
 from zoo.io.names import TOKENIZER_NAME
+from zoo.io.paths import inside
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             f"--out {out} is the {option} folder {folder}: converting in place would replace the weights "
             "being read; choose another --out"
         )
-    tokenizer_file = folder / TOKENIZER_NAME
+    tokenizer_file = inside(folder, TOKENIZER_NAME)  # not a link out of the folder (`zoo.io.paths`)
     tokenizer = (
         Tokenizer.from_file(tokenizer_file) if preset is None and tokenizer_file.is_file() else None
     )  # fail before the weights
@@ -149,7 +150,7 @@ def _to_peft(given: Path, out: Path, base: str | None, dtype: Any) -> int:
     from zoo.cli import console
     from zoo.training.layout import ADAPTER_NAME
 
-    adapter = given / ADAPTER_NAME if given.is_dir() else given
+    adapter = inside(given, ADAPTER_NAME) if given.is_dir() else given
     if given.is_dir() and not adapter.is_file():
         raise ValueError(f"--to-peft {given}: no {ADAPTER_NAME} here (is it a LoRA training run?)")
     info = zoo.lora.read_adapter(adapter)

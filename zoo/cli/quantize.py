@@ -21,6 +21,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, TOKENIZER_NAME
+from zoo.io.paths import inside
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "choose another --out"
         )
     folder = source if source.is_dir() else source.parent
-    tokenizer_file = folder / TOKENIZER_NAME
+    tokenizer_file = inside(folder, TOKENIZER_NAME)  # not a link out of the folder (`zoo.io.paths`)
     tokenizer = (
         Tokenizer.from_file(tokenizer_file) if preset is None and tokenizer_file.is_file() else None
     )  # fail before the weights

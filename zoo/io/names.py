@@ -38,8 +38,9 @@ def shard_name(index: int, count: int, tag: str | None = None) -> str:
 def is_plain_file_name(name: object) -> bool:
     """Whether ``name`` is a bare file name: no folder part, not absolute, not ``.`` or ``..``, no drive.
 
-    What an index may name: joined to the checkpoint folder it stays in that folder (a symlink there is
-    followed, as Hugging Face's cache links its snapshots to blobs; the name itself cannot leave).
+    What an index may name: joined to the checkpoint folder it stays in that folder (the name itself cannot
+    leave; a symlink there is followed only while it stays in the folder, or in Hugging Face's cache, whose
+    snapshots link to its blobs: `zoo.io.paths.inside`).
     """
     return (
         isinstance(name, str)

@@ -40,7 +40,15 @@ from zoo.io.checkpoint.files import read_header
 from zoo.io.checkpoint.layout import open_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
-from zoo.training.layout import ADAPTER_NAME, CHECKPOINTS_DIR, OPTIMIZER_NAME, RNG_NAME, STATE_NAME
+from zoo.io.paths import inside
+from zoo.training.layout import (
+    ADAPTER_NAME,
+    CHECKPOINTS_DIR,
+    OPTIMIZER_NAME,
+    RNG_NAME,
+    SOURCE_TOKENIZER_NAME,
+    STATE_NAME,
+)
 from zoo.training.precision import scaler_state_problem
 from zoo.training.rundir import writing
 
@@ -76,7 +84,16 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 def prune_checkpoints(output_dir: Path, keep_last: int) -> None:
     for old in list_checkpoints(output_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_checkpoint(old)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete checkpoint ``path``; a symbolic link to one (made by hand) is unlinked: what it points to may
+    lie outside the run and is never deleted (`shutil.rmtree` refuses links, which left them all kept)."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --- optimizer state as safetensors + JSON ------------------------------------------------------------------
@@ -157,10 +174,10 @@ def write_checkpoint(
         with writing(final, hint=hint):
             if final.exists():  # re-saving a step (e.g. after resuming from it): swap, never half-delete
                 old = final.parent / f".{final.name}.old"
-                shutil.rmtree(old, ignore_errors=True)
+                remove_checkpoint(old)
                 os.replace(final, old)
                 os.replace(temp, final)
-                shutil.rmtree(old, ignore_errors=True)
+                remove_checkpoint(old)
             else:
                 os.replace(temp, final)
             fsync_dir(final.parent)
@@ -196,6 +213,11 @@ def checkpoint_problem(path: Path) -> str | None:
     if not path.is_dir():
         return "no such directory" if not path.exists() else "not a directory"
     needed = (STATE_NAME, SPEC_NAME, TOKENIZER_NAME, OPTIMIZER_NAME, RNG_NAME)
+    try:  # no file read on resume may be a link out of the checkpoint (`zoo.io.paths`)
+        for name in (*needed, ADAPTER_NAME, SOURCE_TOKENIZER_NAME):
+            inside(path, name, error=ResumeError)
+    except ResumeError as error:
+        return str(error).replace(f"{path}{os.sep}", "")
     missing = [name for name in needed if not (path / name).is_file()]
     if missing:
         return f"{', '.join(missing)} missing"

@@ -22,6 +22,7 @@ from zoo.io.checkpoint import load as load_checkpoint
 from zoo.io.checkpoint import read_spec as read_checkpoint_spec
 from zoo.io.hf import from_hf, read_hf_spec
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, TOKENIZER_NAME
+from zoo.io.paths import inside
 from zoo.models.base import ZooModel
 from zoo.spec import ModelSpec
 from zoo.training.config import ConfigError
@@ -51,7 +52,7 @@ def read_spec(path: Path) -> ModelSpec:
 
 def tokenizer_path(path: Path) -> Path:
     """The tokenizer.json of the model folder ``path``; a `ConfigError` when it has none."""
-    file = path / TOKENIZER_NAME
+    file = inside(path, TOKENIZER_NAME, error=ConfigError)  # not a link out of the folder (`zoo.io.paths`)
     if not file.is_file():
         raise ConfigError(
             f"model.init_from: {path} has no {TOKENIZER_NAME}; give tokenizer.path (the tokenizer the model "

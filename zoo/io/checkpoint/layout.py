@@ -32,6 +32,7 @@ from zoo.io.checkpoint.files import (
 )
 from zoo.io.checkpoint.limits import zoo_layers_held
 from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME, is_plain_file_name
+from zoo.io.paths import inside
 from zoo.quant.record import Quantization
 from zoo.quant.state import logical_shapes, part_names
 from zoo.spec import ModelSpec, parse_spec
@@ -171,7 +172,7 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     if path.is_dir():
         for name, opener in ((INDEX_NAME, _open_sharded), (WEIGHTS_NAME, _open_single)):
             if (path / name).is_file():
-                return opener(path / name)
+                return opener(inside(path, name, error=CheckpointError))
         hint = f"; it has a {CONFIG_NAME}: {_HF_HINT}" if (path / CONFIG_NAME).is_file() else ""
         raise CheckpointNotFoundError(
             f"{path}: no weights here (expected {WEIGHTS_NAME} or {INDEX_NAME}){hint}"
@@ -225,7 +226,7 @@ def _open_sharded(index: Path) -> Checkpoint:
         by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, tuple[Path, TensorInfo]] = {}
     for shard, names in by_shard.items():
-        file = index.parent / shard
+        file = inside(index.parent, shard, error=CheckpointError)  # a shard linked out of the folder: refused
         if not file.is_file():
             raise CheckpointNotFoundError(
                 f"{index}: the shard {shard} it names is missing ({len(names)} tensors, e.g. {names[0]})"

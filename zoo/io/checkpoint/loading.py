@@ -23,6 +23,7 @@ from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
 from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
 from zoo.io.names import TOKENIZER_NAME
+from zoo.io.paths import inside
 from zoo.models import ZooModel, build_model
 from zoo.quant.library import QuantizationError
 from zoo.quant.state import assemble, check_loadable, part_names, place
@@ -123,6 +124,8 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
         raise CheckpointNotFoundError(f"{path}: no such checkpoint (file or directory not found)")
     directory = path if path.is_dir() else path.parent
     file = directory / TOKENIZER_NAME
+    if file != path:  # found beside the weights, not named by the user: it must not lead out of the folder
+        inside(directory, TOKENIZER_NAME, error=CheckpointError)
     if not file.is_file():
         raise CheckpointNotFoundError(
             f"{directory}: no {TOKENIZER_NAME} in this checkpoint (save one with zoo.save(model, dir, tokenizer=...))"

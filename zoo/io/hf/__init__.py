@@ -51,6 +51,7 @@ from zoo.io.names import (
     WEIGHTS_NAME,
     is_plain_file_name,
 )
+from zoo.io.paths import inside
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
 from zoo.quant import quantization_of
@@ -94,7 +95,7 @@ def _mapping_for(model_type: Any, where: str) -> FamilyMapping:
 
 def read_config(root: Path) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder."""
-    path = root / CONFIG_NAME
+    path = inside(root, CONFIG_NAME, error=HFError)  # not a link out of the folder (`zoo.io.paths`)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory (expected a Hugging Face checkpoint folder)")
     if not path.is_file():
@@ -110,8 +111,8 @@ def weight_files(root: Path) -> list[Path]:
     in the index must be a plain file name in ``root``, checked before any file is looked at.
     """
     if (root / WEIGHTS_NAME).is_file():
-        return [root / WEIGHTS_NAME]
-    index = root / INDEX_NAME
+        return [inside(root, WEIGHTS_NAME, error=HFError)]
+    index = inside(root, INDEX_NAME, error=HFError)
     if index.is_file():
         data = read_json_object(index, error=HFError)
         weight_map = data.get("weight_map")
@@ -126,7 +127,7 @@ def weight_files(root: Path) -> list[Path]:
                     f"{index}: 'weight_map' sends {name} to {shard!r}, which is not a plain file name in "
                     "this folder; refusing to read outside it"
                 )
-        shards = [root / name for name in dict.fromkeys(weight_map.values())]
+        shards = [inside(root, name, error=HFError) for name in dict.fromkeys(weight_map.values())]
         for shard in shards:
             if not shard.is_file():
                 raise FileNotFoundError(f"{shard}: shard listed in {index} is missing")

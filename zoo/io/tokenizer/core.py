@@ -23,6 +23,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.atomic import write_text_atomic
 from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from zoo.io.paths import inside
 from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_args, check_length, pad_rows
 from zoo.io.tokenizer.pretrained import read_tokenizer_config, with_eos_template, write_folder
 from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS, looked_for
@@ -74,15 +75,16 @@ class Tokenizer:
         special tokens it names, as ``AutoTokenizer.from_pretrained`` would use them.
         """
         file = Path(path)
-        if file.is_dir():
-            file = file / TOKENIZER_NAME
+        if file.is_dir():  # files found in a folder must not be links out of it (`zoo.io.paths`)
+            file = inside(file, TOKENIZER_NAME)
         if not file.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {file}")
         try:
             tok = HFTokenizer.from_file(str(file))
         except Exception as err:  # tokenizers raises a bare Exception for unparsable files
             raise ValueError(f"{file} is not a Hugging Face tokenizers JSON file: {err}") from err
-        model_max_length, special_tokens = read_tokenizer_config(file.parent / TOKENIZER_CONFIG_NAME)
+        config = inside(file.parent, TOKENIZER_CONFIG_NAME)
+        model_max_length, special_tokens = read_tokenizer_config(config)
         return cls(tok, model_max_length=model_max_length, special_tokens=special_tokens)
 
     def save(self, path: PathLike) -> None:
