@@ -147,6 +147,7 @@ def _report_interrupt(stop: Any, args: argparse.Namespace) -> None:
     err_console.print(
         f"interrupted ({stop.signal_name}): kept step {stop.step} in {markup(stop.checkpoint)}",
         highlight=False,
+        soft_wrap=True,
     )
     err_console.print(f"continue with: {markup(resume_command(args))}", highlight=False, soft_wrap=True)
 

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zoo.training import checkpoints
+from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -55,10 +55,8 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.signal_name = signal.Signals(signum).name
         self.exit_code = 128 + signum
         if checkpoint is not None:
-            text = (
-                f"training interrupted ({self.signal_name}) after step {step}; kept {checkpoint}: --resume "
-            )
-            text += "continues from it"
+            text = f"training interrupted ({self.signal_name}) after step {step}; kept {checkpoint}: "
+            text += f"{rundir.option('resume')} continues from it"
         else:
             text = f"training stopped at once on a second {self.signal_name}; nothing more was saved"
         super().__init__(text)
@@ -183,12 +181,12 @@ class Guard:
             advice = (
                 f"the last good checkpoint, {kept}, is kept: lower the learning rate (or check the data), "
             )
-            advice += "then continue from it (--resume)"
+            advice += f"then continue from it ({rundir.option('resume')})"
         else:
             advice = (
                 "the run saved no checkpoint before it: lower the learning rate (or check the data), then "
             )
-            advice += "start over (--overwrite)"
+            advice += f"start over ({rundir.option('overwrite')})"
         raise TrainingDiverged(
             f"training diverged: {what}{later}; its weights were not saved, and {advice}",
             step=first,
