@@ -66,6 +66,17 @@ def position_ids_from_mask(
     return positions.clamp(min=0)[:, -length:]
 
 
+def position_ids_from_documents(document_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) document ids of packed rows -> (B, T) positions that restart at 0 where each document starts,
+    so every document sits where it would alone."""
+    T = document_ids.shape[1]
+    index = torch.arange(T, device=document_ids.device).expand_as(document_ids)  # (B, T)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    first = torch.where(starts, index, torch.zeros_like(index)).cummax(dim=1).values  # (B, T)
+    return index - first
+
+
 class Stack(nn.Module):
     def __init__(
         self,
@@ -118,16 +129,21 @@ class Stack(nn.Module):
         cache: StackCache | None = None,
         output_attentions: bool = False,
         prefix_lengths: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> StackOutput:
         """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding, or a
         (B, T, cached + T) bool mask, True = may attend (ANDed with the stack's patterns; positions then
         count 0 .. T - 1 after the cache unless ``position_ids`` are given).
         memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention.
-        prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers."""
+        prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers.
+        document_ids: (B, T) the document of each token of packed rows (no cache): attention stays inside
+        each document, and positions restart at each document's start unless ``position_ids`` are given."""
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         padding = attention_mask if attention_mask is None or attention_mask.dim() == 2 else None
-        if position_ids is None:
+        if position_ids is None and document_ids is not None:
+            position_ids = position_ids_from_documents(document_ids)
+        elif position_ids is None:
             position_ids = position_ids_from_mask(padding, offset=offset, length=T, device=x.device)
         role = self.positions.role
         if role == "absolute":
@@ -146,6 +162,7 @@ class Stack(nn.Module):
             offset=offset,
             key_positions=cache.key_positions(T) if cache is not None else None,
             prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
             dense_only=output_attentions or role == "bias" or (self.training and self.attention_dropout),
             grad=x.requires_grad,
             device=x.device,

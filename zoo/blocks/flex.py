@@ -8,8 +8,9 @@ from, evaluated at the kernel's indices as a ``mask_mod``, so the two paths cann
 
 Which kernel runs a call (`attention_kernel`, or the ``ZOO_ATTENTION_KERNEL`` environment variable):
 
-    auto (default)  flex for sliding_window, block_sparse and prefix_lm calls with at least
-                    `FLEX_MIN_QUERIES` queries, where flex can run them; SDPA with the dense mask otherwise
+    auto (default)  flex for sliding_window, block_sparse and prefix_lm calls, and for packed documents
+                    (flex's document mask), with at least `FLEX_MIN_QUERIES` queries, where flex can run
+                    them; SDPA with the dense mask otherwise
     flex            flex for every pattern (full and causal included), wherever flex can run the call
     sdpa            never flex
 
@@ -75,10 +76,13 @@ def current_kernel() -> Kernel:
     return _kernel[-1] if _kernel else _env_kernel()
 
 
-def use_flex(pattern_kind: str, *, q_len: int, device: torch.device, dense_only: bool) -> bool:
+def use_flex(
+    pattern_kind: str, *, q_len: int, device: torch.device, dense_only: bool, documents: bool = False
+) -> bool:
     """Whether a self-attention call with this pattern should run through flex_attention.
 
     ``dense_only``: the call needs the dense mask (weights returned, a position bias, dropout, CPU grads).
+    ``documents``: the rows pack several documents (a block-diagonal mask: sparse, whatever the pattern).
     """
     kernel = current_kernel()
     if kernel == "sdpa" or dense_only or device.type not in ("cpu", "cuda"):
@@ -87,7 +91,7 @@ def use_flex(pattern_kind: str, *, q_len: int, device: torch.device, dense_only:
         return False
     if kernel == "flex":
         return True
-    return pattern_kind in SPARSE_PATTERNS and q_len >= FLEX_MIN_QUERIES
+    return (pattern_kind in SPARSE_PATTERNS or documents) and q_len >= FLEX_MIN_QUERIES
 
 
 def tile_for(pattern: AttentionPattern) -> int:

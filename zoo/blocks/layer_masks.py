@@ -5,7 +5,9 @@
         flex_attention chosen          ──> a flex `BlockMask` (`zoo.blocks.flex`)
         otherwise                      ──> `masks.pattern_mask`: a dense bool mask for SDPA
 
-"Nothing unusual" means no rolling KV cache, no 3-D user mask and, for prefix_lm, no prefix lengths.
+"Nothing unusual" means no rolling KV cache, no 3-D user mask, no packed documents and, for prefix_lm, no
+prefix lengths. Packed documents (``document_ids``) AND every pattern with `masks.within_documents`; on
+long rows flex_attention then skips the blocks between documents, as it does for the sparse patterns.
 A sliding window at least as long as the sequence is plain causal (or full) attention and takes that path.
 """
 
@@ -66,6 +68,7 @@ def self_attention_masks(
     offset: int = 0,
     key_positions: torch.Tensor | None = None,
     prefix_lengths: torch.Tensor | None = None,
+    document_ids: torch.Tensor | None = None,
     dense_only: bool = False,
     grad: bool = False,
     device: torch.device,
@@ -74,7 +77,8 @@ def self_attention_masks(
 
     ``attention_mask``: None, the (B, offset + q_len) padding or a (B, q_len, offset + q_len) bool user mask.
     ``key_positions`` (Tk,): a rolling KV cache's key positions in slot order (-1 = empty), else None.
-    ``prefix_lengths`` (B,): prefix_lm's prefixes in real tokens. ``dense_only``: the call needs the dense
+    ``prefix_lengths`` (B,): prefix_lm's prefixes in real tokens. ``document_ids`` (B, q_len): the document
+    of each token of packed rows (no cache), which no query looks out of. ``dense_only``: the call needs the dense
     mask (weights returned, a position bias, attention dropout); ``grad``: gradients flow through it.
     Traceable by torch.compile: no spec object is built or hashed here.
     """
@@ -93,9 +97,14 @@ def self_attention_masks(
         if kind == "prefix_lm" and prefix_lengths is None:
             kind = "causal"
         use_flex = flex.use_flex(
-            kind, q_len=q_len, device=device, dense_only=dense_only or (grad and device.type == "cpu")
+            kind,
+            q_len=q_len,
+            device=device,
+            dense_only=dense_only or (grad and device.type == "cpu"),
+            documents=document_ids is not None,
         )
-        if not use_flex and plain and key_positions is None and kind in ("full", "causal"):
+        simple = plain and key_positions is None and document_ids is None
+        if not use_flex and simple and kind in ("full", "causal"):
             built.append(
                 masks.self_attention_mask(
                     attention_mask, q_len=q_len, k_len=length, causal=causal, device=device
@@ -119,6 +128,9 @@ def self_attention_masks(
             prefix=prefix,
             device=device,
         )
+        if document_ids is not None:
+            rule = masks.within_documents(rule, document_ids.to(device))
+            framed = replace(framed, batch=document_ids.shape[0])  # the rule varies by row
         if use_flex:
             built.append((flex.block_mask(rule, framed, tile=flex.tile_for(pattern)), False))
         else:

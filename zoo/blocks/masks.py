@@ -21,6 +21,9 @@ padding included: with padding only at the ends (left or right) the distance bet
 the same as without it, so windows see the same tokens. A caller's own ``(B, T, S)`` bool mask (True = may
 attend) rides in the frame and is ANDed in.
 
+Packed rows (several documents cut into one training window) add one more rule, ANDed with the pattern's:
+a query sees only keys of its own document (`within_documents`, from per-token document ids).
+
 "No padding" is a ``None`` mask. Whether a given mask pads anything is a question about its values, and
 asking it costs a device-to-host sync on an accelerator (and a graph break under ``torch.compile``), once
 per stack per forward. So it is asked only where the answer is free — a plain CPU tensor, outside any
@@ -224,6 +227,22 @@ def _layout(pattern: BlockSparsePattern, num_blocks: int, layer: int) -> tuple[b
             # where a row has fewer unseen blocks than r, topk also returns seen ones: adding them changes nothing
             visible = visible.scatter(1, picked, True)
         return tuple(visible.flatten().tolist())
+
+
+def same_document(
+    b: torch.Tensor, q: torch.Tensor, k: torch.Tensor, *, documents: torch.Tensor
+) -> torch.Tensor:
+    """Packed sequences: query q of row b sees key k only inside its own document (a block-diagonal mask;
+    flex_attention's document mask). ``documents`` (B, L): a document id per absolute position."""
+    return documents[b, q] == documents[b, k]
+
+
+def within_documents(rule: Rule | None, documents: torch.Tensor) -> Rule:
+    """``rule`` (None: every key) restricted to each query's own document (`same_document`)."""
+    if rule is None:
+        return lambda b, q, k: same_document(b, q, k, documents=documents)
+    base = rule
+    return lambda b, q, k: base(b, q, k) & same_document(b, q, k, documents=documents)
 
 
 def pattern_rule(

@@ -18,7 +18,13 @@ from zoo.generation.protocol import GenerationState
 from zoo.losses import select_labels, shift_labels_left, token_cross_entropy
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack, repeat_rows
 from zoo.models.heads import LMHead, select_positions
-from zoo.models.inputs import check_labels, check_logits_mask, check_prefix_lengths, check_tokens
+from zoo.models.inputs import (
+    check_labels,
+    check_logits_mask,
+    check_positions,
+    check_prefix_lengths,
+    check_tokens,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
 from zoo.stacks import StackCache
@@ -62,6 +68,7 @@ class DecoderModel(GenerationMixin, ZooModel):
         logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
         prefix_lengths: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, cached + T); labels (B, T) are the inputs themselves:
         the loss predicts token t + 1 from tokens <= t (shifted here, as in Hugging Face).
@@ -69,7 +76,9 @@ class DecoderModel(GenerationMixin, ZooModel):
         ``attention_mask`` may instead be a (B, T, cached + T) bool mask, True = query t may attend to key s,
         ANDed with the decoder's attention patterns (positions then count 0 .. T - 1 after the cache, unless
         ``position_ids`` say otherwise). ``prefix_lengths`` (B,): real tokens of each row's prefix, which
-        ``prefix_lm`` layers attend to bidirectionally (docs/attention.md).
+        ``prefix_lm`` layers attend to bidirectionally (docs/attention.md). ``document_ids`` (B, T): packed
+        rows, a document id per token (training, no cache): each token attends only within its document, and
+        positions restart at each document's start unless ``position_ids`` are given.
 
         ``logits_mask`` (B, T) bool runs the LM head only where it is True: logits are then (N, V) and the
         loss counts only those positions (position t is scored against label t + 1, so pass
@@ -91,6 +100,14 @@ class DecoderModel(GenerationMixin, ZooModel):
             user_masks=True,
         )
         check_labels(labels, where=where, shape=(B, T), num_classes=V, like="input_ids")
+        check_positions(
+            position_ids,
+            document_ids,
+            where=where,
+            shape=(B, T),
+            max_positions=self.spec.max_positions,
+            cached=cache.length if cache is not None else 0,
+        )
         check_logits_mask(
             logits_mask, input_ids, where=where, head="LM head", has_head=self.lm_head is not None
         )
@@ -108,6 +125,7 @@ class DecoderModel(GenerationMixin, ZooModel):
             cache=cache,
             output_attentions=output_attentions,
             prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
         )
         hidden = self._project_out(out.hidden)  # (B, T, E)
         logits = self.lm_head(select_positions(hidden, logits_mask)) if self.lm_head is not None else None

@@ -16,7 +16,13 @@ from zoo.models.heads import (
     resolve_problem_type,
     select_positions,
 )
-from zoo.models.inputs import check_labels, check_logits_mask, check_token_types, check_tokens
+from zoo.models.inputs import (
+    check_labels,
+    check_logits_mask,
+    check_positions,
+    check_token_types,
+    check_tokens,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
 from zoo.spec.model import SequenceClassifierSpec
@@ -59,6 +65,8 @@ class EncoderModel(ZooModel):
         *,
         logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, T) 1 = token, or a (B, T, T) bool mask (True = may attend,
         ANDed with the encoder's attention patterns); labels (B, T) for MLM or token
@@ -69,6 +77,9 @@ class EncoderModel(ZooModel):
         ``logits_mask`` (B, T) bool runs a token-level head (MLM, token classifier) only where it is True
         (e.g. ``labels != -100``): logits are then (N, V) or (N, L) for those N positions and the loss counts
         only them. MLM labels ~15% of the positions, so this skips most of the vocabulary-wide projection.
+
+        ``document_ids`` (B, T): packed rows, a document id per token: each token attends only within its
+        document, and positions (``position_ids`` (B, T), default 0 .. T - 1) restart at each document's start.
 
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
@@ -83,6 +94,9 @@ class EncoderModel(ZooModel):
         )
         check_token_types(
             token_type_ids, where=where, shape=(B, T), segment_vocab_size=spec.embedding.segment_vocab_size
+        )
+        check_positions(
+            position_ids, document_ids, where=where, shape=(B, T), max_positions=spec.max_positions
         )
         classifier = spec.heads.classifier
         per_token = self.classifier is not None and self.classifier.per_token
@@ -104,7 +118,9 @@ class EncoderModel(ZooModel):
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
             attention_mask=attention_mask,
+            position_ids=position_ids,
             output_attentions=output_attentions,
+            document_ids=document_ids,
         )
         pooled = self.pooler(out.hidden) if self.pooler is not None else None
         logits = loss = None

@@ -8,6 +8,8 @@ embedding or a mask that silently broadcasts. The rules (Hugging Face's names an
     attention_mask & co            (B, cached + T) bool or integer, 1 = token, 0 = padding; or, where a
                                    forward takes one, a (B, T, cached + T) bool mask, True = may attend
     prefix_lengths                 (B,) integer, real tokens of each row's prefix (prefix_lm layers)
+    position_ids                   (B, T) or (1, T) integer positions in [0, max_positions)
+    document_ids                   (B, T) integer: packed rows, one document id per token (no cache)
     token_type_ids                 (B, T) integer segment ids in [0, segment_vocab_size)
     labels                         like the ids, or (B,) for a classifier: class ids, or -100 (ignored)
     memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
@@ -96,6 +98,46 @@ def check_prefix_lengths(
             raise ValueError(
                 f"{where}: prefix_lengths contains {low if low < 0 else high}, outside [0, {length}] (the row length)"
             )
+
+
+def check_positions(
+    position_ids: object,
+    document_ids: object,
+    *,
+    where: str,
+    shape: tuple[int, int],
+    max_positions: int,
+    cached: int = 0,
+) -> None:
+    """``position_ids`` must be None or (B, T) / (1, T) integers in [0, max_positions); ``document_ids``
+    (packed rows) None or (B, T) integers, and only without a KV cache."""
+    if position_ids is not None:
+        if (
+            not isinstance(position_ids, torch.Tensor)
+            or position_ids.dim() != 2
+            or (tuple(position_ids.shape) not in (shape, (1, shape[1])))
+        ):
+            raise ValueError(
+                f"{where}: position_ids must have shape {shape} (or (1, {shape[1]})), like the ids; got "
+                f"{_shape(position_ids)}"
+            )
+        _need_integers(position_ids, where=where, name="position_ids", what="positions")
+        if values_readable(position_ids):
+            low, high = int(position_ids.min()), int(position_ids.max())
+            if low < 0 or high >= max_positions:
+                raise ValueError(
+                    f"{where}: position_ids contains {low if low < 0 else high}, outside [0, {max_positions}) "
+                    "(the model's max_positions)"
+                )
+    if document_ids is None:
+        return
+    if cached:
+        raise ValueError(f"{where}: document_ids (packed training rows) cannot be used with a KV cache")
+    if not isinstance(document_ids, torch.Tensor) or tuple(document_ids.shape) != shape:
+        raise ValueError(
+            f"{where}: document_ids must have shape {shape}, one document id per token; got {_shape(document_ids)}"
+        )
+    _need_integers(document_ids, where=where, name="document_ids", what="document ids")
 
 
 def check_ids(
