@@ -20,9 +20,15 @@ Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 
 
 class Spec(BaseModel):
-    """Base for every spec: unknown fields are errors, instances are immutable."""
+    """Base for every spec: unknown fields are errors, instances are immutable, and types are strict.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict: an int field takes an int only (``num_layers: true`` is not 1 layer, ``"12"`` is not 12), a
+    bool field a bool only (not ``1`` or ``"yes"``), a float field an int or a float (not ``true``, not a
+    string: YAML reads ``1e-5`` as a float, `zoo.spec.files`). Every float is finite: ``eps: .inf`` or
+    ``std: 1e999`` is refused by name like NaN, before any bound on the field is checked.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class AttentionSpec(Spec):

@@ -11,11 +11,16 @@
 The node count is taken on the composed graph, where an alias is a shared reference, before any Python
 object is built: the check costs as much as the file is long, never as much as it expands to.
 
+Two departures from PyYAML's defaults, so that what a file says is what zoo reads: a key given twice in one
+mapping is an error naming the key and its lines (PyYAML keeps the last value silently; YAML forbids it),
+and ``1e-5`` is a float as in YAML 1.2 (PyYAML reads it as a string).
+
 This module imports no torch.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +35,33 @@ class YAMLLimitError(yaml.YAMLError):
     """A document over the size limits (raised before its data is built)."""
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping that names one key twice (YAML itself forbids it; PyYAML keeps the last silently)."""
+
+
 class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that counts aliases as they are read and expanded nodes once a document is composed."""
+    """SafeLoader that counts aliases as they are read and expanded nodes once a document is composed,
+    refuses a key given twice in one mapping, and reads ``1e-5`` as a float."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._aliases = 0
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge (<<) may override keys; a non-scalar key is PyYAML's to refuse
+            key, line = self.construct_object(key_node, deep=False), key_node.start_mark.line + 1
+            if key in first_line:
+                where = (
+                    f"on line {line}" if line == first_line[key] else f"on lines {first_line[key]} and {line}"
+                )
+                raise DuplicateKeyError(
+                    f"the key {_short(key)} is given twice in one mapping ({where}); give it once"
+                )
+            first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -49,6 +75,20 @@ class _BoundedLoader(yaml.SafeLoader):
         if node is not None:
             _check_expanded_size(node)
         return node
+
+
+def _short(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else f"{text[:45]}... ({len(text):,} chars)"
+
+
+# YAML 1.2 reads 1e-5 and 1.0e5 as floats; PyYAML (YAML 1.1) needs a dot and a signed exponent, and reads
+# them as strings. A float field is strict (`zoo.spec.blocks.Spec`), so the loader reads them as floats.
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def _check_expanded_size(root: yaml.Node) -> None:

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    Strict,
     TypeAdapter,
     ValidationError,
     model_validator,
@@ -80,7 +81,7 @@ class MLMHeadSpec(Spec):
 
 class _ClassifierBase(Spec):
     num_labels: PositiveInt = Field(description="Number of classes: the width of the logits.")
-    labels: tuple[str, ...] | None = Field(
+    labels: Annotated[tuple[str, ...], Strict(False)] | None = Field(  # a YAML/JSON list is a tuple here
         None,
         description="Class names, index = class id (Hugging Face's id2label); null: unnamed (LABEL_0, ...).",
     )

@@ -16,13 +16,16 @@ fails with one message naming the file and the problem instead of a Rust or pick
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
+
+from zoo.io.jsonfile import parse_json
+from zoo.spec.errors import clip
 
 FORMAT_NAME = "zoo"
 FORMAT_VERSION = "1"
@@ -76,10 +79,8 @@ def read_header(path: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
                 f"{max(length, 0)} bytes but the file holds {size} bytes"
             )
         raw = f.read(length)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path}: corrupted safetensors header: not valid JSON ({error})") from None
+    # Bounded: depth, number lengths and non-finite numbers are refused naming the file (`zoo.io.jsonfile`).
+    header = parse_json(raw, where=f"{path}: corrupted safetensors header", error=CheckpointError)
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupted safetensors header: a JSON object was expected")
     metadata = header.pop("__metadata__", None) or {}
@@ -89,20 +90,31 @@ def read_header(path: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
         )
     tensors, regions = {}, []
     for name, entry in header.items():
-        try:
-            dtype, shape = _DTYPES[entry["dtype"]], tuple(int(n) for n in entry["shape"])
-            start, end = (int(n) for n in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+        entry = entry if isinstance(entry, dict) else {}
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if (
+            not isinstance(entry.get("dtype"), str)
+            or entry["dtype"] not in _DTYPES
+            or not _sizes(shape)
+            or not _sizes(offsets)
+            or len(offsets) != 2
+        ):
             raise CheckpointError(
-                f"{path}: corrupted safetensors header: bad entry for tensor {name!r}"
-            ) from None
-        numel = 1
-        for n in shape:
+                f"{path}: corrupted safetensors header: bad entry for tensor {clip(name, 120)!r} (expected a "
+                "known dtype, a shape and two data_offsets, as non-negative integers)"
+            )
+        dtype, shape = _DTYPES[entry["dtype"]], tuple(shape)
+        start, end = offsets
+        numel = 0 if 0 in shape else 1
+        for n in shape if numel else ():
             numel *= n
+            if numel > size:  # more than the file could hold: stop before the product grows huge
+                break
         if end - start != numel * dtype.itemsize:
+            needs = f"{numel * dtype.itemsize}" if numel <= size else f"more than the file's {size}"
             raise CheckpointError(
-                f"{path}: corrupted safetensors header: tensor {name!r} {list(shape)} {entry['dtype']} "
-                f"needs {numel * dtype.itemsize} bytes but has {end - start}"
+                f"{path}: corrupted safetensors header: tensor {clip(name, 120)!r} "
+                f"{clip(str(list(shape)), 80)} {entry['dtype']} needs {needs} bytes but has {end - start}"
             )
         tensors[name] = TensorInfo(dtype, shape)
         regions.append((start, end))
@@ -119,6 +131,11 @@ def read_header(path: Path) -> tuple[dict[str, str], dict[str, TensorInfo]]:
             f"but the file holds {data_size}"
         )
     return metadata, tensors
+
+
+def _sizes(value: object) -> TypeGuard[list[int]]:
+    """A JSON list of integers in [0, 2**64), safetensors' range (a bool, a float or a string is none)."""
+    return isinstance(value, list) and all(type(n) is int and 0 <= n < 2**64 for n in value)
 
 
 def unique_tensors(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

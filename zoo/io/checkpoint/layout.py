@@ -31,6 +31,7 @@ from zoo.io.checkpoint.files import (
     read_header,
 )
 from zoo.io.checkpoint.limits import zoo_layers_held
+from zoo.io.jsonfile import parse_json, read_json
 from zoo.io.names import CONFIG_NAME, INDEX_NAME, SHARD_PATTERN, WEIGHTS_NAME, is_plain_file_name
 from zoo.io.paths import inside
 from zoo.quant.record import Quantization
@@ -201,9 +202,9 @@ def _open_single(file: Path) -> Checkpoint:
 
 def _open_sharded(index: Path) -> Checkpoint:
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{index}: not a valid index: not JSON ({error})") from None
+        data = read_json(index, error=CheckpointError, what="not a valid index")  # bounded (zoo.io.jsonfile)
+    except OSError as error:
+        raise CheckpointError(f"{index}: cannot read: {error.strerror or error}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{index}: not a valid index: a JSON object was expected")
     weight_map = data.get("weight_map")
@@ -274,10 +275,8 @@ def _spec(source: Path, metadata: Mapping[str, Any]) -> ModelSpec:
             f"{source}: format_version {version!r}; this zoo reads version {FORMAT_VERSION} (a newer zoo wrote it?)"
         )
     raw = metadata["spec"]
-    try:
-        data = json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{source}: the spec in the metadata is not valid JSON ({error})") from None
+    where = f"{source}: the spec in the metadata"
+    data = parse_json(raw, where=where, error=CheckpointError) if isinstance(raw, str) else raw
     if not isinstance(data, dict):
         raise CheckpointError(f"{source}: the spec in the metadata must be a JSON object")
     try:
@@ -290,15 +289,15 @@ def _spec(source: Path, metadata: Mapping[str, Any]) -> ModelSpec:
 
 def _quantization(source: Path, raw: Any) -> Quantization | None:
     """zoo.quant's record in the metadata, checked (None for a floating-point checkpoint)."""
+    if isinstance(raw, str):  # a weights file's metadata holds it as JSON text: parsed within bounds here
+        raw = parse_json(raw, where=f"{source}: 'quantization' in the metadata", error=CheckpointError)
     return None if raw is None else Quantization.parse(raw, where=str(source), error=CheckpointError)
 
 
 def _aliases(source: Path, raw: Any, *, stored: set[str]) -> dict[str, str]:
     """{alias: stored name}: each alias must name a tensor the file stores, and not be stored itself."""
-    try:
-        aliases = json.loads(raw) if isinstance(raw, str) else (raw or {})
-    except json.JSONDecodeError:
-        aliases = None
+    where = f"{source}: corrupted metadata: 'aliases'"
+    aliases = parse_json(raw, where=where, error=CheckpointError) if isinstance(raw, str) else (raw or {})
     if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
         raise CheckpointError(
             f"{source}: corrupted metadata: 'aliases' must map tensor names to tensor names"

@@ -37,7 +37,7 @@ from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_a
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
-from zoo.io.hf.common import FamilyMapping, HFError, StateDict, architecture
+from zoo.io.hf.common import FamilyMapping, HFError, StateDict, TypedConfig, architecture, json_kind
 from zoo.io.hf.faithful import lost_features
 from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
@@ -56,6 +56,7 @@ from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
 from zoo.quant import quantization_of
 from zoo.spec import ModelSpec
+from zoo.spec.errors import short_repr
 from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
@@ -85,8 +86,15 @@ def family_mappings() -> tuple[FamilyMapping, ...]:
 
 def _mapping_for(model_type: Any, where: str) -> FamilyMapping:
     by_type = {t: m for m in family_mappings() for t in m.model_types}
+    if not isinstance(model_type, str):  # a list or an object is no model type (and cannot be looked up)
+        raise HFError(
+            f"{where}: model_type must be a string naming the family, got {json_kind(model_type)}; "
+            f"supported: {', '.join(by_type)}"
+        )
     if model_type not in by_type:
-        raise HFError(f"{where}: model_type {model_type!r} is not supported; supported: {', '.join(by_type)}")
+        raise HFError(
+            f"{where}: model_type {short_repr(model_type)} is not supported; supported: {', '.join(by_type)}"
+        )
     return by_type[model_type]
 
 
@@ -222,7 +230,7 @@ def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
 
 def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping, list[Path]]:
     """(spec, mapping, weight files): config.json read, every header checked, the spec held against them."""
-    config = read_config(root)
+    config = TypedConfig(read_config(root))  # each field's type checked as the family reads it
     mapping = _mapping_for(config.get("model_type"), str(root / CONFIG_NAME))
     files = weight_files(root)
     infos = read_headers(files)  # headers only: errors before any tensor is read

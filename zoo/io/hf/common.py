@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from zoo.spec import ModelSpec, ResolvedStack
+from zoo.spec.errors import short_repr
 
 StateDict = dict[str, torch.Tensor]
 
@@ -67,18 +68,75 @@ ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "s
 
 def activation_from_hf(name: Any, *, field: str) -> str:
     """zoo's name for the HF activation ``name`` read from config field ``field``."""
-    if name not in ACTIVATIONS_FROM_HF:
+    if not isinstance(name, str) or name not in ACTIVATIONS_FROM_HF:
         known = ", ".join(sorted(ACTIVATIONS_FROM_HF))
-        raise HFError(f"config.json {field}={name!r} is not supported; supported activations: {known}")
+        raise HFError(
+            f"config.json {field}={short_repr(name)} is not supported; supported activations: {known}"
+        )
     return ACTIVATIONS_FROM_HF[name]
 
 
 # -- config helpers ----------------------------------------------------------------------------------------
 
 
+class TypedConfig(dict[str, Any]):
+    """A config.json dict whose ``get(key, default)`` refuses a value of another JSON type than ``default``.
+
+    Every family reads its fields with the transformers default beside the key (``config.get("n_layer",
+    12)``), so the default says the type: an int default wants an integer (``true`` and ``12.0`` are not
+    one), a float default a number (``true`` is not one), a bool default a boolean, a string default a
+    string; ``null`` only where transformers reads it as "none" (`NULLABLE`; token ids: `token_id`). A
+    ``None`` default checks nothing. Non-finite numbers never get here: the JSON reader refuses them,
+    naming the key (`zoo.io.jsonfile`).
+    """
+
+    NULLABLE = frozenset({"sliding_window", "num_key_value_heads", "head_dim", "rope_scaling"})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        if default is None or value is default or (value is None and key in self.NULLABLE):
+            return value
+        expected = _expected_kind(default)
+        if expected is not None and not _is_kind(value, default):
+            raise HFError(f"config.json {key}: expected {expected}, got {json_kind(value)}")
+        return value
+
+
+def _expected_kind(default: Any) -> str | None:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    return "a string" if isinstance(default, str) else None
+
+
+def _is_kind(value: Any, default: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if isinstance(default, int):
+        return isinstance(value, int)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    return isinstance(value, str) if isinstance(default, str) else True
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for messages: ``a string``, ``a list``, ``true``... (never the value itself)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kinds = {type(None): "null", str: "a string", list: "a list", dict: "an object", float: "a number"}
+    return kinds.get(type(value), "an integer" if isinstance(value, int) else type(value).__name__)
+
+
 def architecture(config: Mapping[str, Any]) -> str | None:
     """The first entry of ``architectures`` (the head class that saved the checkpoint), if any."""
     names = config.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise HFError(f"config.json architectures: expected a list of class names, got {json_kind(names)}")
     return names[0] if names else None
 
 
@@ -100,9 +158,15 @@ def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int 
     names no row of the embedding, so it is dropped rather than failing spec validation. A list (Llama 3's
     several end-of-turn ids) keeps its first entry.
     """
-    value = config.get(key, default)
-    if isinstance(value, list):
-        value = value[0] if value else None
+    value = config[key] if key in config else default  # noqa: SIM401 (not TypedConfig.get: null is "none")
+    ids = value if isinstance(value, list) else [value]
+    bad = [item for item in ids if item is not None and (isinstance(item, bool) or not isinstance(item, int))]
+    if bad:
+        got = f"a list holding {json_kind(bad[0])}" if isinstance(value, list) else json_kind(value)
+        raise HFError(
+            f"config.json {key}: expected a token id (an integer), a list of them or null, got {got}"
+        )
+    value = ids[0] if ids else None
     return value if isinstance(value, int) and 0 <= value < vocab_size else None
 
 
@@ -110,7 +174,9 @@ def reject(config: Mapping[str, Any], key: str, default: Any, *, why: str) -> No
     """Fail when config field ``key`` holds anything but ``default`` (a feature zoo's spec cannot express)."""
     value = config.get(key, default)
     if value != default:
-        raise HFError(f"config.json {key}={value!r} is not supported ({why}); zoo needs {default!r}")
+        raise HFError(
+            f"config.json {key}={short_repr(value)} is not supported ({why}); zoo needs {default!r}"
+        )
 
 
 def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:

@@ -40,6 +40,7 @@ from zoo.io.hf.common import (
 )
 from zoo.io.hf.rope import rope_from_config, rope_to_config
 from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
+from zoo.spec.limits import LAYERS
 
 PREFIX = "model."
 FULL, SLIDING = "full_attention", "sliding_attention"  # transformers' layer_types
@@ -119,7 +120,7 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
         "attention": {
             "num_heads": num_heads,
             "num_kv_heads": get("num_key_value_heads") or num_heads,
-            "head_dim": head_dim if head_dim and head_dim != d_model // num_heads else None,
+            "head_dim": head_dim if head_dim and num_heads and head_dim != d_model // num_heads else None,
             "bias": qkv_bias,
             "out_bias": None if variant.biases != "qkv" else False,
             "qk_norm": variant.qk_norm,
@@ -149,6 +150,10 @@ def _windows_from_config(
 ) -> list[int | None]:
     """Per layer: its sliding window, or None for full causal attention (transformers' own rules)."""
     num_layers, window = get("num_hidden_layers"), get("sliding_window")
+    if not 1 <= num_layers <= LAYERS.value:  # before a list of that many windows is made
+        raise HFError(
+            f"config.json num_hidden_layers={num_layers} must be in [1, {LAYERS.value:,}] ({LAYERS.env} raises it)"
+        )
     if variant.window == "none":
         return [None] * num_layers
     if window is not None and (not isinstance(window, int) or window < 1):

@@ -38,6 +38,7 @@ from zoo.io.hf.common import (
     HFError,
     Rule,
     StateDict,
+    TypedConfig,
     layernorm,
     plain_attention,
     require,
@@ -84,9 +85,9 @@ def _fairseq_positions(pad_token_id: int) -> dict[str, Any]:
 
 
 def _config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    config = {**_DEFAULTS, **config}
-    pad = config["pad_token_id"]
-    if not isinstance(pad, int) or not 0 <= pad < config["vocab_size"]:
+    config = TypedConfig({**_DEFAULTS, **config})
+    pad, vocab = config["pad_token_id"], config.get("vocab_size", _DEFAULTS["vocab_size"])
+    if not isinstance(pad, int) or isinstance(pad, bool) or not 0 <= pad < vocab:
         raise HFError(
             f"config.json pad_token_id={pad!r} is not a token id: M2M-100 numbers positions from "
             "pad_token_id + 1, so it needs one"

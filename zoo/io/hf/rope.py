@@ -24,6 +24,7 @@ from typing import Any
 
 from zoo.io.hf.common import HFError
 from zoo.spec import RotaryPositions
+from zoo.spec.errors import short_repr
 
 SUPPORTED = ("default", "llama3", "linear")
 _LLAMA3 = ("factor", "low_freq_factor", "high_freq_factor")
@@ -41,15 +42,16 @@ def rope_from_config(config: Mapping[str, Any], *, layer_types: list[str] | None
     """
     params = _flat(config.get("rope_scaling") or config.get("rope_parameters") or {}, layer_types)
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in SUPPORTED:
-        why = _WHY_NOT.get(kind, "zoo's RotaryPositions has no field for it")
+    if not isinstance(kind, str) or kind not in SUPPORTED:
+        why = _WHY_NOT.get(kind, "zoo's RotaryPositions has no field for it") if isinstance(kind, str) else ""
         raise HFError(
-            f"config.json rope_type={kind!r} is not supported ({why}); supported: {', '.join(SUPPORTED)}"
+            f"config.json rope_type={short_repr(kind)} is not supported{f' ({why})' if why else ''}; "
+            f"supported: {', '.join(SUPPORTED)}"
         )
     partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
         raise HFError(f"config.json partial_rotary_factor={partial} is not supported; zoo rotates every dim")
-    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))  # the spec checks it is a number
     position: dict[str, Any] = {"kind": "rotary", "theta": theta}
     if kind == "linear":
         position["scaling"] = {"type": "linear", "factor": _field(params, "factor", kind)}
@@ -96,6 +98,10 @@ def _flat(params: Any, layer_types: list[str] | None) -> dict[str, Any]:
     nested = [key for key in params if key in (layer_types or ())]
     if not nested:
         return dict(params)
+    if not all(isinstance(params[key] or {}, Mapping) for key in nested):
+        raise HFError(
+            f"config.json rope_parameters: each layer type's entry must be a mapping ({', '.join(nested)})"
+        )
     distinct = {repr(sorted(dict(params[key] or {}).items())) for key in nested}
     if len(distinct) > 1:
         raise HFError(
