@@ -108,7 +108,7 @@ def test_from_file_errors_name_the_file(tmp_path: Path) -> None:
         Tokenizer.from_file(tmp_path / "absent.json")
     bogus = tmp_path / "bogus.json"
     bogus.write_text('{"hello": 1}', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bogus\.json is not a Hugging Face tokenizers JSON file"):
+    with pytest.raises(ValueError, match=r"bogus\.json: not a tokenizer the tokenizers library can load"):
         Tokenizer.from_file(bogus)
 
 

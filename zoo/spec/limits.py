@@ -12,6 +12,11 @@ times today's largest published models) and can be raised with an environment va
 
 The variables are read at every check, so ``os.environ["ZOO_MAX_LAYERS"] = "20000"`` takes effect for the
 next spec. Values are integers (``1_000_000`` and ``1e13`` are accepted).
+
+Two more bounds live here for what configs and commands ask of the machine rather than of a spec:
+
+    ZOO_MAX_VOCAB       also bounds a tokenizer's trained vocab_size (the BPE trainer allocates by it)
+    ZOO_MAX_THREADS     4 per CPU   num_threads (torch.set_num_threads: each thread has its own stack)
 """
 
 from __future__ import annotations
@@ -109,3 +114,28 @@ def _fields(spec: SizedSpec) -> Iterator[tuple[str, int | None, Limit]]:
             yield f"{src['position']}.offset", position.offset, POSITIONS
         if position.kind == "relative_bias":
             yield f"{src['position']}.num_buckets", position.num_buckets, WIDTH
+
+
+MAX_MIN_FREQUENCY = 2**32 - 1  # a tokenizer's min_frequency: a count of occurrences (tokenizers takes a u64)
+
+
+def max_threads() -> int:
+    """The most CPU threads a config may ask for: ``$ZOO_MAX_THREADS``, else 4 per CPU of this machine (a
+    thread pool of 100,000 ends in a MemoryError or a panic, and past the CPU count only adds contention)."""
+    return env_limit("ZOO_MAX_THREADS", 4 * (os.cpu_count() or 1))
+
+
+def threads_message(field: str, value: int) -> str | None:
+    """Why ``value`` CPU threads are too many for ``field``, or None when they are not."""
+    limit = max_threads()
+    if value <= limit:
+        return None
+    return (
+        f"{field} ({number(value)}) is more than the {limit} threads this machine allows ({os.cpu_count()} "
+        f"CPUs); set the environment variable ZOO_MAX_THREADS to allow more"
+    )
+
+
+def over_limit(field: str, value: int, limit: Limit) -> str | None:
+    """Why ``value`` is too large for ``field`` under ``limit`` (naming how to raise it), or None."""
+    return _message(field, value, limit) if value > limit.value else None

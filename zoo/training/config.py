@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from zoo.spec import LoraSpec
+from zoo.spec import LoraSpec, limits
 from zoo.spec.errors import format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
@@ -147,6 +147,12 @@ class TokenizerConfig(Section):
     def _check(self) -> TokenizerConfig:
         if self.source_path is not None and self.shared:
             raise ValueError("source_path needs shared: false (a shared vocabulary has one tokenizer)")
+        if (problem := limits.over_limit("vocab_size", self.vocab_size, limits.VOCAB)) is not None:
+            raise ValueError(problem)  # the BPE trainer allocates by vocab_size: 10**12 aborts the process
+        if self.min_frequency > limits.MAX_MIN_FREQUENCY:
+            raise ValueError(
+                f"min_frequency must be at most {limits.MAX_MIN_FREQUENCY:,} (a count of occurrences)"
+            )
         return self
 
 
@@ -286,6 +292,10 @@ class TrainConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        if self.num_threads is not None and (
+            problem := limits.threads_message("num_threads", self.num_threads)
+        ):
+            raise ValueError(problem)
         if self.epochs is None and self.max_steps is None:
             raise ValueError("give epochs or max_steps (or both: training stops at whichever comes first)")
         parallel = isinstance(self.data.train, ParallelFiles) or isinstance(self.data.valid, ParallelFiles)

@@ -12,6 +12,8 @@ The package, one job a module:
     batch.py       the batch call's argument checks, padding and tensors
     pretrained.py  the transformers folder: tokenizer_config.json read and written, the eos template
     training.py    `train_tokenizer` and the text it reads
+    lengths.py     cutting a text before encoding to what a token limit can keep
+    errors.py      the `tokenizers` library's encoding errors as one line naming the file (`TokenizerError`)
     checks.py      `check_special_tokens`: does a tokenizer agree with a model spec
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 from zoo.io.tokenizer.batch import Padding, Truncation
 from zoo.io.tokenizer.checks import check_special_tokens
 from zoo.io.tokenizer.core import PathLike, Tokenizer
+from zoo.io.tokenizer.errors import TokenizerError
 from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS
 from zoo.io.tokenizer.training import TokenizerKind, train_tokenizer
 
@@ -29,6 +32,7 @@ __all__ = [
     "Padding",
     "PathLike",
     "Tokenizer",
+    "TokenizerError",
     "TokenizerKind",
     "Truncation",
     "check_special_tokens",

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from tokenizers import Encoding
 from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.atomic import write_text_atomic
 from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_args, check_length, pad_rows
+from zoo.io.tokenizer.errors import TokenizerError, encode_checked
 from zoo.io.tokenizer.pretrained import read_tokenizer_config, with_eos_template, write_folder
 from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS, looked_for
 
@@ -44,12 +47,13 @@ class Tokenizer:
         *,
         model_max_length: int | None = None,
         special_tokens: dict[str, str] | None = None,
+        source: str | None = None,
     ) -> None:
         """Wrap ``tokenizer`` (its stored padding and truncation are dropped, on a copy).
 
         ``special_tokens`` (``{"pad": "[PAD]", ...}``, as a ``tokenizer_config.json`` names them) take
         precedence over the lookup by :data:`SPECIAL_TOKEN_ALIASES`; ``model_max_length`` is the default
-        ``max_length`` of :meth:`__call__`.
+        ``max_length`` of :meth:`__call__`; ``source`` (its file) names it in errors.
         """
         names = dict(special_tokens or {})
         stored_pad = tokenizer.padding
@@ -65,6 +69,7 @@ class Tokenizer:
         self._tok = tokenizer
         self._names = names
         self.model_max_length = model_max_length
+        self.source = source or "the tokenizer"  # for messages: its file, when loaded from one
         self._chars_per_token: int | None = None  # computed on first use (reads the whole vocabulary)
 
     @classmethod
@@ -81,11 +86,16 @@ class Tokenizer:
             raise FileNotFoundError(f"tokenizer file not found: {file}")
         try:
             tok = HFTokenizer.from_file(str(file))
-        except Exception as err:  # tokenizers raises a bare Exception for unparsable files
-            raise ValueError(f"{file} is not a Hugging Face tokenizers JSON file: {err}") from err
+        except Exception as err:  # tokenizers raises a bare Exception (bad JSON, a regex Oniguruma rejects)
+            reason = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+            raise TokenizerError(
+                f"{file}: not a tokenizer the tokenizers library can load: {reason}"
+            ) from None
+        if tok.get_vocab_size(with_added_tokens=True) == 0:
+            raise TokenizerError(f"{file}: the tokenizer's vocabulary is empty: it cannot encode any text")
         config = inside(file.parent, TOKENIZER_CONFIG_NAME)
         model_max_length, special_tokens = read_tokenizer_config(config)
-        return cls(tok, model_max_length=model_max_length, special_tokens=special_tokens)
+        return cls(tok, model_max_length=model_max_length, special_tokens=special_tokens, source=str(file))
 
     def save(self, path: PathLike) -> None:
         """Write ``tokenizer.json`` atomically: a reader sees the old file or the new one, never half of one."""
@@ -118,14 +128,25 @@ class Tokenizer:
     # --- encoding ---------------------------------------------------------------------------------------
     def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = True) -> list[int]:
         """Token ids of ``text``, optionally framed by bos / eos."""
-        return self._frame(self._tok.encode(text, add_special_tokens=False).ids, add_bos, add_eos)
+        [encoding] = encode_checked(self._encode_batch, [text], source=self.source)
+        return self._frame(encoding.ids, add_bos, add_eos)
 
     def encode_batch(
         self, texts: Sequence[str], *, add_bos: bool = False, add_eos: bool = True
     ) -> list[list[int]]:
         """:meth:`encode` for many texts (tokenized in parallel by the Rust backend)."""
-        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        encodings = encode_checked(self._encode_batch, list(texts), source=self.source)
         return [self._frame(e.ids, add_bos, add_eos) for e in encodings]
+
+    def encode_words(self, words: Sequence[Sequence[str]]) -> list[Encoding]:
+        """``tokenizers`` encodings of pre-split words (one list a text), no special tokens: ``word_ids``
+        maps each token to its word (token classification puts a word's tag on its first token)."""
+        encode = partial(self._tok.encode_batch, is_pretokenized=True, add_special_tokens=False)
+        return encode_checked(encode, [list(row) for row in words], source=self.source)
+
+    def _encode_batch(self, texts: Sequence[str]) -> list[Encoding]:
+        """The backend's encodings of ``texts``, without special tokens (errors: `encode_checked`)."""
+        return self._tok.encode_batch(list(texts), add_special_tokens=False)
 
     def _frame(self, ids: list[int], add_bos: bool, add_eos: bool) -> list[int]:
         if add_bos:
@@ -211,7 +232,7 @@ class Tokenizer:
 
     def _rows(self, texts: list[str], *, add_special_tokens: bool, limit: int | None) -> list[list[int]]:
         """Framed ids of each text, each cut to ``limit`` tokens (special tokens included) when given."""
-        encodings = self._tok.encode_batch(texts, add_special_tokens=False)
+        encodings = encode_checked(self._encode_batch, texts, source=self.source)
         processor = self._tok.post_processor if add_special_tokens else None
         eos = self.eos_id
         frame = [eos] if add_special_tokens and processor is None and eos is not None else []

@@ -31,6 +31,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.tokenizer.core import PathLike, Tokenizer
 from zoo.io.tokenizer.specials import SPECIAL_TOKENS
+from zoo.spec.errors import number, short_repr
+from zoo.spec.limits import MAX_MIN_FREQUENCY, VOCAB, over_limit
 
 TokenizerKind = Literal["bpe", "wordpiece", "unigram"]
 
@@ -57,12 +59,22 @@ def train_tokenizer(
 
     Words longer than :data:`MAX_WORD_CHARS` characters are split into pieces of that length for training
     (only: the tokenizer returned encodes them whole). A file that is not UTF-8 raises ``ValueError``
-    naming the file, the line and the byte offset.
+    naming the file, the line and the byte offset; so does a ``vocab_size`` over ``ZOO_MAX_VOCAB``
+    (16,777,216: the BPE trainer allocates by it) or a ``min_frequency`` over 2**32 - 1.
     """
+    for name, value in (("vocab_size", vocab_size), ("min_frequency", min_frequency)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, got {short_repr(value)}")
     if min_frequency < 0:
-        raise ValueError(f"min_frequency ({min_frequency}) must be >= 0")
+        raise ValueError(f"min_frequency ({number(min_frequency)}) must be >= 0")
+    if min_frequency > MAX_MIN_FREQUENCY:  # a count of occurrences; tokenizers takes a u64
+        raise ValueError(f"min_frequency ({number(min_frequency)}) must be at most {MAX_MIN_FREQUENCY:,}")
     if vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size ({vocab_size}) must exceed the {len(SPECIAL_TOKENS)} special tokens")
+        raise ValueError(
+            f"vocab_size ({number(vocab_size)}) must exceed the {len(SPECIAL_TOKENS)} special tokens"
+        )
+    if (problem := over_limit("vocab_size", vocab_size, VOCAB)) is not None:
+        raise ValueError(problem)  # the BPE trainer allocates by it: 10**12 aborts the process
     specials = list(SPECIAL_TOKENS.values())
     unk = SPECIAL_TOKENS["unk"]
     # Whitespace runs (tabs too) separate words; Metaspace then marks each word start with "▁".
