@@ -17,7 +17,6 @@ the fingerprint (unless ``check_base=False``), every tensor name and shape; only
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,8 @@ from safetensors.torch import save_file
 
 from zoo.io.atomic import write_atomic
 from zoo.io.checkpoint.files import CheckpointError, read_header
+from zoo.io.jsonfile import parse_json
+from zoo.lora.checks import spec_problem
 from zoo.lora.errors import LoraError
 from zoo.lora.inject import adapter_modules, adapter_shapes, adapter_state, apply, resolve_targets
 from zoo.spec import DecoderSpec, EncoderDecoderSpec, EncoderSpec, LoraSpec, ModelSpec, parse_spec
@@ -134,9 +135,19 @@ def read_adapter(path: str | os.PathLike[str]) -> AdapterInfo:
     missing = [key for key in ("lora_spec", "base_spec", "base_fingerprint") if key not in metadata]
     if missing:
         raise LoraError(f"{source}: adapter metadata lacks {', '.join(missing)}")
+    # The bounded reader (depth, number length, no NaN / Infinity): the metadata is anyone's to write.
+    lora_data = parse_json(
+        metadata["lora_spec"], where=f"{source}: lora_spec in the metadata", error=LoraError
+    )
+    base_data = parse_json(
+        metadata["base_spec"], where=f"{source}: base_spec in the metadata", error=LoraError
+    )
     try:
-        spec = LoraSpec.model_validate_json(metadata["lora_spec"])
-        base_spec = parse_spec(json.loads(metadata["base_spec"]))
+        spec = LoraSpec.model_validate(lora_data)
+    except ValidationError as error:
+        raise LoraError(f"{source}: the adapter's lora_spec is invalid: {spec_problem(error)[0]}") from None
+    try:
+        base_spec = parse_spec(base_data)
     except ValidationError as error:
         raise LoraError(
             f"{source}: invalid spec in the adapter metadata:\n{format_validation_error(error)}"

@@ -17,12 +17,14 @@ refused call leaves the model as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from zoo.blocks import Attention, FeedForward
+from zoo.lora.checks import check_rank, spec_from_arguments
 from zoo.lora.errors import LoraError
 from zoo.lora.layer import LoraLinear
 from zoo.spec import LoraSpec
@@ -45,7 +47,8 @@ def adapter_modules(model: nn.Module) -> dict[str, LoraLinear]:
 def resolve_targets(model: nn.Module, spec: LoraSpec) -> dict[str, nn.Linear]:
     """The linear projections ``spec.targets`` name in ``model``, by module path, in model order.
 
-    Refuses (LoraError) a target that matches nothing, naming what the model has.
+    Refuses (LoraError) a target that matches nothing, naming what the model has, and a rank ``spec.r``
+    above ``min(in_features, out_features)`` of a targeted layer (`zoo.lora.checks.check_rank`).
     """
     blocks = _blocks(model)
     found: dict[str, nn.Linear] = {}
@@ -60,16 +63,18 @@ def resolve_targets(model: nn.Module, spec: LoraSpec) -> dict[str, nn.Linear]:
         if not matched:
             raise LoraError(
                 f"lora target '{target}' matches nothing in this {type(model).__name__}: it has "
-                f"{_describe(blocks)}"
+                f"{_describe(blocks)}",
+                field="targets",
             )
         found |= dict(matched)
+    check_rank(found, spec.r)  # before anything is allocated: a rank no layer can use is refused
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     return dict(sorted(found.items(), key=lambda item: order[item[0]]))
 
 
 def apply(
     model: nn.Module,
-    spec: LoraSpec | None = None,
+    spec: LoraSpec | Mapping[str, Any] | None = None,
     *,
     r: int = 8,
     alpha: float = 16.0,
@@ -86,8 +91,14 @@ def apply(
 
     >>> model = zoo.lora.apply(zoo.build("gpt2-tiny"), r=8, alpha=16, targets=["qkv", "ffn_in"])
     """
-    if spec is None:
-        spec = LoraSpec(r=r, alpha=alpha, targets=list(targets), dropout=dropout, dora=dora)
+    if not isinstance(spec, LoraSpec):  # the keyword arguments, or a mapping of them, each checked by name
+        arguments = dict(r=r, alpha=alpha, targets=targets, dropout=dropout, dora=dora)
+        if spec is not None and not isinstance(spec, Mapping):
+            raise LoraError(
+                f"zoo.lora.apply: spec must be a LoraSpec, a dict or None, got {type(spec).__name__}"
+            )
+        where, model_has = "zoo.lora.apply", _describe(_blocks(model))
+        spec = spec_from_arguments({**arguments, **(spec or {})}, where=where, model_has=model_has)
     existing = adapter_modules(model)
     if existing:
         raise LoraError(

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator
 
 from zoo.spec.blocks import Spec
 
@@ -61,8 +61,10 @@ class LoraSpec(Spec):
     """Low-rank adapters on chosen projections: ``W x + (alpha / r) * B A dropout(x)``, W frozen."""
 
     r: PositiveInt = Field(8, description="Rank of each adapter: A is (r, in), B is (out, r).")
-    alpha: PositiveFloat = Field(16.0, description="Scale numerator: the update is (alpha / r) * B @ A.")
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(
+    alpha: Annotated[float, Field(gt=0.0, allow_inf_nan=False)] = Field(
+        16.0, description="Scale numerator: the update is (alpha / r) * B @ A; finite."
+    )
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
         0.0, description="Dropout on the adapter's input only (training); the frozen path never drops."
     )
     targets: list[str] = Field(

@@ -130,7 +130,7 @@ def check_lora_targets(spec: ModelSpec, config: TrainConfig) -> None:
     try:
         zoo.lora.resolve_targets(build_model(spec, device="meta"), config.lora)
     except zoo.lora.LoraError as error:
-        raise ConfigError(f"lora.targets: {error}") from None
+        raise ConfigError(f"lora.{error.field or 'targets'}: {error}") from None
 
 
 def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:
