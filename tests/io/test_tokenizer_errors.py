@@ -166,3 +166,12 @@ def test_a_run_asking_for_more_threads_than_the_machine_allows_is_refused_by_nam
         TrainConfig.from_dict(base | {"tokenizer": {"vocab_size": 10**12}})
     monkeypatch.setenv("ZOO_MAX_THREADS", "100000")
     assert TrainConfig.from_dict(base | {"num_threads": 100_000}).num_threads == 100_000
+
+
+def test_a_tokenizer_file_over_its_size_limit_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tokenizer_file(tmp_path / "big.json", WORD_LEVEL)
+    monkeypatch.setenv("ZOO_MAX_TOKENIZER_BYTES", "100")
+    with pytest.raises(TokenizerError, match=r"big\.json: .*over the limit of .*ZOO_MAX_TOKENIZER_BYTES"):
+        Tokenizer.from_file(path)

@@ -24,6 +24,7 @@ from tokenizers import Encoding
 from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.atomic import write_text_atomic
+from zoo.io.jsonfile import TOKENIZER_BYTES, check_file_size
 from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_args, check_length, pad_rows
@@ -84,6 +85,8 @@ class Tokenizer:
             file = inside(file, TOKENIZER_NAME)
         if not file.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {file}")
+        # tokenizers reads the whole file: a 1 GB one is refused by its size first (ZOO_MAX_TOKENIZER_BYTES).
+        check_file_size(file, TOKENIZER_BYTES, what="tokenizer.json", error=TokenizerError)
         try:
             tok = HFTokenizer.from_file(str(file))
         except Exception as err:  # tokenizers raises a bare Exception (bad JSON, a regex Oniguruma rejects)
