@@ -290,6 +290,24 @@ def check_model(model: object) -> GenerativeModel:
     )
 
 
+# Prompt ids are cast to int64 once; uint16/32/64 are not among these because torch cannot min/max them.
+_ID_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_devices(device: torch.device, **tensors: object) -> None:
+    """Refuse a model on the meta device (no weights), and a meta tensor among ``tensors`` (no values: it
+    cannot be moved to the model's device, as generate moves the others)."""
+    if device.type == "meta":
+        raise ValueError(
+            "generate: the model is on the meta device (no weights); load it, or build it on a real device"
+        )
+    for name, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+            raise ValueError(
+                f"generate: {name} is on the meta device (a meta tensor holds no values); pass it on {device}"
+            )
+
+
 def check_inputs(
     model: GenerativeModel,
     input_ids: torch.Tensor,
@@ -300,8 +318,11 @@ def check_inputs(
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"generate: input_ids must be a (batch, length) tensor, got {shape}")
-    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        raise ValueError(f"generate: input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.dtype not in _ID_DTYPES:
+        accepted = ", ".join(map(str, _ID_DTYPES))
+        raise ValueError(
+            f"generate: input_ids must hold integer token ids, got dtype {input_ids.dtype}; accepted: {accepted}"
+        )
     B, T = input_ids.shape
     what = "prompt" if model.continues_input else "source"
     if B == 0 or T == 0:

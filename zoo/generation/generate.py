@@ -27,6 +27,7 @@ from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import (
     GenerationConfig,
     check_beams,
+    check_devices,
     check_inputs,
     check_model,
     token_ids,
@@ -335,6 +336,13 @@ def prepare(
     if generator is not None and config.seed is not None:
         raise ValueError("generate: pass a generator or a seed, not both")
     device = _device_of(model)
+    check_devices(
+        device,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
     if isinstance(input_ids, torch.Tensor):
         input_ids = input_ids.to(device)
     if attention_mask is not None:

@@ -19,11 +19,13 @@ from zoo.losses import select_labels, shift_labels_left, token_cross_entropy
 from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack, repeat_rows
 from zoo.models.heads import LMHead, select_positions
 from zoo.models.inputs import (
+    check_devices,
     check_labels,
     check_logits_mask,
     check_positions,
     check_prefix_lengths,
     check_tokens,
+    model_device,
 )
 from zoo.models.outputs import ModelOutput
 from zoo.spec import DecoderSpec
@@ -90,6 +92,16 @@ class DecoderModel(GenerationMixin, ZooModel):
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
         where, V = "DecoderModel.forward", self.spec.vocab_size
+        check_devices(
+            where,
+            model_device(self),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            position_ids=position_ids,
+            prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
+        )
         B, T = check_tokens(
             input_ids,
             attention_mask,

@@ -17,11 +17,13 @@ from zoo.models.heads import (
     select_positions,
 )
 from zoo.models.inputs import (
+    check_devices,
     check_labels,
     check_logits_mask,
     check_positions,
     check_token_types,
     check_tokens,
+    model_device,
 )
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderSpec
@@ -84,6 +86,16 @@ class EncoderModel(ZooModel):
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
         where, spec = "EncoderModel.forward", self.spec
+        check_devices(
+            where,
+            model_device(self),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            labels=labels,
+            position_ids=position_ids,
+            document_ids=document_ids,
+        )
         B, T = check_tokens(
             input_ids,
             attention_mask,

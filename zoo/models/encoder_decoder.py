@@ -26,7 +26,16 @@ from zoo.models.base import (
     repeat_rows,
 )
 from zoo.models.heads import LMHead, select_positions
-from zoo.models.inputs import check_labels, check_logits_mask, check_mask, check_memory, check_tokens
+from zoo.models.inputs import (
+    check_devices,
+    check_labels,
+    check_logits_mask,
+    check_mask,
+    check_memory,
+    check_positions,
+    check_tokens,
+    model_device,
+)
 from zoo.models.outputs import ModelOutput
 from zoo.spec import EncoderDecoderSpec
 from zoo.stacks import StackOutput
@@ -62,7 +71,9 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         output_attentions: bool = False,
     ) -> StackOutput:
         """Source ids (B, S) -> the encoder output (B, S, C). Checks its arguments first (`zoo.models.inputs`)."""
-        self._check_source(input_ids, attention_mask, where="EncoderDecoderModel.encode")
+        where = "EncoderDecoderModel.encode"
+        check_devices(where, model_device(self), input_ids=input_ids, attention_mask=attention_mask)
+        self._check_source(input_ids, attention_mask, where=where)
         return self._encode(input_ids, attention_mask, output_attentions=output_attentions)
 
     def _encode(
@@ -114,13 +125,26 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         logits (N, V) at the N positions where ``logits_mask`` (B, T) is True.
 
         Checks its arguments first (`zoo.models.inputs`); ``attention_mask`` covers cached + new tokens."""
-        where = "EncoderDecoderModel.decode"
-        B, _ = self._check_target(
-            decoder_input_ids,
-            attention_mask,
+        where, cached = "EncoderDecoderModel.decode", cache.length if cache is not None else 0
+        check_devices(
+            where,
+            model_device(self),
+            decoder_input_ids=decoder_input_ids,
+            memory=memory,
+            memory_mask=memory_mask,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+        )
+        B, T = self._check_target(
+            decoder_input_ids, attention_mask, where=where, mask_name="attention_mask", cached=cached
+        )
+        check_positions(
+            position_ids,
+            None,
             where=where,
-            mask_name="attention_mask",
-            cached=cache.length if cache is not None else 0,
+            shape=(B, T),
+            max_positions=self.spec.max_positions,
+            cached=cached,
         )
         S = check_memory(memory, where=where, rows=B, d_model=self.spec.d_model)
         check_mask(memory_mask, where=where, name="memory_mask", shape=(B, S), like="memory")
@@ -183,6 +207,15 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
         where, V = "EncoderDecoderModel.forward", self.spec.vocab_size
+        check_devices(
+            where,
+            model_device(self),
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            labels=labels,
+        )
         B, _ = self._check_source(input_ids, attention_mask, where=where)
         if decoder_input_ids is None:
             if labels is None:

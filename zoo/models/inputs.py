@@ -4,14 +4,14 @@ One `ValueError` names the call, the argument, what was expected and what came: 
 input_ids contains token id 512, outside the vocabulary [0, 512)``, instead of an index error deep in an
 embedding or a mask that silently broadcasts. The rules (Hugging Face's names and conventions):
 
-    input_ids, decoder_input_ids   (B, T) integer token ids in [0, vocab); cached + T <= max_positions
+    input_ids, decoder_input_ids   (B, T) int64 or int32 token ids in [0, vocab); cached + T <= max_positions
     attention_mask & co            (B, cached + T) bool or integer, 1 = token, 0 = padding; or, where a
                                    forward takes one, a (B, T, cached + T) bool mask, True = may attend
     prefix_lengths                 (B,) integer, real tokens of each row's prefix (prefix_lm layers)
-    position_ids                   (B, T) or (1, T) integer positions in [0, max_positions)
+    position_ids                   (B, T) or (1, T) int64 or int32 positions in [0, max_positions)
     document_ids                   (B, T) integer: packed rows, one document id per token (no cache)
-    token_type_ids                 (B, T) integer segment ids in [0, segment_vocab_size)
-    labels                         like the ids, or (B,) for a classifier: class ids, or -100 (ignored)
+    token_type_ids                 (B, T) int64 or int32 segment ids in [0, segment_vocab_size)
+    labels                         like the ids, or (B,) for a classifier: int64 class ids, or -100 (ignored)
     memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
     logits_mask                    (B, T) bool, for a model with the token-level head it selects for
 
@@ -21,6 +21,10 @@ the training and decoding loops are built to avoid, so values are not read there
 still stops at the embedding kernel's own bounds check (a device-side assert), while a mask value other
 than 0/1 counts as "non-zero = token". Meta tensors have no values, and under ``torch.compile`` or
 FakeTensor tracing a read would be data-dependent control flow: values are skipped there too.
+
+Devices. Every tensor argument must be on the model's device (`check_devices`): a ``device="meta"`` tensor
+given to a CPU model would otherwise run on uninitialised memory and return different logits every call.
+Integer tensors whose values are read (masks, lengths) may not be uint16/32/64, which torch cannot min/max.
 """
 
 from __future__ import annotations
@@ -29,6 +33,32 @@ import torch
 
 from zoo.blocks.masks import values_readable
 from zoo.losses import IGNORE_INDEX
+
+INDICES = (torch.int64, torch.int32)  # what nn.Embedding and a table lookup take: ids, segments, positions
+CLASS_IDS = (torch.int64,)  # what cross-entropy takes as targets
+# Any other integer tensor (masks, lengths, document ids): its values are read with min() and max(), which
+# torch has no kernel for on uint16, uint32 and uint64.
+INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s weights are (its first parameter's device; the CPU for a model without any)."""
+    for tensor in model.parameters():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def check_devices(where: str, device: torch.device, **tensors: object) -> None:
+    """Every tensor among ``tensors`` (argument name -> value; None and non-tensors are skipped) must be on
+    the model's ``device``. A meta tensor holds no values: a CPU model would read uninitialised memory
+    through it; a tensor on another device would fail deep inside torch."""
+    for name, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor) and tensor.device != device:
+            empty = " (a meta tensor holds no values)" if tensor.is_meta else ""
+            raise ValueError(
+                f"{where}: {name} is on {tensor.device}{empty} but the model is on {device}; pass it on "
+                f"{device} ({name}.to({str(device)!r}))"
+            )
 
 
 def check_tokens(
@@ -121,7 +151,7 @@ def check_positions(
                 f"{where}: position_ids must have shape {shape} (or (1, {shape[1]})), like the ids; got "
                 f"{_shape(position_ids)}"
             )
-        _need_integers(position_ids, where=where, name="position_ids", what="positions")
+        _need_integers(position_ids, where=where, name="position_ids", what="positions", accepted=INDICES)
         if values_readable(position_ids):
             low, high = int(position_ids.min()), int(position_ids.max())
             if low < 0 or high >= max_positions:
@@ -153,7 +183,7 @@ def check_ids(
         raise ValueError(
             f"{where}: {name} must be a (batch, length) tensor of token ids, got {_shape(ids)}{hint}"
         )
-    _need_integers(ids, where=where, name=name, what="token ids")
+    _need_integers(ids, where=where, name=name, what="token ids", accepted=INDICES)
     B, T = ids.shape
     if cached + T > max_positions:
         held = f"{cached} cached + {T} new" if cached else f"{T}"
@@ -185,6 +215,8 @@ def check_mask(
             f"{where}: {name} must be bool or integer (1 = token, 0 = padding), got dtype {mask.dtype}; "
             "an additive float mask (0 / -inf) is another convention"
         )
+    if mask.dtype != torch.bool:
+        _need_integers(mask, where=where, name=name, what="values, 1 = token and 0 = padding")
     if mask.dtype != torch.bool and values_readable(mask):
         low, high = int(mask.min()), int(mask.max())
         if low < 0 or high > 1:
@@ -207,7 +239,7 @@ def check_token_types(
         raise ValueError(
             f"{where}: token_type_ids must have shape {shape}, like input_ids; got {_shape(token_type_ids)}"
         )
-    _need_integers(token_type_ids, where=where, name="token_type_ids", what="segment ids")
+    _need_integers(token_type_ids, where=where, name="token_type_ids", what="segment ids", accepted=INDICES)
     if segment_vocab_size and values_readable(token_type_ids):
         low, high = int(token_type_ids.min()), int(token_type_ids.max())
         if low < 0 or high >= segment_vocab_size:
@@ -233,7 +265,7 @@ def check_labels(
         or any(want is not None and have != want for have, want in zip(labels.shape, shape))
     ):
         raise ValueError(f"{where}: labels must have shape {wanted}, like {like}; got {_shape(labels)}")
-    _need_integers(labels, where=where, name="labels", what="class ids")
+    _need_integers(labels, where=where, name="labels", what="class ids", accepted=CLASS_IDS)
     if values_readable(labels):
         real = labels[labels != IGNORE_INDEX]
         low, high = (int(real.min()), int(real.max())) if real.numel() else (0, 0)
@@ -280,10 +312,18 @@ def check_logits_mask(
         )
 
 
-def _need_integers(tensor: torch.Tensor, *, where: str, name: str, what: str) -> None:
+def _need_integers(
+    tensor: torch.Tensor, *, where: str, name: str, what: str, accepted: tuple[torch.dtype, ...] = INTEGERS
+) -> None:
     dtype = tensor.dtype
-    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
-        raise ValueError(f"{where}: {name} must hold integer {what}, got dtype {dtype}")
+    if dtype not in accepted:
+        raise ValueError(
+            f"{where}: {name} must hold integer {what}, got dtype {dtype}; accepted: {_names(accepted)}"
+        )
+
+
+def _names(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(dtype) for dtype in dtypes)
 
 
 def _shape(value: object) -> str:
