@@ -119,7 +119,7 @@ def test_a_bad_line_stops_prepare_naming_it_and_leaves_nothing(tmp_path: Path, t
     path.write_text(path.read_text(encoding="utf-8").replace("no tab\t\n", "no tab\n"), encoding="utf-8")
     with pytest.raises(DataError, match=f"a.tsv:{len(PAIRS) + 1}: expected 2 tab-separated columns"):
         prepare_text(Source("tsv", path, ("source", "target")), tokenizer, tmp_path / "out", chunk_size=4)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tsv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "a.tsv"]  # the lock: an empty file
 
 
 def test_skipped_lines_and_dropped_records_are_counted_in_the_manifest(
@@ -228,6 +228,35 @@ def test_the_cache_root_follows_zoo_cache(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.delenv("ZOO_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_root() == tmp_path / "xdg" / "zoo" / "prepared"
+
+
+def test_concurrent_prepares_of_one_folder_run_one_after_the_other(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    import threading
+
+    source = Source("tsv", write_tsv(tmp_path / "a.tsv"), ("source", "target"))
+    text = encode_text_sides(tokenizer, ("source", "target"))
+    calls: list[int] = []
+
+    def slow_encode(records: list[Record]) -> dict[str, list[list[int]]]:
+        calls.append(len(records))
+        threading.Event().wait(0.2)  # long enough for the other prepare to reach the folder
+        return text(records)
+
+    sides = text_sides(tokenizer, ("source", "target"))
+    threads = [
+        threading.Thread(
+            target=prepare, args=(source, slow_encode, tmp_path / "out"), kwargs={"sides": sides}
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert calls == [len(PAIRS)]  # the second found the first's work done
+    assert rows(open_prepared(tmp_path / "out"), "source") == direct(tokenizer, [s for s, _ in PAIRS])
 
 
 def test_tokenizers_parallelism_off_is_noted(

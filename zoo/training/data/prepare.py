@@ -4,8 +4,9 @@
             "prepared/train", sides={"source": SideInfo(vocab_size=8000, tokenizer=fp), ...})
 
 Records are read ``chunk_size`` at a time (10,000 by default), handed to the caller's ``encode`` and
-appended to a `ShardWriter`, so memory holds one chunk of text and ids whatever the corpus size. Reading
-the next chunk overlaps the encoding of this one (a reader thread: the Rust encoder releases the GIL).
+appended to a `ShardWriter`, so memory holds a few chunks of text and ids whatever the corpus size. The
+stages overlap: a reader thread reads chunk k + 2 while an encoder thread encodes k + 1 (the Rust
+tokenizer releases the GIL) and the calling thread writes k.
 
 Shards hold raw ids: `encode_text_sides` encodes with no special tokens. Framing (bos, eos, the decoder's
 start token, [CLS]/[SEP]) is the task's, added when batches are collated or documents packed, so one
@@ -28,6 +29,7 @@ this cannot see (make and rsync share that blind spot); ``force=True`` prepares 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -100,55 +102,102 @@ def prepare(
     files = source_files(sources)
     info, opts = _plain(dict(manifest_info or {})), _plain(dict(options or {}))
     check_replaceable(out)
-    if not force and files:
-        done = _up_to_date(out, sides=sides, files=files, options=opts, info=info, origins=origins)
-        if done is not None:
-            log.info("%s is up to date with its sources: nothing to prepare", out)
-            return done
-    _note_parallelism()
-    before = [_stat(path) for path in files]
-    with ThreadPoolExecutor(max_workers=1) as hasher, ShardWriter(out, sides, origins=origins) as writer:
-        digests: list[Future[str]] = [hasher.submit(file_sha256, path) for path in files]
-        index: dict[Path, int] = {path: i for i, path in enumerate(files)}
-        read = dropped = 0
-        for chunk in _read_ahead(_chunks(records, chunk_size)):
-            read += len(chunk)
-            encoded = encode(chunk)
-            rows, keep = _kept_rows(encoded, len(chunk), sides)
-            if keep is not None:
-                dropped += len(chunk) - len(keep)
-                chunk = [chunk[i] for i in keep]
-            where = None
-            if origins:
-                for record in chunk:
-                    if record.path not in index:  # a path as the reader spells it (relative, say)
-                        path = record.path.absolute()
-                        if path not in index:  # a file the caller did not name in sources
-                            index[path] = len(files)
-                            files.append(path)
-                            before.append(_stat(path))
-                            digests.append(hasher.submit(file_sha256, path))
-                        index[record.path] = index[path]
-                where = np.array([(index[r.path], r.line) for r in chunk], dtype=np.int64).reshape(-1, 2)
-            if chunk:
-                writer.write(rows, origins=where)
-            if progress is not None:
-                progress(read)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):  # a second prepare of the same folder (another rank, say) waits, then finds it done
+        if not force and files:
+            done = _up_to_date(out, sides=sides, files=files, options=opts, info=info, origins=origins)
+            if done is not None:
+                log.info("%s is up to date with its sources: nothing to prepare", out)
+                return done
+        _note_parallelism()
+        with ShardWriter(out, sides, origins=origins) as writer:
+            tally, listed = _encode_into(writer, _chunks(records, chunk_size), encode, files, progress)
+            if stats is not None:
+                tally["skipped_lines"] = stats.skipped
+                if stats.skipped:
+                    log.warning("%d bad lines skipped (first: %s)", stats.skipped, stats.examples[0])
+            tally.update(counts() if counts is not None else {})
+            return writer.close(counts=tally, sources=listed, options=opts, info=info)
+
+
+def _encode_into(
+    writer: ShardWriter,
+    chunks: Iterator[list[Record]],
+    encode: Encode,
+    files: list[Path],
+    progress: Callable[[int], None] | None,
+) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Encode every chunk into ``writer``; return the counts and the source files' manifest entries.
+
+    Three stages at once: the reader thread reads chunk k + 2, the encoder thread encodes k + 1 (the Rust
+    part without the GIL) while this thread writes k; a fourth thread hashes the source files."""
+    with (
+        ThreadPoolExecutor(1, "zoo-prepare-hash") as hasher,
+        ThreadPoolExecutor(1, "zoo-prepare-encode") as encoder,
+    ):
+        store = _Store(writer, files, hasher)
+        pending: tuple[list[Record], Future[Any]] | None = None
+        for chunk in _read_ahead(chunks):
+            future = encoder.submit(encode, chunk)
+            if pending is not None:
+                store.add(pending[0], pending[1].result(), progress)
+            pending = (chunk, future)
+        if pending is not None:
+            store.add(pending[0], pending[1].result(), progress)
         if writer.num_examples == 0:
-            named = ", ".join(map(str, files)) or str(out)
+            named = ", ".join(map(str, files)) or str(writer.out_dir)
             raise DataError(f"{named}: no examples (the sources are empty or blank, or every line was bad)")
+        return {"records": store.read, "dropped": store.dropped}, store.sources()
+
+
+class _Store:
+    """The writing end of `prepare`: drops the records the encoder dropped, notes where each example came
+    from (a source file index and line), hashes every source file once in ``hasher``."""
+
+    def __init__(self, writer: ShardWriter, files: list[Path], hasher: ThreadPoolExecutor) -> None:
+        self.writer, self.files, self.hasher = writer, files, hasher
+        self.before = [_stat(path) for path in files]
+        self.digests: list[Future[str]] = [hasher.submit(file_sha256, path) for path in files]
+        self.index: dict[Path, int] = {path: i for i, path in enumerate(files)}
+        self.read = self.dropped = 0
+
+    def add(
+        self, chunk: list[Record], encoded: Mapping[str, Any], progress: Callable[[int], None] | None
+    ) -> None:
+        self.read += len(chunk)
+        if progress is not None:
+            progress(self.read)
+        rows, keep = _kept_rows(encoded, len(chunk), self.writer.sides)
+        if keep is not None:
+            self.dropped += len(chunk) - len(keep)
+            chunk = [chunk[i] for i in keep]
+        if not chunk:
+            return
+        where = None
+        if self.writer.with_origins:
+            for record in chunk:
+                if record.path not in self.index:  # a path as the reader spells it (relative, say)
+                    self._note(record.path)
+            where = np.array([(self.index[r.path], r.line) for r in chunk], dtype=np.int64).reshape(-1, 2)
+        self.writer.write(rows, origins=where)
+
+    def _note(self, spelled: Path) -> None:
+        path = spelled.absolute()
+        if path not in self.index:  # a file the caller did not name in sources
+            self.index[path] = len(self.files)
+            self.files.append(path)
+            self.before.append(_stat(path))
+            self.digests.append(self.hasher.submit(file_sha256, path))
+        self.index[spelled] = self.index[path]
+
+    def sources(self) -> list[dict[str, Any]]:
+        """The manifest's list of source files; refuses a file that changed while it was read."""
         listed = []
-        for path, (size, mtime), digest in zip(files, before, digests):
+        for path, (size, mtime), digest in zip(self.files, self.before, self.digests):
             if _stat(path) != (size, mtime):
                 raise DataError(f"{path}: changed while it was being prepared; prepare again")
             listed.append({"path": str(path), "bytes": size, "mtime_ns": mtime, "sha256": digest.result()})
-        tally = {"records": read, "dropped": dropped}
-        if stats is not None:
-            tally["skipped_lines"] = stats.skipped
-            if stats.skipped:
-                log.warning("%d bad lines skipped (first: %s)", stats.skipped, stats.examples[0])
-        tally.update(counts() if counts is not None else {})
-        return writer.close(counts=tally, sources=listed, options=opts, info=info)
+        return listed
 
 
 def encode_text_sides(
@@ -405,6 +454,24 @@ def _kept_rows(
         name: [rows[i] for i in keep] if not isinstance(rows, np.ndarray) else rows[keep]
         for name, rows in encoded.items()
     }, keep
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``.<out>.lock`` beside ``out`` (flock; where there is none, as on Windows,
+    nothing is locked): concurrent prepares of one folder run one after the other, so that the later ones
+    find the work done instead of removing each other's temp folders."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with (out.parent / f".{out.name}.lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def _note_parallelism() -> None:
