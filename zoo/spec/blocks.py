@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+Epsilon = Annotated[float, Field(gt=0.0, lt=1.0)]
+"""A norm's epsilon, in (0, 1): one that dwarfs the variance makes every position's output the same."""
 
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 """FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish."""
@@ -47,7 +49,7 @@ class AttentionSpec(Spec):
     )
     scaled: bool = Field(True, description="Divide logits by sqrt(head_dim). T5 folds this into its init.")
     qk_norm: bool = Field(False, description="RMS-normalise queries and keys per head before the product.")
-    qk_norm_eps: PositiveFloat = Field(
+    qk_norm_eps: Epsilon = Field(
         1e-6, description="Epsilon of the q/k RMS norms (Qwen3 uses its rms_norm_eps); only with qk_norm."
     )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
@@ -78,7 +80,7 @@ class NormSpec(Spec):
     """Normalisation kind and where it sits around each residual sub-layer."""
 
     kind: Literal["layernorm", "rmsnorm"] = "layernorm"
-    eps: PositiveFloat = 1e-5
+    eps: Epsilon = 1e-5
     bias: bool = Field(True, description="LayerNorm has a bias; ignored by RMSNorm, which never has one.")
     placement: Literal["pre", "post"] = Field(
         "post",

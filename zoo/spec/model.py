@@ -49,7 +49,7 @@ class InitSpec(Spec):
         description="normal: N(0, std); xavier: Glorot-uniform matrices (the Annotated Transformer); "
         "t5: Mesh-TensorFlow's fan-in scaled normals.",
     )
-    std: float = Field(0.02, gt=0)
+    std: float = Field(0.02, gt=0, le=1.0, description="Standard deviation of the normal init, in (0, 1].")
     scaled_residual: bool = Field(
         False, description="GPT-2: projections into the residual stream get std / sqrt(2 * num_layers)."
     )

@@ -59,7 +59,8 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Every float finite: `lr: .inf` is refused by name, as NaN is (pydantic passes inf through by default).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSource(Section):
