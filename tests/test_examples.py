@@ -32,7 +32,7 @@ def test_build_and_run_example_runs(capsys):
     assert "my_stack.yaml: encoder-decoder" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["translate.yaml", "classify.yaml", "finetune_lora.yaml"])
+@pytest.mark.parametrize("name", ["translate.yaml", "classify.yaml", "finetune_lora.yaml", "gpt.yaml"])
 def test_example_training_configs_validate_and_name_bundled_data(name):
     from zoo.training import TrainConfig
 
@@ -41,3 +41,18 @@ def test_example_training_configs_validate_and_name_bundled_data(name):
         assert isinstance(split, Path) and (EXAMPLES.parent / split).is_file(), split  # from the repo root
     if name == "finetune_lora.yaml":  # LoRA on the demo's run (`zoo demo` writes runs/demo)
         assert config.model.init_from == Path("runs/demo") and config.lora is not None
+
+    if name == "gpt.yaml":  # the README's decoder: a causal LM on plain text, written to runs/gpt
+        assert config.task == "causal_lm" and config.output_dir == Path("runs/gpt")
+
+
+@pytest.mark.parametrize("script", ["english_data.py", "sentiment_data.py", "negation_data.py"])
+def test_example_data_scripts_write_exactly_the_bundled_files(script, tmp_path):
+    runpy.run_path(str(EXAMPLES / script), run_name="not_main")["main"](tmp_path)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written, f"{script} wrote nothing"
+    for name in written:
+        bundled = EXAMPLES / "data" / name
+        assert bundled.read_bytes() == (tmp_path / name).read_bytes(), (
+            f"{bundled} differs from what {script} writes"
+        )
