@@ -92,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
         raise ExportError(f"--out {out} is a folder; give the file to write, e.g. {example_file}")
     if kind == "onnx":
         from zoo.export import require_onnx
+        from zoo.export.onnx import check_opset
 
         require_onnx()  # before the model is loaded
+        check_opset(args.opset)  # an opset torch.onnx cannot write: refused before any work
     model = _load(args.source, device=args.device, dtype=torch_dtype(args.dtype))
     example = example_inputs(model, batch=args.batch, length=args.length, target_length=args.target_length)
     dynamic = not args.static

@@ -33,6 +33,7 @@ from zoo.export.inputs import dynamic_shapes, example_inputs
 from zoo.export.program import export_program, output_names
 from zoo.io.atomic import discard_temp, fsync_dir, move_into_place, write_temp
 from zoo.models.base import ZooModel
+from zoo.spec.errors import short_repr
 
 LARGE_MODEL_BYTES = 2**31  # protobuf refuses a message of 2 GB or more: the weights must go to a data file
 # torch.onnx's loggers that speak on every export without saying anything about this model (e.g. that
@@ -59,6 +60,37 @@ def require_onnx() -> None:
         raise OnnxMissingError(f"{INSTALL_HINT} ({' and '.join(missing)} not installed)")
 
 
+def supported_opsets() -> range:
+    """The ONNX opsets an export can target: from torch.onnx's own (it has no operators below it) to the
+    newest the installed onnxscript converts to and onnx defines. Outside them torch.onnx logs a traceback
+    and quietly writes another opset, so `check_opset` refuses them first."""
+    import onnx
+
+    try:  # private constants: their public meaning is "what this torch / onnxscript can do"
+        from torch.onnx._internal.exporter._constants import TORCHLIB_OPSET as low
+    except ImportError:  # pragma: no cover - another torch layout
+        low = 18
+    try:
+        from onnxscript.version_converter._version_converter import SUPPORTED_MAX_ONNX_OPSET as high
+    except ImportError:  # pragma: no cover - another onnxscript layout
+        high = onnx.defs.onnx_opset_version()
+    return range(int(low), min(int(high), onnx.defs.onnx_opset_version()) + 1)
+
+
+def check_opset(opset: object) -> None:
+    """Raise `ExportError` unless ``opset`` is None (torch.onnx's default) or an opset `supported_opsets`
+    lists; before any tracing."""
+    if opset is None:
+        return
+    require_onnx()
+    opsets = supported_opsets()
+    if not isinstance(opset, int) or isinstance(opset, bool) or opset not in opsets:
+        raise ExportError(
+            f"opset {short_repr(opset)} is not supported: this torch.onnx and onnxscript export opsets "
+            f"{opsets.start} to {opsets.stop - 1} (an int)"
+        )
+
+
 def export_onnx(
     model: ZooModel,
     path: str | Path,
@@ -71,9 +103,11 @@ def export_onnx(
     """Write ``model``'s forward to ``path`` as ONNX; returns what was written.
 
     ``example`` and ``dynamic``: as `zoo.export.export_program`. ``opset``: the ONNX opset (default
-    torch.onnx's). ``external_data``: weights in ``<path>.data`` (default: only when they reach 2 GB).
+    torch.onnx's; `supported_opsets` lists the others). ``external_data``: weights in ``<path>.data``
+    (default: only when they reach 2 GB).
     """
     require_onnx()
+    check_opset(opset)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ExportError(f"{path} is a folder; give the file to write, e.g. {path / 'model.onnx'}")
