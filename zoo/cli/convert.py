@@ -17,6 +17,10 @@ the adapter file names) and writes PEFT's ``adapter_config.json`` + ``adapter_mo
 transformers model ``--to-hf`` makes of that base. ``--out`` must be another folder than the source's
 (symbolic links resolved): written in place, the output's weights would replace the very files being
 converted.
+
+``--out`` may be missing or empty, or hold an earlier output of the same kind (a Hugging Face export for
+``--to-hf``, PEFT adapters for ``--to-peft``), which is replaced; a zoo checkpoint, a model of another kind
+or a training run there is refused unless ``--overwrite`` (`zoo.io.outputs`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
 from zoo.io.names import TOKENIZER_NAME
+from zoo.io.outputs import HF_CHECKPOINT, PEFT_ADAPTERS, ZOO_CHECKPOINT, check_output_dir
 from zoo.io.paths import inside
 
 
@@ -74,6 +79,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-shard-size", metavar="SIZE", help="zoo output: shard above this size, e.g. 500MB (default 2GB)"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that holds a zoo checkpoint, a model of another kind or a training run "
+        "(its model files are replaced, the rest left); an earlier export of the same kind is replaced anyway",
+    )
     parser.set_defaults(run=run)
 
 
@@ -87,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     if args.base and not args.to_peft:
         raise ValueError("--base applies to --to-peft only")
     if args.to_peft:
-        return _to_peft(Path(args.to_peft).expanduser(), Path(args.out).expanduser(), args.base, dtype)
+        return _to_peft(
+            Path(args.to_peft).expanduser(), Path(args.out).expanduser(), args.base, dtype, args.overwrite
+        )
     given = args.from_hf or args.to_hf or args.from_zoo
     out = Path(args.out).expanduser()
     if args.to_hf and args.max_shard_size:
@@ -106,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
             f"--out {out} is the {option} folder {folder}: converting in place would replace the weights "
             "being read; choose another --out"
         )
+    flag = "--to-hf" if args.to_hf else "--from-hf" if args.from_hf else "--from-zoo"
+    output = HF_CHECKPOINT if args.to_hf else ZOO_CHECKPOINT
+    if not args.overwrite:  # before anything loads (with --overwrite, the writer clears just before writing)
+        check_output_dir(out, output, writer=f"zoo convert {flag}", overwrite=False, option="--overwrite")
     tokenizer_file = inside(folder, TOKENIZER_NAME)  # not a link out of the folder (`zoo.io.paths`)
     tokenizer = (
         Tokenizer.from_file(tokenizer_file) if preset is None and tokenizer_file.is_file() else None
@@ -127,10 +144,13 @@ def run(args: argparse.Namespace) -> int:
         from zoo.io.hf import to_hf
 
         with writing(out):
-            to_hf(model, out, tokenizer=tokenizer)
+            to_hf(model, out, tokenizer=tokenizer, overwrite=args.overwrite)
         kind = "Hugging Face"
     else:
         with writing(out):
+            check_output_dir(
+                out, output, writer=f"zoo convert {flag}", overwrite=args.overwrite, option="--overwrite"
+            )
             zoo.save(model, out, tokenizer=tokenizer, max_shard_size=args.max_shard_size or "2GB")
         kind = "zoo"
     files = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
@@ -143,13 +163,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _to_peft(given: Path, out: Path, base: str | None, dtype: Any) -> int:
+def _to_peft(given: Path, out: Path, base: str | None, dtype: Any, overwrite: bool) -> int:
     """``zoo convert --to-peft``: the adapters back on their base, then `zoo.lora.to_peft`."""
     import zoo
     import zoo.lora
     from zoo.cli import console
     from zoo.training.layout import ADAPTER_NAME
 
+    if not overwrite:  # before anything loads
+        check_output_dir(
+            out, PEFT_ADAPTERS, writer="zoo convert --to-peft", overwrite=False, option="--overwrite"
+        )
     adapter = inside(given, ADAPTER_NAME) if given.is_dir() else given
     if given.is_dir() and not adapter.is_file():
         raise ValueError(f"--to-peft {given}: no {ADAPTER_NAME} here (is it a LoRA training run?)")
@@ -161,7 +185,7 @@ def _to_peft(given: Path, out: Path, base: str | None, dtype: Any) -> int:
         raise ValueError(f"{adapter}: its base {base} is not here; give the base checkpoint with --base DIR")
     model = zoo.lora.load(zoo.load(Path(base).expanduser(), dtype=dtype), adapter)
     with writing(out):
-        zoo.lora.to_peft(model, out, base_model_name_or_path=base)
+        zoo.lora.to_peft(model, out, base_model_name_or_path=base, overwrite=overwrite)
     trainable, _ = zoo.lora.trainable_parameters(model)
     console.print(
         f"wrote [bold]{markup(out)}[/] (PEFT adapters, r={info.spec.r}, {trainable:,} parameters) for "

@@ -8,7 +8,9 @@ SRC is a zoo checkpoint (a folder or its model.safetensors), a spec file (.yaml,
 the last two built with random initial weights (seed 0). The graph is traced on a made-up padded batch
 (``--batch``, ``--length``, ``--target-length``); batch and lengths stay dynamic unless ``--static``.
 ``--check`` runs the written file and the eager model on another batch and length and prints the largest
-difference per output. What the graph takes and returns: docs/export.md.
+difference per output. What the graph takes and returns: docs/export.md. An existing ``--out`` is replaced
+when it is an earlier export of the same format, refused otherwise (a checkpoint's weights, any other
+file) unless ``--overwrite`` (`zoo.io.outputs`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
+from zoo.io.outputs import ONNX_MODEL, TORCH_PROGRAM, check_output_file
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--opset", type=_positive, default=None, help="ONNX opset (default: torch.onnx's)")
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that is not an earlier export of the same format",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="run the written file on another batch and length and compare it with eager",
@@ -90,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
     if out.is_dir():  # before the model is loaded and traced
         example_file = out / f"model{SUFFIXES[kind]}"
         raise ExportError(f"--out {out} is a folder; give the file to write, e.g. {example_file}")
+    file_kind = TORCH_PROGRAM if kind == "torch" else ONNX_MODEL
+    if not args.overwrite:  # before the model is loaded and traced
+        check_output_file(out, file_kind, writer="zoo export", overwrite=False, option="--overwrite")
     if kind == "onnx":
         from zoo.export import require_onnx
         from zoo.export.onnx import check_opset
@@ -101,9 +112,19 @@ def run(args: argparse.Namespace) -> int:
     dynamic = not args.static
     with writing(out):
         if kind == "torch":
-            outputs = _export_torch(model, example, out, dynamic=dynamic, check=args.check)
+            outputs = _export_torch(
+                model, example, out, dynamic=dynamic, check=args.check, overwrite=args.overwrite
+            )
         else:
-            outputs = _export_onnx(model, example, out, dynamic=dynamic, check=args.check, opset=args.opset)
+            outputs = _export_onnx(
+                model,
+                example,
+                out,
+                dynamic=dynamic,
+                check=args.check,
+                opset=args.opset,
+                overwrite=args.overwrite,
+            )
     name = model.spec.name or model.spec.family
     what = "torch.export program" if kind == "torch" else "ONNX"
     console.print(
@@ -130,11 +151,17 @@ Checked = tuple[dict[str, float], str]  # max difference per output, and the sha
 
 
 def _export_torch(
-    model: ZooModel, example: dict[str, torch.Tensor], out: Path, *, dynamic: bool, check: bool
+    model: ZooModel,
+    example: dict[str, torch.Tensor],
+    out: Path,
+    *,
+    dynamic: bool,
+    check: bool,
+    overwrite: bool = False,
 ) -> tuple[list[str], Checked | None]:
     from zoo.export import compare_program, export_program, load_program, output_names, save_program
 
-    program = save_program(export_program(model, example=example, dynamic=dynamic), out)
+    program = save_program(export_program(model, example=example, dynamic=dynamic), out, overwrite=overwrite)
     loaded = load_program(program)  # check what was written, not what is in memory
     checked = None
     if check:
@@ -151,10 +178,11 @@ def _export_onnx(
     dynamic: bool,
     check: bool,
     opset: int | None,
+    overwrite: bool = False,
 ) -> tuple[list[str], Checked | None]:
     from zoo.export import compare_onnx, export_onnx
 
-    info = export_onnx(model, out, example=example, dynamic=dynamic, opset=opset)
+    info = export_onnx(model, out, example=example, dynamic=dynamic, opset=opset, overwrite=overwrite)
     checked = None
     if check:
         other, shape = _other_example(model, example, dynamic=dynamic)

@@ -9,7 +9,9 @@ The source is what `zoo convert` takes: a zoo checkpoint or training run, a pres
 initial weights, seed 0), or a Hugging Face folder (``config.json``). ``--dtype`` casts the model before
 quantising: the dtype the quantised model computes in (int4's CPU kernel is fast in bf16, slow in fp32).
 A ``tokenizer.json`` beside the source is carried over, so `zoo generate` / `zoo translate` run on the
-output as on the source. Needs torchao (``pip install 'transformer-zoo[quant]'``).
+output as on the source. ``--out`` may be missing or empty; a zoo checkpoint (quantised or not), a model of
+another kind or a training run there is refused unless ``--overwrite`` (`zoo.io.outputs`). Needs torchao
+(``pip install 'transformer-zoo[quant]'``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, TOKENIZER_NAME
+from zoo.io.outputs import ZOO_CHECKPOINT, check_output_dir
 from zoo.io.paths import inside
 
 
@@ -49,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="int4: input features per scale, 32, 64 or 128 (default 32); int8 has one scale per row",
     )
     add_dtype_option(parser, default=None, help="cast the model before quantising (default: keep its dtype)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that holds a zoo checkpoint, a model of another kind or a training run "
+        "(its model files are replaced, the rest left)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -69,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
             f"--out {out} is the source folder: quantising in place would replace the weights being read; "
             "choose another --out"
         )
+    if not args.overwrite:  # before anything loads
+        check_output_dir(out, ZOO_CHECKPOINT, writer="zoo quantize", overwrite=False, option="--overwrite")
     folder = source if source.is_dir() else source.parent
     tokenizer_file = inside(folder, TOKENIZER_NAME)  # not a link out of the folder (`zoo.io.paths`)
     tokenizer = (
@@ -87,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         model = zoo.load(source, dtype=dtype)
     quantize(model, args.weights, group_size=args.group_size)
     with writing(out):
+        check_output_dir(
+            out, ZOO_CHECKPOINT, writer="zoo quantize", overwrite=args.overwrite, option="--overwrite"
+        )
         zoo.save(model, out, tokenizer=tokenizer)
     record = quantization_of(model)
     assert record is not None  # quantize records what it did

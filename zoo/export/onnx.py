@@ -32,6 +32,7 @@ from zoo.export.errors import INSTALL_HINT, ExportError, OnnxMissingError
 from zoo.export.inputs import dynamic_shapes, example_inputs
 from zoo.export.program import export_program, output_names
 from zoo.io.atomic import discard_temp, fsync_dir, move_into_place, write_temp
+from zoo.io.outputs import ONNX_MODEL, check_output_file
 from zoo.models.base import ZooModel
 from zoo.spec.errors import short_repr
 
@@ -99,18 +100,21 @@ def export_onnx(
     opset: int | None = None,
     dynamic: bool = True,
     external_data: bool | None = None,
+    overwrite: bool = False,
 ) -> OnnxExport:
     """Write ``model``'s forward to ``path`` as ONNX; returns what was written.
 
     ``example`` and ``dynamic``: as `zoo.export.export_program`. ``opset``: the ONNX opset (default
     torch.onnx's; `supported_opsets` lists the others). ``external_data``: weights in ``<path>.data``
-    (default: only when they reach 2 GB).
+    (default: only when they reach 2 GB). An existing file that is not an ONNX model is refused unless
+    ``overwrite`` (`zoo.io.outputs`); an earlier one is replaced.
     """
     require_onnx()
     check_opset(opset)
     path = Path(path).expanduser()
     if path.is_dir():
         raise ExportError(f"{path} is a folder; give the file to write, e.g. {path / 'model.onnx'}")
+    check_output_file(path, ONNX_MODEL, writer="zoo.export.export_onnx", overwrite=overwrite)
     example = dict(example) if example is not None else example_inputs(model)
     program = export_program(model, example=example, dynamic=dynamic)
     inputs, outputs = tuple(example), tuple(output_names(program))

@@ -22,6 +22,7 @@ import torch.utils._pytree as pytree
 from zoo.export.errors import ExportError
 from zoo.export.inputs import check_example, dynamic_shapes, example_inputs
 from zoo.io.atomic import write_atomic
+from zoo.io.outputs import TORCH_PROGRAM, check_output_file
 from zoo.models.base import ZooModel
 from zoo.models.outputs import ModelOutput
 from zoo.stacks import Stack
@@ -83,11 +84,14 @@ def output_names(program: torch.export.ExportedProgram) -> list[str]:
     return [names[i] for i in range(spec.num_leaves)]
 
 
-def save_program(program: torch.export.ExportedProgram, path: str | Path) -> Path:
-    """Write ``program`` to ``path`` (``torch.export.save``'s ``.pt2`` archive), atomically; returns it."""
+def save_program(program: torch.export.ExportedProgram, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``program`` to ``path`` (``torch.export.save``'s ``.pt2`` archive), atomically; returns it. An
+    existing file that is not an exported program (a checkpoint's weights, say) is refused unless
+    ``overwrite`` (`zoo.io.outputs`); an earlier program is replaced."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise ExportError(f"{path} is a folder; give the file to write, e.g. {path / 'model.pt2'}")
+    check_output_file(path, TORCH_PROGRAM, writer="zoo.export.save_program", overwrite=overwrite)
     write_atomic(path, lambda temp: torch.export.save(program, temp))
     return path
 

@@ -33,12 +33,13 @@ from safetensors.torch import save_file
 
 from zoo.io.atomic import write_atomic, write_text_atomic
 from zoo.io.hf import _export_config
+from zoo.io.outputs import PEFT_ADAPTERS, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME, check_output_dir
 from zoo.lora.errors import LoraError
 from zoo.lora.inject import adapter_modules
 from zoo.models import build_model
 
-CONFIG_NAME = "adapter_config.json"
-WEIGHTS_NAME = "adapter_model.safetensors"
+CONFIG_NAME = PEFT_CONFIG_NAME  # adapter_config.json
+WEIGHTS_NAME = PEFT_WEIGHTS_NAME  # adapter_model.safetensors
 _PREFIX = "base_model.model."  # PeftModel -> LoraModel -> the transformers model
 Convert = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]  # zoo state dict -> HF state dict
 
@@ -60,14 +61,17 @@ def to_peft(
     *,
     base_model_name_or_path: str | None = None,
     model_type: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``model``'s adapters as PEFT's ``adapter_config.json`` + ``adapter_model.safetensors`` in
-    ``out_dir`` (each file atomically); returns the folder.
+    ``out_dir`` (each file atomically); returns the folder. A folder that holds other files (a model, a
+    training run) is refused unless ``overwrite`` (`zoo.io.outputs`); earlier adapters there are replaced.
 
     The names are those of the model `zoo.to_hf` writes for this spec (``model_type`` picks the family as
     there), so ``peft.PeftModel.from_pretrained(<that transformers model>, out_dir)`` gives this model's
     outputs. ``base_model_name_or_path`` is recorded in the config for tools that fetch the base.
     """
+    check_output_dir(out_dir, PEFT_ADAPTERS, writer="zoo.lora.to_peft", overwrite=overwrite)
     modules = adapter_modules(model)
     spec = getattr(model, "lora_spec", None)
     if not modules or spec is None:

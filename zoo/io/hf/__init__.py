@@ -51,6 +51,7 @@ from zoo.io.names import (
     WEIGHTS_NAME,
     is_plain_file_name,
 )
+from zoo.io.outputs import HF_CHECKPOINT, check_output_dir
 from zoo.io.paths import inside
 from zoo.io.tokenizer import Tokenizer
 from zoo.models import ZooModel, build_model
@@ -334,6 +335,7 @@ def to_hf(
     *,
     model_type: str | None = None,
     tokenizer: Tokenizer | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``model`` as a Hugging Face checkpoint: ``config.json`` + ``model.safetensors``.
 
@@ -341,6 +343,10 @@ def to_hf(
     or ``model_type``. transformers' ``AutoModel*.from_pretrained(out_dir)`` loads the result. With
     ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside the weights, so
     ``AutoTokenizer.from_pretrained(out_dir)`` gives zoo's ids. Returns the folder.
+
+    A folder that holds anything but Hugging Face model files (a zoo model, a training run, other files) is
+    refused unless ``overwrite``, which removes the other models' files there first (`zoo.io.outputs`); an
+    earlier export is replaced.
 
     Every file is written atomically, weights first: renaming ``model.safetensors`` into place switches the
     folder's weights in one step (it is read before any index), then ``config.json`` follows, then a
@@ -351,6 +357,7 @@ def to_hf(
 
     >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
     """
+    check_output_dir(out_dir, HF_CHECKPOINT, writer="zoo.to_hf", overwrite=overwrite)
     _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
