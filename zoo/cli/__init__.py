@@ -14,6 +14,8 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import textwrap
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -66,12 +68,77 @@ def version() -> str:
     return getattr(zoo, "__version__", "unknown")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with usage lines that fit the terminal: argparse keeps a group of
+    alternatives, ``(--from-hf DIR | --to-hf DIR | ...)``, on one line however long; here it breaks after
+    a ``|``, the next line indented inside the group. Help text breaks at spaces only, never after a
+    hyphen inside an option's name."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # textwrap breaks after hyphens by default: "--forced-bos-" / "token", "KV-" / "cache"; not here.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+    def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
+        text = super()._format_usage(usage, actions, groups, prefix)
+        width = self._width - self._current_indent
+        return "\n".join(wrapped for line in text.split("\n") for wrapped in wrap_alternatives(line, width))
+
+
+def wrap_alternatives(line: str, width: int) -> list[str]:
+    """``line`` broken after ``" |"`` so that each piece fits ``width`` where it can; the pieces after the
+    first are indented one past the bracket that opens the group. A line without ``" | "`` stays whole."""
+    if len(line) <= width or " | " not in line:
+        return [line]
+    first_bar = line.index(" | ")
+    opening = max(line.rfind("(", 0, first_bar), line.rfind("[", 0, first_bar))
+    indent = " " * (opening + 1 if opening >= 0 else len(line) - len(line.lstrip()) + 1)
+    pieces = line.split(" | ")
+    lines, current = [], pieces[0]
+    for piece in pieces[1:]:
+        if len(current) + len(" | ") + len(piece) <= width:
+            current += " | " + piece
+        else:
+            lines.append(current + " |")
+            current = indent + piece
+    return [*lines, current]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """The top-level parser: zoo's `HelpFormatter` unless told otherwise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class CommandParser(ArgumentParser):
+    """A subcommand's parser. argparse hands an argument a subcommand does not know back up to the top-level
+    parser, whose error shows ``usage: zoo [-h] [--version] COMMAND ...``; here the subcommand reports it
+    itself, under its own usage (``usage: zoo generate [-h] --prompt PROMPT ...``)."""
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:  # argparse's overloads, passed through
+        namespace, extras = super().parse_known_args(*args, **kwargs)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="zoo", description="A config-driven Transformer model zoo for PyTorch."
-    )
+    parser = ArgumentParser(prog="zoo", description="A config-driven Transformer model zoo for PyTorch.")
     parser.add_argument("--version", action="version", version=f"zoo {version()}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Nested subcommands (`zoo plot masks`, `zoo tokenizer train`) inherit CommandParser from their parent.
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=CommandParser
+    )
     for name in COMMANDS:
         importlib.import_module(f"zoo.cli.{name}").register(subparsers)
     return parser

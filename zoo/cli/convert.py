@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from zoo.cli import kinds
 from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
@@ -85,6 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write into an --out that holds a zoo checkpoint, a model of another kind or a training run "
         "(its model files are replaced, the rest left); an earlier export of the same kind is replaced anyway",
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="when no Hugging Face family can express the model, say why for each (default: the closest)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -131,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if args.from_hf:
         from zoo.io.hf import from_hf
 
-        model = from_hf(source, dtype=dtype)
+        with kinds.expecting(given, kinds.HF_FOLDER, expected="a Hugging Face checkpoint folder"):
+            model = from_hf(source, dtype=dtype)
     elif preset is not None:
         import torch
 
@@ -139,11 +148,12 @@ def run(args: argparse.Namespace) -> int:
         model = zoo.build(preset, dtype=dtype).eval()
         console.print(f"[dim]built preset {markup(preset)} with random initial weights (seed 0)[/]")
     else:
-        model = zoo.load(source, dtype=dtype)
+        with kinds.expecting(given, kinds.CHECKPOINT, kinds.RUN, expected="a zoo checkpoint"):
+            model = zoo.load(source, dtype=dtype)
     if args.to_hf:
         from zoo.io.hf import to_hf
 
-        with writing(out):
+        with writing(out), closest_family(verbose=args.verbose):
             to_hf(model, out, tokenizer=tokenizer, overwrite=args.overwrite)
         kind = "Hugging Face"
     else:
@@ -213,3 +223,23 @@ def same_folder(source: Path, out: Path) -> bool:
         return os.path.samefile(source, out)
     except OSError:  # either does not exist (yet): not the same folder
         return False
+
+
+@contextmanager
+def closest_family(*, verbose: bool) -> Iterator[None]:
+    """`zoo.io.hf.NoFamilyError` as one line naming the closest family; ``verbose``: each family's reason
+    first, on stderr, closest first."""
+    from zoo.io.hf import NoFamilyError
+
+    try:
+        yield
+    except NoFamilyError as error:
+        if not verbose:
+            raise ValueError(
+                f"{error.summary}; --verbose says why for each of the {len(error.reasons)} families"
+            ) from error
+        from zoo.cli import err_console
+
+        for family, reason in error.reasons:
+            err_console.print(f"  {markup(family)}: {markup(reason)}", highlight=False, soft_wrap=True)
+        raise ValueError(error.summary) from error

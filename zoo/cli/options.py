@@ -163,6 +163,21 @@ def load_target_spec(target: str) -> ModelSpec:
     the config and the weights' headers (which tensors exist decides e.g. tied embeddings), never the
     weights themselves.
     """
+    from zoo.cli import kinds
+
+    # A training config, a tokenizer or a config.json given by mistake: one line saying what it is.
+    with kinds.expecting(
+        target,
+        kinds.SPEC,
+        kinds.CHECKPOINT,
+        kinds.RUN,
+        kinds.HF_FOLDER,
+        expected="a model spec or checkpoint",
+    ):
+        return _load_target_spec(target)
+
+
+def _load_target_spec(target: str) -> ModelSpec:
     from zoo.analysis import load_target_spec as load_zoo_target
 
     path = Path(target).expanduser()

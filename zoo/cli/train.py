@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from zoo.cli import kinds
 from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option
 from zoo.cli.sanitize import clean, markup
@@ -191,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
             overrides[key] = value
     # --init-from replaces the config's model source (keeping its overrides) before the config is checked,
     # so a config with a lora section may leave model.init_from to the command line.
-    config = TrainConfig.from_yaml(args.config, init_from=args.init_from, **overrides)
+    with kinds.expecting(args.config, kinds.TRAIN_CONFIG, expected="a training config"):  # a spec, a run...
+        config = TrainConfig.from_yaml(args.config, init_from=args.init_from, **overrides)
     # The CLI reports on stdout, bar and lines alike, so `zoo train ... > log` keeps the validation lines.
     progress: ProgressBar | bool
     callbacks: list[Any]

@@ -37,7 +37,15 @@ from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_a
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
-from zoo.io.hf.common import FamilyMapping, HFError, StateDict, TypedConfig, architecture, json_kind
+from zoo.io.hf.common import (
+    FamilyMapping,
+    HFError,
+    NoFamilyError,
+    StateDict,
+    TypedConfig,
+    architecture,
+    json_kind,
+)
 from zoo.io.hf.faithful import lost_features
 from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
@@ -60,7 +68,7 @@ from zoo.spec import ModelSpec
 from zoo.spec.errors import short_repr
 from zoo.spec.presets import format_validation_error
 
-__all__ = ["FamilyMapping", "HFError", "family_mappings", "from_hf", "to_hf"]
+__all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
 
 FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl")
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -419,8 +427,8 @@ def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, di
         try:
             return mapping, _faithful_config(mapping, spec)
         except ValueError as error:
-            reasons.append(f"  {'/'.join(mapping.model_types)}: {error}")
-    raise HFError("no Hugging Face family can express this spec:\n" + "\n".join(reasons))
+            reasons.append(("/".join(mapping.model_types), error))
+    raise NoFamilyError(reasons)  # the closest family first
 
 
 def _faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
@@ -431,5 +439,7 @@ def _faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
     lost = lost_features(spec, mapping.config_to_spec(config, names))
     if lost:
         family = "/".join(mapping.model_types)
-        raise HFError(f"{family} cannot express {'; '.join(lost)}")
+        raise HFError(
+            f"{family} cannot express {'; '.join(lost)}", fields=tuple(item.split("=")[0] for item in lost)
+        )
     return config

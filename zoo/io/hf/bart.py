@@ -153,7 +153,6 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
     checks: list[tuple[str, Any, Any]] = []
     for stack in (encoder, decoder):
         src, norm = stack.sources, stack.norm
-        _check_eps(family, f"{src['norm']}.eps", norm.eps)
         checks += [
             (f"{src['norm']}.kind", norm.kind, "layernorm"),
             (f"{src['norm']}.placement", norm.placement, "post"),
@@ -179,6 +178,8 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         # Marian keeps a separate source vocabulary apart (share_encoder_decoder_embeddings: false)
         *([] if marian else [("source_vocab_size", spec.source_vocab_size, None)]),
     ])  # fmt: skip
+    for stack in (encoder, decoder):  # after the fields: a spec far from this family says so first
+        _check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
     config: dict[str, Any] = {
         "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
         "model_type": family,

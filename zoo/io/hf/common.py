@@ -50,7 +50,38 @@ class FamilyMapping:
 
 
 class HFError(ValueError):
-    """A Hugging Face checkpoint, config or spec zoo cannot convert; the message names the field or tensor."""
+    """A Hugging Face checkpoint, config or spec zoo cannot convert; the message names the field or tensor.
+
+    ``fields``: the spec fields an export refusal names (all of them, the message leads with the first);
+    empty for other errors. `NoFamilyError` ranks the families by them.
+    """
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+class NoFamilyError(HFError):
+    """No Hugging Face family can express a spec. ``reasons``: ``(family, reason)`` for each family, the
+    closest first (`closeness`); the message lists them all, `summary` names the closest alone."""
+
+    def __init__(self, reasons: list[tuple[str, ValueError]]) -> None:
+        ranked = sorted(reasons, key=lambda item: closeness(item[1]))  # stable: family order breaks ties
+        self.reasons = [(family, str(error)) for family, error in ranked]
+        lines = "\n".join(f"  {family}: {reason}" for family, reason in self.reasons)
+        super().__init__(f"no Hugging Face family can express this spec:\n{lines}")
+
+    @property
+    def summary(self) -> str:
+        """One line: the closest family's reason."""
+        return f"no Hugging Face family can express this spec; closest: {self.reasons[0][1]}"
+
+
+def closeness(error: ValueError) -> tuple[int, int]:
+    """How far a family is from a spec, by its refusal: another model family (decoder for encoder-decoder)
+    is farthest; else the fewer fields it cannot express, the closer."""
+    fields = getattr(error, "fields", ())
+    return (1 if "family" in fields else 0, max(len(fields), 1))
 
 
 # -- activations -------------------------------------------------------------------------------------------
@@ -183,14 +214,26 @@ def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:
     """Raise naming the first spec field whose value the HF ``family`` cannot express.
 
     ``checks`` holds ``(dotted field, value, wanted)``; ``wanted`` is a value or a tuple of allowed values.
+    Every check is made, so that the error's ``fields`` lists each field that differs (how far ``family``
+    is from the spec); the message names the first and counts the others.
     """
+    failed: dict[str, tuple[Any, str]] = {}  # field -> (value, what is needed); a field twice counts once
     for field, value, wanted in checks:
         allowed = wanted if isinstance(wanted, tuple) else (wanted,)
         if value not in allowed:
-            expected = " or ".join(repr(w) for w in allowed)
-            raise HFError(
-                f"{family} cannot express {field}={value!r}: Hugging Face {family} needs {expected}"
-            )
+            failed.setdefault(field, (value, " or ".join(repr(w) for w in allowed)))
+    if failed:
+        (field, (value, expected)), *others = failed.items()
+        more = [name for name, _ in others]
+        also = (
+            f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})"
+            if more
+            else ""
+        )
+        raise HFError(
+            f"{family} cannot express {field}={value!r}: Hugging Face {family} needs {expected}{also}",
+            fields=tuple(failed),
+        )
 
 
 # -- tensor tables -----------------------------------------------------------------------------------------
