@@ -22,21 +22,41 @@ LOSS_BYTES = 4  # the loss casts logits to float32 and keeps the log-probabiliti
 ADAM_STATE_BYTES = 8  # two float32 moments per trainable parameter
 MASTER_BYTES = 4  # float32 master weights when the parameters themselves are 16-bit
 
-ASSUMPTIONS = (
-    "FLOPs: 2 per weight per token for every matmul (Kaplan et al. 2020); embedding lookups, norms, "
-    "softmax and activations are not counted; causal self-attention sees T/2 keys on average",
-    "training FLOPs = 3 × forward (the backward pass costs twice the forward)",
-    "encoder-decoder: per target token, with a source as long as the target (seq_len each)",
-    "pooler and classifier run once per sequence: their FLOPs are spread over seq_len tokens",
-    "activations: what autograd keeps for backward (Korthikanti et al. 2022), in the given dtype, "
-    "dropout masks 1 byte, loss log-probabilities float32; no recomputation, no framework overhead",
-    "attention matrices (H × T × T per layer) are kept by eager attention; fused SDPA kernels "
-    "(flash / memory-efficient) do not store them: subtract attention_matrices for those",
-    "training states: weights and gradients in the given dtype, Adam's two moments in float32, "
-    "plus float32 master weights when the dtype is 16-bit (Rajbhandari et al. 2020: 16 bytes/parameter)",
-    "KV cache: keys and values of every decoder layer in the given dtype (GQA: kv heads only); "
-    "cross-attention caches its keys/values once per source token",
-)
+
+def assumptions(spec: ModelSpec) -> tuple[str, ...]:
+    """What the estimates of ``spec`` assume, one sentence each; only what applies to its family and heads
+    (no encoder-decoder note for a decoder, no KV cache for an encoder, no pooler without one)."""
+    stacks = spec.stacks().values()
+    causal = any(stack.causal for stack in stacks)
+    cross = any(stack.cross_attention is not None for stack in stacks)
+    heads = getattr(spec, "heads", None)
+    per_sequence = heads is not None and (heads.pooler or heads.classifier is not None)
+    lines = [
+        "FLOPs: 2 per weight per token for every matmul (Kaplan et al. 2020); embedding lookups, norms, "
+        "softmax and activations are not counted"
+        + ("; causal self-attention sees T/2 keys on average" if causal else ""),
+        "training FLOPs = 3 × forward (the backward pass costs twice the forward)",
+    ]
+    if cross:
+        lines.append("encoder-decoder: per target token, with a source as long as the target (seq_len each)")
+    if per_sequence:
+        lines.append(
+            "pooler and classifier run once per sequence: their FLOPs are spread over seq_len tokens"
+        )
+    lines += [
+        "activations: what autograd keeps for backward (Korthikanti et al. 2022), in the given dtype, "
+        "dropout masks 1 byte, loss log-probabilities float32; no recomputation, no framework overhead",
+        "attention matrices (H × T × T per layer) are kept by eager attention; fused SDPA kernels "
+        "(flash / memory-efficient) do not store them: subtract attention_matrices for those",
+        "training states: weights and gradients in the given dtype, Adam's two moments in float32, "
+        "plus float32 master weights when the dtype is 16-bit (Rajbhandari et al. 2020: 16 bytes/parameter)",
+    ]
+    if causal:
+        lines.append(
+            "KV cache: keys and values of every decoder layer in the given dtype (GQA: kv heads only)"
+            + ("; cross-attention caches its keys/values once per source token" if cross else "")
+        )
+    return tuple(lines)
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def summary(
         cross_kv_cache_per_source_token=kv_cross,
         tree=build_tree(model),
         notes=tuple(_notes(spec, counts, seq_len=seq_len)),
-        assumptions=costs.ASSUMPTIONS,
+        assumptions=costs.assumptions(spec),
     )
 
 

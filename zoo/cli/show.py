@@ -106,42 +106,86 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
     console.print(params)
 
     states = s.training_states
-    est = Table(title=f"estimates at seq_len {s.seq_len}, batch {s.batch}, {s.dtype}", show_header=False)
-    est.add_column("what")
-    est.add_column("value", justify="right")
-    est.add_column("how", style="dim")
     f = s.flops
-    est.add_row(
-        "forward FLOPs / token",
-        si(f.forward),
-        f"dense {si(f.dense)} + attention {si(f.attention)} + head {si(f.head)}",
-    )
-    est.add_row("training FLOPs / token", si(f.training), "3 × forward")
-    est.add_row("training FLOPs / step", si(s.training_flops_per_step), f"× {s.batch} × {s.seq_len} tokens")
-    est.add_row("weights", binary(states.weights), f"{p.total:,} × {s.dtype_bytes} bytes")
     extra = f" + fp32 master {binary(states.master_weights)}" if states.master_weights else ""
-    est.add_row(
-        "weights + gradients + Adam",
-        binary(states.total),
-        f"grads {binary(states.gradients)} + 2 fp32 moments {binary(states.optimizer)}{extra}",
-    )
-    est.add_row(
-        "activations / step",
-        binary(s.activations),
-        f"of which attention matrices {binary(s.attention_matrices)} (not kept by fused SDPA kernels)",
-    )
-    est.add_row("training step total", binary(s.training_step_bytes), "states + activations")
-    est.add_row("KV cache / token", binary(s.kv_cache_per_token), "2 × layers × kv heads × head dim × bytes")
-    if s.cross_kv_cache_per_source_token:
-        est.add_row(
-            "cross KV cache / source token", binary(s.cross_kv_cache_per_source_token), "once per source"
+    estimates = [
+        (
+            "forward FLOPs / token",
+            si(f.forward),
+            f"dense {si(f.dense)} + attention {si(f.attention)} + head {si(f.head)}",
+        ),
+        ("training FLOPs / token", si(f.training), "3 × forward"),
+        ("training FLOPs / step", si(s.training_flops_per_step), f"× {s.batch} × {s.seq_len} tokens"),
+        ("weights", binary(states.weights), f"{p.total:,} × {s.dtype_bytes} bytes"),
+        (
+            "weights + gradients + Adam",
+            binary(states.total),
+            f"grads {binary(states.gradients)} + 2 fp32 moments {binary(states.optimizer)}{extra}",
+        ),
+        (
+            "activations / step",
+            binary(s.activations),
+            f"of which attention matrices {binary(s.attention_matrices)} (not kept by fused SDPA kernels)",
+        ),
+        ("training step total", binary(s.training_step_bytes), "states + activations"),
+    ]
+    if s.kv_cache_per_token:  # an encoder-only model caches nothing
+        estimates.append(
+            ("KV cache / token", binary(s.kv_cache_per_token), "2 × layers × kv heads × head dim × bytes")
         )
-    console.print(est)
+    if s.cross_kv_cache_per_source_token:
+        estimates.append(
+            ("cross KV cache / source token", binary(s.cross_kv_cache_per_source_token), "once per source")
+        )
+    console.print(
+        _estimates_table(estimates, title=f"estimates at seq_len {s.seq_len}, batch {s.batch}, {s.dtype}")
+    )
     for note in s.notes:
-        console.print(f"[yellow]note:[/] {markup(note)}")
+        _print_item("note: ", note, style="yellow")
     console.print("[dim]assumptions:[/]")
     for assumption in s.assumptions:
-        console.print(f"[dim]  - {markup(assumption)}[/]")
+        _print_item("  - ", assumption, style="dim")
+
+
+# Narrower than this, an estimate's explanation goes under its name instead of in a column of its own.
+_HOW_MIN_WIDTH = 30
+
+
+def _estimates_table(rows: list[tuple[str, str, str]], *, title: str) -> Any:
+    """The estimates: what (never wrapped), value, how. On a console too narrow for a readable third column,
+    two columns: the how under the what, dim, wrapped at spaces."""
+    from rich.table import Table
+
+    from zoo.cli import console
+
+    table = Table(title=title, show_header=False)
+    whats = max(len(what) for what, _, _ in rows)
+    values = max(len(value) for _, value, _ in rows)
+    three = console.width >= whats + values + _HOW_MIN_WIDTH + 10  # 10: the borders and padding
+    table.add_column("what", no_wrap=three)
+    table.add_column("value", justify="right", no_wrap=True)
+    if three:
+        table.add_column("how", style="dim")
+    for what, value, how in rows:
+        if three:
+            table.add_row(markup(what), value, markup(how))
+        else:
+            table.add_row(f"{markup(what)}\n[dim]{markup(how)}[/]", value)
+    return table
+
+
+def _print_item(lead: str, text: str, *, style: str) -> None:
+    """``lead`` + ``text`` wrapped at spaces to the console's width, later lines indented under the text."""
+    import textwrap
+
+    from zoo.cli import console
+
+    width = max(console.width - 1, len(lead) + 20)
+    lines = textwrap.wrap(
+        text, width, initial_indent=lead, subsequent_indent=" " * len(lead), break_on_hyphens=False
+    )
+    for line in lines:
+        console.print(line, style=style, markup=False, highlight=False)
 
 
 def _label(node: Any, root_title: str | None = None) -> str:
