@@ -159,7 +159,7 @@ def test_only_the_adapters_train_and_the_run_saves_them_and_the_merged_model(
     assert trainable == TINY_ADAPTER_ELEMENTS == 4864
     assert total == base_model.num_parameters() + 4864
     line = f"trainable parameters: 4,864 of {total:,} ({100 * 4864 / total:.2f}%) — LoRA r=4 on qkv, out"
-    assert out.getvalue().splitlines()[0] == line
+    assert out.getvalue().splitlines()[1] == line  # after the header line
     info = json.loads((config.output_dir / "run.json").read_text())
     assert info["parameters"] == {"trainable": 4864, "total": total}
     assert info["lora"]["r"] == R and info["init_from"] == str(base)

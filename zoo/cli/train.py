@@ -33,7 +33,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option
 from zoo.cli.sanitize import clean, markup
 from zoo.spec.files import load_yaml
-from zoo.training.progress import ProgressBar, ProgressLines, wants_progress
+from zoo.training.progress import ProgressBar, ProgressLines, RunHeader, wants_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -198,9 +198,11 @@ def run(args: argparse.Namespace) -> int:
     progress: ProgressBar | bool
     callbacks: list[Any]
     if not args.no_progress and wants_progress("auto", stream=sys.stdout):
-        progress, callbacks = ProgressBar(console), []
+        progress, callbacks = ProgressBar(console, header=RunHeader.of(config)), []
     else:
-        progress, callbacks = False, [ProgressLines(console)]
+        # a log or a pipe: a line every log_every steps (--no-progress: the header and validation lines only)
+        lines = ProgressLines(console, header=RunHeader.of(config), steps=not args.no_progress)
+        progress, callbacks = False, [lines]
     if args.resume and is_main_process():
         callbacks.append(ResumedLine(console))
     try:

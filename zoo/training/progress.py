@@ -3,6 +3,12 @@
     train(config)                   # "auto": a bar on stderr when stderr is a terminal, else nothing
     train(config, progress=False)   # silent
     train(config, progress=ProgressBar(file=open("progress.log", "w")))   # a bar drawn elsewhere
+    train(config, progress=False, callbacks=[ProgressLines(header=RunHeader.of(config))])   # plain lines
+
+Both start with a header line (`header_line`: the model, its parameters, the data, the steps, the device).
+`ProgressLines` is for logs and pipes: no bar, a plain line every ``log_every`` steps (`step_line`: step of
+total, loss, lr, tokens/s, elapsed and ETA), validation results and checkpoints, one line each, so that
+``zoo train ... > log`` shows the run moving from its first record.
 
 This is the one module outside ``zoo.cli`` that draws (with rich; the rest of the library only returns
 values and logs). A training run takes minutes to days and Python users expect to see it move, as
@@ -14,11 +20,15 @@ when a bar is made, never at ``import zoo.training``.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-if TYPE_CHECKING:  # neither imports this module: no cycle, and no torch at import time
+if TYPE_CHECKING:  # none of them imports this module: no cycle, and no torch at import time
+    from zoo.training.config import TrainConfig
     from zoo.training.records import TrainResult
     from zoo.training.state import TrainerState
 
@@ -48,6 +58,85 @@ def parameters_line(state: TrainerState) -> str:
     return line
 
 
+@dataclass(frozen=True)
+class RunHeader:
+    """What the header line says besides the counts a `TrainerState` carries: the model, the data and the
+    device, as text (`of` reads them from a config)."""
+
+    model: str | None = None
+    data: str | None = None
+    device: str | None = None
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> RunHeader:
+        """The model source, the training (and validation) data and the device ``config`` names; ``auto``
+        resolved as the trainer resolves it, and the process count under torchrun."""
+        from zoo.devices import resolve_device
+
+        source = config.model
+        if source.init_from is not None:
+            model = str(source.init_from)
+        elif source.preset is not None:
+            model = source.preset
+        elif source.file is not None:
+            model = str(source.file)
+        else:
+            model = str((source.spec or {}).get("name") or "the config's spec")
+        valid = config.data.valid
+        data = _files(config.data.train) + (
+            f" (validation {_files(valid)})" if valid is not None else " (no validation split)"
+        )
+        try:
+            device = str(resolve_device(config.device, local_rank=int(os.environ.get("LOCAL_RANK", "0"))))
+        except ValueError:  # the trainer says so, before anything runs
+            device = str(config.device)
+        processes = int(os.environ.get("WORLD_SIZE", "1"))
+        return cls(
+            model=model, data=data, device=device + (f" × {processes} processes" if processes > 1 else "")
+        )
+
+
+def _files(files: Any) -> str:
+    """A data entry as text: a path, ``source + target`` files, or a prepared folder."""
+    if hasattr(files, "source") and hasattr(files, "target"):
+        return f"{files.source} + {files.target}"
+    if hasattr(files, "prepared"):
+        return f"{files.prepared} (prepared)"
+    return str(files)
+
+
+def header_line(state: TrainerState, header: RunHeader | None = None) -> str:
+    """``training gpt2-tiny: 1,234,567 parameters; data a.txt (no validation split); 400 steps (134 per
+    epoch); device cpu`` — the parts ``header`` does not know are left out."""
+    model = f" {header.model}" if header is not None and header.model else ""
+    parts = [f"training{model}: {state.total_parameters:,} parameters"]
+    if header is not None and header.data:
+        parts.append(f"data {header.data}")
+    epoch = f" ({state.steps_per_epoch:,} per epoch)" if state.steps_per_epoch else ""
+    parts.append(f"{state.total_steps:,} steps{epoch}")
+    if header is not None and header.device:
+        parts.append(f"device {header.device}")
+    return "; ".join(parts)
+
+
+def step_line(record: dict[str, Any], *, total_steps: int, eta_s: float | None = None) -> str:
+    """``step 40/400  loss 4.123  lr 2.50e-04  12,345 tok/s  elapsed 0:01:02  eta 0:09:18`` — one training
+    record as a line (the lr and the speed shown as ``-`` where the record has none)."""
+    lr = f"{record['lr']:.2e}" if record.get("lr") is not None else "-"
+    speed = f"{record['tokens_per_s']:,.0f}" if record.get("tokens_per_s") is not None else "-"
+    line = (
+        f"step {record['step']}/{total_steps}  loss {record['loss']:.3f}  lr {lr}  {speed} tok/s  "
+        f"elapsed {clock(record.get('elapsed_s') or 0.0)}"
+    )
+    return line + (f"  eta {clock(eta_s)}" if eta_s is not None else "")
+
+
+def clock(seconds: float) -> str:
+    """3725.2 -> ``1:02:05``."""
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 def eval_line(record: dict[str, Any]) -> str:
     """``step 200: val_loss 1.234  ppl 3.43  BLEU 25.1`` — one validation record as a line; a classifier's
     shows accuracy (and F1) instead of perplexity: ``step 200: val_loss 0.321  accuracy 91.0%  F1 88.2%``."""
@@ -62,20 +151,56 @@ def eval_line(record: dict[str, Any]) -> str:
 
 
 class ProgressLines:
-    """Validation results and checkpoints as lines on a rich console (no bar): for logs and pipes.
+    """The run as plain lines on a rich console (no bar), for logs and pipes: the header at the start, a
+    `step_line` every ``log_every`` steps (unless ``steps=False``), validation results and checkpoints.
 
-    ``console`` is a ``rich.console.Console``; else one on ``file``; else one on stderr.
+    ``console`` is a ``rich.console.Console``; else one on ``file``; else one on stderr. ``header``: the
+    model, data and device for the header line (`RunHeader.of(config)`); without it the line gives the
+    parameter and step counts alone.
     """
 
-    def __init__(self, console: Any = None, *, file: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        console: Any = None,
+        *,
+        file: TextIO | None = None,
+        header: RunHeader | None = None,
+        steps: bool = True,
+    ) -> None:
         if console is None:
             from rich.console import Console
 
             console = Console(file=file) if file is not None else Console(stderr=True)
         self.console = console
+        self.header = header
+        self.steps = steps
+        self._start: tuple[int, float] | None = None  # (step, time) this fit started at, for the ETA
 
     def on_train_start(self, state: TrainerState) -> None:
+        self.print_header(state)
+
+    def print_header(self, state: TrainerState) -> None:
+        """The `header_line`, then the `parameters_line` when only part of the model trains."""
+        self._start = (state.step, time.perf_counter())
+        self._line(header_line(state, self.header))
         self.print_parameters(state)
+
+    def on_log(self, state: TrainerState, record: dict[str, Any]) -> None:
+        if self.steps:
+            self._line(
+                step_line(record, total_steps=state.total_steps, eta_s=self._eta(record["step"], state))
+            )
+
+    def _eta(self, step: int, state: TrainerState) -> float | None:
+        """Seconds to ``total_steps`` at this fit's pace so far (validation and checkpoints included)."""
+        if self._start is None or step <= self._start[0]:
+            return None
+        seconds_a_step = (time.perf_counter() - self._start[1]) / (step - self._start[0])
+        return seconds_a_step * max(state.total_steps - step, 0)
+
+    def _line(self, text: str) -> None:
+        # soft_wrap: a line of a log stays one line, whatever the console's width
+        self.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def print_parameters(self, state: TrainerState) -> None:
         """The `parameters_line`, when the run trains only part of the model (LoRA, frozen weights)."""
@@ -95,8 +220,10 @@ class ProgressBar(ProgressLines):
     """A rich bar — step, loss, lr, tokens/s, elapsed and ETA — with validation and checkpoints as lines
     above it. On a console that is not a terminal (a file) rich draws the bar once, when it stops."""
 
-    def __init__(self, console: Any = None, *, file: TextIO | None = None) -> None:
-        super().__init__(console, file=file)
+    def __init__(
+        self, console: Any = None, *, file: TextIO | None = None, header: RunHeader | None = None
+    ) -> None:
+        super().__init__(console, file=file, header=header)
         self.progress: Any = None
         self.task: Any = None
 
@@ -111,7 +238,7 @@ class ProgressBar(ProgressLines):
         )
 
         self.close()  # a second fit() on the same trainer starts a new bar
-        self.print_parameters(state)
+        self.print_header(state)
         self.progress = Progress(
             TextColumn("[bold]train"),
             BarColumn(),
