@@ -57,6 +57,7 @@ def test_diff_fits_the_width_and_wraps_values_not_field_names(
             assert all(whole(word, text) for word in words), f"{value!r} split mid-word:\n{text}"
 
 
+@pytest.mark.slow  # a subprocess: a few seconds to import torch
 def test_diff_piped_at_80_columns_fits_in_a_real_pipe() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     result = subprocess.run(
