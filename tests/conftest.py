@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -13,3 +16,16 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _prepared_data_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Raw training files are prepared into a cache (`zoo.training.corpus`): one for the session, never
+    the user's ``~/.cache/zoo``; subprocesses (``zoo train``) inherit it."""
+    before = os.environ.get("ZOO_CACHE")
+    os.environ["ZOO_CACHE"] = str(tmp_path_factory.mktemp("zoo-cache"))
+    yield
+    if before is None:
+        os.environ.pop("ZOO_CACHE", None)
+    else:
+        os.environ["ZOO_CACHE"] = before

@@ -15,10 +15,12 @@ import zoo
 from zoo.cli import main
 from zoo.io.tokenizer import train_tokenizer
 from zoo.training import TrainConfig, Trainer, train
-from zoo.training.classification import ClassificationMetric
 from zoo.training.config import ConfigError
 from zoo.training.data import DataError
-from zoo.training.labelled import read_labelled
+from zoo.training.data.sources import Record
+from zoo.training.tasks import TASKS
+from zoo.training.tasks.base import Tokenizers
+from zoo.training.tasks.classification import ClassificationMetric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # bert-tiny at a size that trains in a few seconds.
@@ -135,27 +137,30 @@ def test_token_classifier_trains_on_tagged_jsonl_and_reports_accuracy_and_f1(tmp
     assert result.final["val_accuracy"] > 0.9 and result.final["val_f1"] > 0.85, result.final
 
 
+def read(path: Path, task: str) -> list[Record]:
+    """Every record of one split as ``task`` reads it."""
+    return list(TASKS[task].records(TASKS[task].source(path)))
+
+
 def test_conll_and_jsonl_files_read_the_same_sentences(tmp_path: Path) -> None:
     sentences = tagged_sentences(5, seed=3)
     task = "token_classification"
-    from_json = read_labelled(write_jsonl(tmp_path / "a.jsonl", sentences), task=task)
-    from_conll = read_labelled(write_conll(tmp_path / "a.conll", sentences), task=task)
-    assert from_json.words == from_conll.words == [t for t, _ in sentences]
-    assert from_json.labels == from_conll.labels == [g for _, g in sentences]
-    assert from_conll.origins[0] == f"{tmp_path / 'a.conll'}:3"  # the first sentence's first line
+    from_json = read(write_jsonl(tmp_path / "a.jsonl", sentences), task)
+    from_conll = read(write_conll(tmp_path / "a.conll", sentences), task)
+    assert [r.fields["tokens"] for r in from_json] == [r.fields["tokens"] for r in from_conll]
+    assert [r.fields["tags"] for r in from_json] == [r.fields["tags"] for r in from_conll]
+    assert [(r.fields["tokens"], r.fields["tags"]) for r in from_conll] == sentences
+    assert from_conll[0].origin == f"{tmp_path / 'a.conll'}:3"  # the first sentence's first line
 
 
 def test_a_token_tag_goes_on_the_first_subword_only() -> None:
-    from zoo.training.classification import encode_labelled
-    from zoo.training.labelled import LabelledText
-
     tok = train_tokenizer(iter(["aa bb cc"] * 10), kind="wordpiece", vocab_size=40, min_frequency=1)
-    text = LabelledText(["aabb cc"], None, ["x:1"], labels=[["X", "Y"]], words=[["aabb", "cc"]])
-    encoded = encode_labelled(text, names=("X", "Y"), tokenizer=tok, max_length=16)
-    ids, labels = encoded.targets[0], encoded.labels[0]
-    assert ids[0] == tok.bos_id and ids[-1] == tok.eos_id and ids[-2] == tok.token_to_id("cc")
-    pieces = len(ids) - 3  # the sub-words of "aabb": [bos] aabb... cc [eos]
-    assert pieces > 1 and labels == [-100, 0, *[-100] * (pieces - 1), 1, -100]
+    encode = TASKS["token_classification"].encoder(Tokenizers(tok), cuts=None, labels=("X", "Y"))
+    encoded = encode([Record(Path("x"), 1, {"tokens": ["aabb", "cc"], "tags": ["X", "Y"]})])
+    ids, tags = encoded["text"][0], encoded["tags"][0]
+    assert ids[-1] == tok.token_to_id("cc")  # raw ids: the framing comes when batches are collated
+    pieces = len(ids) - 1  # the sub-words of "aabb"
+    assert pieces > 1 and tags == [0, *[-100] * (pieces - 1), 1]
 
 
 def test_token_f1_counts_the_labels_other_than_o() -> None:
@@ -186,9 +191,10 @@ def test_labels_outside_the_training_set_name_their_line(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("a.tsv", "just text\n", r"a\.tsv:1: expected 'text<TAB>label', found no tab"),
-        ("a.jsonl", '{"text": "x"}\n', r'a\.jsonl:1: "label" must be a non-empty string or an integer'),
-        ("a.jsonl", "[1]\n", r"a\.jsonl:1: expected a JSON object, got list"),
+        ("a.tsv", "just text\n", r"a\.tsv:1: expected 2 tab-separated columns, found no tab"),
+        ("a.jsonl", '{"text": "x"}\n', r"a\.jsonl:1: no key 'label'"),
+        ("a.jsonl", '{"text": "x", "label": 0.5}\n', r"a\.jsonl:1: 'label' is a number"),
+        ("a.jsonl", "[1]\n", r"a\.jsonl:1: expected a JSON object, found a list"),
     ],
 )
 def test_bad_classification_lines_name_file_and_line(
@@ -196,13 +202,13 @@ def test_bad_classification_lines_name_file_and_line(
 ) -> None:
     (tmp_path / name).write_text(text)
     with pytest.raises(DataError, match=message):
-        read_labelled(tmp_path / name, task="sequence_classification")
+        read(tmp_path / name, "sequence_classification")
 
 
 def test_mismatched_tags_name_the_line(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text('{"tokens": ["a", "b"], "tags": ["O"]}\n')
     with pytest.raises(DataError, match=r"t\.jsonl:1: 2 tokens but 1 tags"):
-        read_labelled(tmp_path / "t.jsonl", task="token_classification")
+        read(tmp_path / "t.jsonl", "token_classification")
 
 
 def test_classifier_overrides_apply_to_the_head_made_from_the_data(tmp_path: Path) -> None:

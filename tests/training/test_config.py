@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from zoo.training import Trainer
 from zoo.training.config import ConfigError, NoamSchedule, ParallelFiles, TrainConfig
 
 MINIMAL = "model: transformer-tiny\ndata: {train: train.tsv}\nmax_steps: 10\n"
@@ -66,29 +67,46 @@ def test_override_and_yaml_round_trip(make_config: Callable[..., TrainConfig]) -
     assert TrainConfig.from_dict(yaml.safe_load(config.to_yaml())) == config
 
 
-def test_parallel_files_are_for_seq2seq_only() -> None:
+def test_parallel_files_are_for_seq2seq_only(tmp_path: Path) -> None:
+    config = TrainConfig.from_dict(
+        {
+            "model": "gpt2-tiny",
+            "data": {"train": {"source": "a", "target": "b"}},
+            "epochs": 1,
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     with pytest.raises(ConfigError, match="files are for seq2seq, not causal_lm"):
-        TrainConfig.from_dict(
-            {
-                "model": "gpt2-tiny",
-                "task": "causal_lm",
-                "data": {"train": {"source": "a", "target": "b"}},
-                "epochs": 1,
-            }
-        )
+        Trainer(config, progress=False)  # the task (the model's natural one) refuses them, before reading
+    assert not (tmp_path / "run" / "tokenizer.json").exists()
+
+
+def test_packing_is_for_language_models_only(tmp_path: Path) -> None:
+    config = TrainConfig.from_dict(
+        {
+            "model": "transformer-tiny",
+            "data": {"train": "a.tsv", "packing": {"block_size": 64}},
+            "epochs": 1,
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
+    assert config.data.packing is not None and config.data.packing.documents == "joined"
+    with pytest.raises(ConfigError, match=r"data\.packing is for causal_lm and masked_lm, not seq2seq"):
+        Trainer(config, progress=False)
 
 
 def test_example_translate_config_validates_and_its_data_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zoo.training.data import read_examples
+    from zoo.training.tasks import TASKS
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the example's paths are relative to the repository root
     config = TrainConfig.from_yaml("examples/translate.yaml")
     assert config.model.preset == "transformer-tiny" and config.task == "seq2seq"
-    train = read_examples(config.data.train, task="seq2seq")
-    valid = read_examples(config.data.valid, task="seq2seq")  # type: ignore[arg-type]
-    assert len(train.targets) == 3000 and len(valid.targets) == 300
-    assert not set(train.sources or []) & set(valid.sources or [])
+    task = TASKS["seq2seq"]
+    train = [r.fields["source"] for r in task.records(task.source(config.data.train))]
+    valid = [r.fields["source"] for r in task.records(task.source(config.data.valid))]
+    assert len(train) == 3000 and len(valid) == 300
+    assert not set(train) & set(valid)
 
 
 def test_a_seed_outside_torchs_range_is_refused_when_the_config_loads() -> None:

@@ -17,8 +17,7 @@ from zoo.training.config import ConfigError, TrainConfig
 def _wire(config: TrainConfig) -> tuple[prepare.Tokenizers, object]:
     spec = prepare.base_spec(config)
     task = prepare.resolve_task(config, spec)
-    train, _ = prepare.read_splits(config, task=task)
-    tokenizers = prepare.load_or_train_tokenizers(config, train, task=task)
+    tokenizers = prepare.load_or_train_tokenizers(config, task=task)
     return tokenizers, prepare.wire_spec(spec, tokenizers, config, task=task)
 
 

@@ -103,9 +103,12 @@ def test_bad_data_stops_the_run_before_the_first_step(
     bad_valid = tmp_path / "valid.tsv"
     bad_valid.write_text(toy_files[1].read_text() + "a line without a tab\n", encoding="utf-8")
     config = make_config(**{"data.valid": str(bad_valid)})
-    with pytest.raises(DataError, match=r"valid\.tsv:21: expected 'source<TAB>target'"):
+    with pytest.raises(DataError, match=r"valid\.tsv:21: expected 2 tab-separated columns, found no tab"):
         Trainer(config)
     assert not (config.output_dir / "metrics.jsonl").exists()
+    assert not (
+        config.output_dir / "tokenizer.json"
+    ).exists()  # the data is checked before anything is written
     assert latest_checkpoint(config.output_dir) is None
 
 

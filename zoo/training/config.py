@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -33,32 +32,19 @@ from pydantic import (
 )
 
 from zoo.spec import LoraSpec, limits
-from zoo.spec.errors import format_validation_error, plain_tags
+from zoo.spec.errors import CleanModel, format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
 
+# The task names a config accepts; each is a `zoo.training.tasks.Task` in ``zoo.training.tasks.TASKS``.
 Task = Literal["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification"]
-TASK_OF_FAMILY: dict[str, Task] = {
-    "encoder-decoder": "seq2seq",
-    "decoder": "causal_lm",
-    "encoder": "masked_lm",
-}
-FAMILY_OF_TASK: dict[Task, str] = {
-    "seq2seq": "encoder-decoder",
-    "causal_lm": "decoder",
-    "masked_lm": "encoder",
-    "sequence_classification": "encoder",
-    "token_classification": "encoder",
-}
-# The classifier (``heads.classifier.task``) each classification task trains.
-CLASSIFIER_TASKS: dict[str, Task] = {"sequence": "sequence_classification", "token": "token_classification"}
 
 
 class ConfigError(ValueError):
     """A training config that cannot be read or does not validate; the message names the file and field."""
 
 
-class Section(BaseModel):
+class Section(CleanModel):  # errors: one `field: problem` line each, no pydantic links (zoo.spec.errors)
     # Every float finite: `lr: .inf` is refused by name, as NaN is (pydantic passes inf through by default).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -110,7 +96,26 @@ class ParallelFiles(Section):
     target: Path
 
 
-DataFiles = Path | ParallelFiles
+class PreparedFiles(Section):
+    """A folder written by ``zoo data prepare`` (`zoo.training.data.prepare`): token ids memory-mapped,
+    never loaded whole."""
+
+    prepared: Path
+
+
+DataFiles = Path | ParallelFiles | PreparedFiles
+
+
+class PackingConfig(Section):
+    """causal_lm and masked_lm: documents framed, concatenated and cut into windows of ``block_size``
+    tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example."""
+
+    block_size: PositiveInt = Field(1024, description="Tokens per window; at most the model's max_positions.")
+    documents: Literal["joined", "separate"] = Field(
+        "joined",
+        description="joined: a window attends across document boundaries; separate: each document attends "
+        "only to itself (a block-diagonal mask) and its positions restart at 0.",
+    )
 
 
 class DataConfig(Section):
@@ -118,10 +123,17 @@ class DataConfig(Section):
     modelling: a plain text file, one example a line (blank lines are skipped); sequence classification:
     ``text<TAB>label`` lines or JSON lines ``{"text": ..., "label": ...}``; token classification: JSON lines
     ``{"tokens": [...], "tags": [...]}`` or CoNLL-style ``token<TAB>tag`` lines, a blank line between
-    sentences (`zoo.training.classification`)."""
+    sentences (`zoo.training.tasks.classification`). Any of them may instead be ``{prepared: DIR}``, a
+    folder ``zoo data prepare`` wrote; raw files are prepared on the fly into a cache."""
 
     train: DataFiles
     valid: DataFiles | None = None
+    packing: PackingConfig | None = Field(
+        None, description="causal_lm / masked_lm: pack documents into block_size windows."
+    )
+    on_bad_line: Literal["error", "skip"] = Field(
+        "error", description="A bad line in raw files: stop naming it, or skip it (counted, with a warning)."
+    )
     max_length: PositiveInt | None = Field(
         None, description="Longest sequence in tokens, special tokens included; default: model max_positions."
     )
@@ -299,9 +311,6 @@ class TrainConfig(Section):
             raise ValueError(problem)
         if self.epochs is None and self.max_steps is None:
             raise ValueError("give epochs or max_steps (or both: training stops at whichever comes first)")
-        parallel = isinstance(self.data.train, ParallelFiles) or isinstance(self.data.valid, ParallelFiles)
-        if self.task is not None and self.task != "seq2seq" and parallel:
-            raise ValueError(f"data: {{source, target}} files are for seq2seq, not {self.task}")
         if self.lora is not None and self.model.init_from is None:
             raise ValueError(
                 "lora needs model.init_from (a trained model to adapt): LoRA freezes the base weights, so a "

@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 
 class ScoreAccumulator(Protocol):
-    """Validation scores beyond the loss, accumulated batch by batch."""
+    """Validation scores beyond the loss, accumulated batch by batch; ``compute`` names them."""
 
     def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None: ...
+    def compute(self) -> dict[str, float]: ...
 
 
 @torch.no_grad()

@@ -1,12 +1,13 @@
-"""Everything resolved before the first step: task, tokenizers, the model spec, and the encoded data.
+"""Everything resolved before the first step: task, tokenizers, the model spec, and the prepared data.
 
     prepared = setup(config, resume_from=None, runtime=runtime)   # once, by the Trainer
-    prepared.task, prepared.spec, prepared.tokenizers, prepared.train_data, prepared.valid_data
+    prepared.task, prepared.spec, prepared.tokenizers, prepared.train, prepared.valid
 
-``setup`` reads the config in one pass, in this order: the spec it names -> the task -> both data splits
-(read and checked before anything is trained) -> tokenizer(s) -> the spec wired to them (and, for
-classification, to the labels: `zoo.training.classification`) -> encoded data. Per-task reading and
-encoding come from `zoo.training.tasks`.
+``setup`` reads the config in one pass, in this order: the spec it names -> the task (`zoo.training.tasks`,
+which answers every task-specific question below) -> tokenizer(s) (loaded, or trained on the streamed
+training text) -> the spec wired to them -> both data splits prepared (raw files encoded into the cache,
+every line checked, before anything is written: `zoo.training.corpus`) -> the spec fitted to the data (a
+classifier's labels).
 
 The tokenizer decides the vocabulary, so it is wired into the spec: ``vocab_size`` becomes the
 tokenizer's size (and ``source_vocab_size`` the source tokenizer's, with separate vocabularies). Special
@@ -14,13 +15,17 @@ ids follow the tokenizer too when zoo trained it (pad 0, bos 1, eos 2). A tokeni
 must agree with the special ids the spec sets (it fills those the spec leaves unset); fields given in
 ``model.overrides`` always win and are checked. Disagreement is an error naming both ids. A model started
 from trained weights (``model.init_from``, `zoo.training.pretrained`) keeps its vocabulary size: its
-tokenizer must fit it.
+tokenizer must fit it. Prepared data (``{prepared: DIR}``) needs the tokenizer it was prepared with
+(``tokenizer.path``), since there is no text to train one on.
+
+Under torchrun rank 0 trains the tokenizers and prepares the data; the other processes then read what it
+wrote (the same vocabularies, the same cache folders).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,22 +33,16 @@ import zoo.lora
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.models.build import build_model
-from zoo.spec import EncoderSpec, ModelSpec, load_spec, parse_spec, preset
+from zoo.spec import ModelSpec, load_spec, parse_spec, preset
 from zoo.training import pretrained, tasks
-from zoo.training.classification import split_overrides, with_classifier, with_encoder_framing
-from zoo.training.config import (
-    CLASSIFIER_TASKS,
-    FAMILY_OF_TASK,
-    TASK_OF_FAMILY,
-    ConfigError,
-    Task,
-    TrainConfig,
-)
-from zoo.training.data import EncodedExamples, TextExamples, corpus_lines
+from zoo.training.config import ConfigError, DataFiles, PreparedFiles, TrainConfig
+from zoo.training.corpus import prepare_split
+from zoo.training.data.sources import OnBadLine, data_files
 from zoo.training.distributed import Runtime, barrier
-from zoo.training.labelled import LabelledText
 from zoo.training.layout import SOURCE_TOKENIZER_NAME
 from zoo.training.rundir import writing
+from zoo.training.tasks import Task
+from zoo.training.tasks.base import Limits, Split, Tokenizers
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +52,11 @@ class Prepared:
     """What a config resolves to before training: the trainer's inputs, each computed once."""
 
     task: Task
-    spec: ModelSpec  # wired to the tokenizer(s): vocabulary sizes and special ids
+    spec: ModelSpec  # wired to the tokenizer(s): vocabulary sizes and special ids (and a classifier's labels)
     tokenizers: Tokenizers
-    train_data: EncodedExamples
-    valid_data: EncodedExamples | None
-    valid_text: TextExamples | None  # the raw validation pairs, for BLEU
+    train: Split
+    valid: Split | None
+    limits: Limits  # the length every sequence is cut to
     init_from: Path | None = None  # trained weights to start from (`zoo.training.pretrained`)
 
 
@@ -68,39 +67,49 @@ def setup(
     runtime: Runtime,
     before_writing: Callable[[], None] | None = None,
 ) -> Prepared:
-    """Resolve ``config`` on every process. A fresh run: once the data has been read and checked,
-    ``before_writing()`` (every process; the trainer clears a run it overwrites), then rank 0 trains or
-    loads the tokenizers and saves them to ``config.output_dir``. A resumed run reads the ones saved in
-    checkpoint ``resume_from`` and writes nothing: nothing changes until the resume has been accepted."""
+    """Resolve ``config`` on every process. A fresh run: once the tokenizers exist and the data has been
+    prepared and checked (rank 0), ``before_writing()`` (every process; the trainer clears a run it
+    overwrites), then rank 0 saves the tokenizers to ``config.output_dir``. A resumed run reads the ones
+    saved in checkpoint ``resume_from`` and writes nothing: nothing changes until the resume has been
+    accepted."""
     spec = base_spec(config)
     if config.lora is not None:
         check_lora_targets(spec, config)
     task = resolve_task(config, spec)
-    train_text, valid_text = read_splits(config, task=task)
+    task.check_data(config.data)
+    check_files(config, task)
     if resume_from is not None:
-        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=resume_from)
+        tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=resume_from)
+        spec = wire_spec(spec, tokenizers, config, task=task)
+        splits = _splits_in_turn(config, task, tokenizers, spec, runtime)
     else:
+        if runtime.is_main:
+            tokenizers = load_or_train_tokenizers(config, task=task)
+            spec = wire_spec(spec, tokenizers, config, task=task)
+            splits = prepare_splits(
+                config, task, tokenizers, spec
+            )  # checks every line, writes the cache only
         if before_writing is not None:
             before_writing()
-        tokenizers = shared_tokenizers(
-            config, train_text, task=task, output_dir=config.output_dir, runtime=runtime
-        )
-    spec = wire_spec(spec, tokenizers, config, task=task)
-    if isinstance(train_text, LabelledText):
-        later = split_overrides(config.model.overrides)[1]
-        spec = with_classifier(spec, task=task, train=train_text, overrides=later, where=_where(config))
-    limit = max_length(config, spec)
-
-    def encode(text: TextExamples) -> EncodedExamples:
-        return encode_split(text, tokenizers, config, task=task, limit=limit, spec=spec)
-
+        if runtime.is_main:
+            config.output_dir.mkdir(parents=True, exist_ok=True)
+            with writing(config.output_dir / TOKENIZER_NAME, hint="the run did not start"):
+                save_tokenizers(tokenizers, config.output_dir)
+        barrier(runtime)
+        if not runtime.is_main:  # what rank 0 wrote: the same tokenizers, the data found in the cache
+            tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=config.output_dir)
+            spec = wire_spec(spec, tokenizers, config, task=task)
+            splits = prepare_splits(config, task, tokenizers, spec)
+    train, valid = splits
+    later = task.spec_overrides(config.model.overrides)[1]
+    spec = task.fit_spec(spec, train=train.data, overrides=later, where=_where(config))
     return Prepared(
         task=task,
         spec=spec,
         tokenizers=tokenizers,
-        train_data=encode(train_text),
-        valid_data=encode(valid_text) if valid_text is not None else None,
-        valid_text=valid_text,
+        train=train,
+        valid=valid,
+        limits=limits_of(config, spec),
         init_from=config.model.init_from,
     )
 
@@ -118,8 +127,8 @@ def base_spec(config: TrainConfig) -> ModelSpec:
     else:
         spec = parse_spec(source.spec)  # type: ignore[arg-type]
     overrides = source.overrides
-    if config.task in tasks.CLASSIFICATION:
-        overrides = split_overrides(overrides)[0]
+    if config.task is not None:  # a classifier's overrides wait for its head (`Task.spec_overrides`)
+        overrides = tasks.get_task(config.task).spec_overrides(overrides)[0]
     return spec.override(**overrides) if overrides else spec
 
 
@@ -134,49 +143,35 @@ def check_lora_targets(spec: ModelSpec, config: TrainConfig) -> None:
 
 
 def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:
-    """The config's task, or the natural one for the model (its family's, or its classifier's); a task the
-    model cannot do is an error."""
-    classifier = spec.heads.classifier if isinstance(spec, EncoderSpec) else None
-    natural = CLASSIFIER_TASKS[classifier.task] if classifier is not None else TASK_OF_FAMILY[spec.family]
-    task = config.task or natural
-    if FAMILY_OF_TASK[task] != spec.family:
-        raise ConfigError(f"task {task} needs a {FAMILY_OF_TASK[task]} model, but the model is {spec.family}")
-    if task == "causal_lm" and spec.lm_head is None:  # type: ignore[union-attr]
-        raise ConfigError("task causal_lm needs an LM head; the spec has lm_head: null")
-    if task == "masked_lm" and spec.heads.mlm is None:  # type: ignore[union-attr]
-        raise ConfigError("task masked_lm needs an MLM head; set heads.mlm in the spec (model.overrides)")
-    return task
+    """The config's task, or the natural one for the model (`zoo.training.tasks.resolve_task`)."""
+    return tasks.resolve_task(config.task, spec, where=_where(config))
 
 
-@dataclass
-class Tokenizers:
-    target: Tokenizer  # the shared one, or the target side
-    source: Tokenizer | None = None  # only with separate vocabularies
-    trained: bool = False  # zoo trained them for this run (so their special ids define the spec's)
+def check_files(config: TrainConfig, task: Task) -> None:
+    """Refuse a missing data file or prepared folder up front, before a tokenizer is trained."""
+    for files in (config.data.train, config.data.valid):
+        if isinstance(files, PreparedFiles):
+            if not files.prepared.is_dir():
+                raise FileNotFoundError(
+                    f"{files.prepared}: no prepared data there (zoo data prepare writes it)"
+                )
+        elif files is not None:
+            data_files(task.source(files))
 
-    @property
-    def for_source(self) -> Tokenizer:
-        return self.source or self.target
 
-
-def load_or_train_tokenizers(
-    config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None = None
-) -> Tokenizers:
+def load_or_train_tokenizers(config: TrainConfig, *, task: Task, saved_dir: Path | None = None) -> Tokenizers:
     """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path`` (or ``model.init_from``),
-    or trained on the training split. A classifier reads [CLS]: a tokenizer without framing of its own
-    gets ``bos text eos`` as its post-processor, so it frames as training did wherever it goes
-    (`zoo.training.classification.with_encoder_framing`)."""
-    tokenizers = _load_or_train(config, train_text, task=task, saved_dir=saved_dir)
-    if task in tasks.CLASSIFICATION:
-        tokenizers.target = with_encoder_framing(tokenizers.target)
+    or trained on the training split's text, streamed. The task frames it as its model reads it (a
+    classifier's gets ``bos text eos`` as its post-processor, so it frames as training did wherever it goes:
+    `zoo.training.tasks.classification.with_encoder_framing`)."""
+    tokenizers = _load_or_train(config, task=task, saved_dir=saved_dir)
+    tokenizers.target = task.frame_tokenizer(tokenizers.target)
     return tokenizers
 
 
-def _load_or_train(
-    config: TrainConfig, train_text: TextExamples, *, task: Task, saved_dir: Path | None
-) -> Tokenizers:
+def _load_or_train(config: TrainConfig, *, task: Task, saved_dir: Path | None) -> Tokenizers:
     cfg = config.tokenizer
-    separate = task == "seq2seq" and not cfg.shared
+    separate = task.separate_vocabularies(config)
     init_from = config.model.init_from
     if saved_dir is not None and (saved_dir / TOKENIZER_NAME).is_file():
         source = Tokenizer.from_file(saved_dir / SOURCE_TOKENIZER_NAME) if separate else None
@@ -192,11 +187,16 @@ def _load_or_train(
                 )
             source = Tokenizer.from_file(cfg.source_path)
         return Tokenizers(Tokenizer.from_file(path), source)
+    train_files = config.data.train
+    if isinstance(train_files, PreparedFiles):
+        raise ConfigError(
+            "data.train is prepared data: give tokenizer.path, the tokenizer it was prepared with "
+            "(there is no text to train one on)"
+        )
 
     def train(side: str) -> Tokenizer:
-        lines = corpus_lines(train_text, side=side)  # type: ignore[arg-type]
         return train_tokenizer(
-            lines,
+            _lines(task, train_files, side, on_bad_line=config.data.on_bad_line),
             kind=cfg.kind,
             vocab_size=cfg.vocab_size,
             min_frequency=cfg.min_frequency,
@@ -208,25 +208,9 @@ def _load_or_train(
     return Tokenizers(train("both"), trained=True)
 
 
-def shared_tokenizers(
-    config: TrainConfig,
-    train_text: TextExamples,
-    *,
-    task: Task,
-    output_dir: Path,
-    runtime: Runtime,
-) -> Tokenizers:
-    """A fresh run's tokenizers on every process: rank 0 loads or trains them and writes them to
-    ``output_dir``; the other processes read what it wrote (one training, identical vocabularies)."""
-    if runtime.is_main:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        tokenizers = load_or_train_tokenizers(config, train_text, task=task)
-        with writing(output_dir / TOKENIZER_NAME, hint="the run did not start"):
-            save_tokenizers(tokenizers, output_dir)
-    barrier(runtime)
-    if not runtime.is_main:
-        tokenizers = load_or_train_tokenizers(config, train_text, task=task, saved_dir=output_dir)
-    return tokenizers
+def _lines(task: Task, files: DataFiles, side: str, *, on_bad_line: OnBadLine) -> Iterator[str]:
+    """The training split's text for a tokenizer, read as it streams (a bad line stops it, named)."""
+    return task.tokenizer_lines(task.records(task.source(files, on_bad_line=on_bad_line)), side=side)
 
 
 def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
@@ -278,20 +262,10 @@ def wire_spec(spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig, *, t
                 f"{where}: the source tokenizer has {tokenizers.source.vocab_size} tokens but "
                 f"source_vocab_size is {wired.source_vocab_size}"  # type: ignore[union-attr]
             )
-    _check_task_tokens(wired, tokenizers, task=task, where=where)
-    return wired
-
-
-def _check_task_tokens(spec: ModelSpec, tokenizers: Tokenizers, *, task: Task, where: str) -> None:
-    missing = []
-    if spec.pad_token_id is None:
-        missing.append("a pad token (batches are padded)")
-    if task == "seq2seq" and tokenizers.for_source.eos_id is None:
-        missing.append("an eos token (sources and targets end with it)")
-    if task == "masked_lm" and tokenizers.target.mask_id is None:
-        missing.append("a mask token ([MASK] or <mask>)")
+    missing = task.missing_tokens(wired, tokenizers)
     if missing:
         raise ConfigError(f"{where}: training needs {' and '.join(missing)}; the tokenizer/spec has none")
+    return wired
 
 
 def _where(config: TrainConfig) -> str:
@@ -309,29 +283,33 @@ def max_length(config: TrainConfig, spec: ModelSpec) -> int:
     return limit or spec.max_positions
 
 
-def encode_split(
-    text: TextExamples,
-    tokenizers: Tokenizers,
-    config: TrainConfig,
-    *,
-    task: Task,
-    limit: int,
-    spec: ModelSpec | None = None,
-) -> EncodedExamples:
-    """One split's ids (`zoo.training.tasks.encode_split`); ``spec`` names a classifier's labels."""
-    return tasks.encode_split(
-        text,
-        task=task,
-        spec=spec,
-        target_tokenizer=tokenizers.target,
-        source_tokenizer=tokenizers.source,
-        max_length=limit,
-        too_long=config.data.too_long,
-    )
+def limits_of(config: TrainConfig, spec: ModelSpec) -> Limits:
+    """The run's length limit and what to do with a longer sequence (``data.too_long``)."""
+    return Limits(max_length(config, spec), config.data.too_long)
 
 
-def read_splits(config: TrainConfig, *, task: Task) -> tuple[TextExamples, TextExamples | None]:
-    """Read and check both splits before anything else happens."""
-    train = tasks.read_split(config.data.train, task=task)
-    valid = tasks.read_split(config.data.valid, task=task) if config.data.valid is not None else None
-    return train, valid
+def prepare_splits(
+    config: TrainConfig, task: Task, tokenizers: Tokenizers, spec: ModelSpec
+) -> tuple[Split, Split | None]:
+    """Both splits prepared (or found prepared) and opened; packed data is never cut to length."""
+    limits = None if config.data.packing is not None else limits_of(config, spec)
+
+    def split(files: DataFiles, name: str) -> Split:
+        return prepare_split(
+            task, files, tokenizers, name=name, limits=limits, on_bad_line=config.data.on_bad_line
+        )
+
+    valid = config.data.valid
+    return split(config.data.train, "train"), (split(valid, "valid") if valid is not None else None)
+
+
+def _splits_in_turn(
+    config: TrainConfig, task: Task, tokenizers: Tokenizers, spec: ModelSpec, runtime: Runtime
+) -> tuple[Split, Split | None]:
+    """`prepare_splits`, rank 0 first: the others then find its work in the cache."""
+    if runtime.is_main:
+        splits = prepare_splits(config, task, tokenizers, spec)
+    barrier(runtime)
+    if not runtime.is_main:
+        splits = prepare_splits(config, task, tokenizers, spec)
+    return splits
