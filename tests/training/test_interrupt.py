@@ -121,6 +121,22 @@ def test_a_signal_right_after_a_checkpoint_keeps_that_checkpoint(
     assert saved == [checkpoint_dir(config.output_dir, 2)]  # not written a second time
 
 
+def test_a_signal_during_the_final_validation_keeps_the_finished_steps(
+    make_config: Callable[..., TrainConfig],
+) -> None:
+    class SignalOnEval(Callback):
+        def on_eval(self, state: Any, record: dict[str, Any]) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    config = make_config(max_steps=2)
+    with pytest.raises(TrainingInterrupted) as caught:
+        train(config, callbacks=[SignalOnEval()], progress=False)
+    assert (caught.value.step, caught.value.checkpoint) == (2, checkpoint_dir(config.output_dir, 2))
+    assert not (config.output_dir / "model.safetensors").exists()
+    assert train(config, resume=True, progress=False).step == 2  # validates and saves, no step again
+    assert (config.output_dir / "model.safetensors").is_file()
+
+
 def test_a_run_without_a_checkpoint_is_not_offered_a_resume(make_config: Callable[..., TrainConfig]) -> None:
     config = make_config(max_steps=1)
     train(config, progress=False)
