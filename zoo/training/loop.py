@@ -2,7 +2,8 @@
 
     lock the output dir (`runlock`: one trainer at a time) -> refuse a previous run there unless overwrite /
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
-    -> prepare.setup: read + check all data -> tokenizer(s) -> spec (vocab and special ids from the tokenizer)
+    -> prepare.setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
+       tokenizer) -> every split prepared and checked (raw files into the cache; memory-mapped, never loaded)
     -> model (``lora``: + adapters, the init_from weights frozen)
     -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
        divided by the step's token count over every micro-batch and process -> (fp16: unscale) -> clip
@@ -37,6 +38,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import zoo.lora
@@ -44,13 +46,11 @@ from zoo.io.atomic import write_text_atomic
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
-from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.training import distributed as dist_
-from zoo.training import prepare, pretrained, rundir, runlock, stopping, tasks
-from zoo.training.batching import Batch, BatchOrder, Collator, plan_batches
-from zoo.training.classification import ClassificationCollator
+from zoo.training import prepare, pretrained, rundir, runlock, stopping
+from zoo.training.batching import Batch, BatchOrder, plan_once
 from zoo.training.config import ConfigError, TrainConfig
-from zoo.training.evaluate import bleu, validation_loss
+from zoo.training.evaluate import validation_loss
 from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
 from zoo.training.precision import LossScaling, resolve_precision
@@ -62,6 +62,7 @@ from zoo.training.resume import CheckpointIO, is_own_checkpoint, resume_point, s
 from zoo.training.schedules import learning_rate
 from zoo.training.sinks import MetricSink
 from zoo.training.state import TrainerState
+from zoo.training.tasks.base import Collate, Limits, Split, Units
 
 
 class Trainer:
@@ -123,9 +124,8 @@ class Trainer:
             before_writing=lambda: start_fresh(out, runtime),
         )
         self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
-        self.train_data, self.valid_data = prepared.train_data, prepared.valid_data
-        self.valid_text = prepared.valid_text
-        self._plan_batches()
+        self.train_split, self.valid_split = prepared.train, prepared.valid
+        self._plan_batches(prepared.limits)
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
@@ -149,7 +149,7 @@ class Trainer:
             self.model,
             runtime,
             strategy=config.distributed.strategy,
-            find_unused=tasks.has_unused_parameters(self.task, self.spec),  # e.g. BERT's pooler under MLM
+            find_unused=self.task.has_unused_parameters(self.spec),  # e.g. BERT's pooler under MLM
         )
         self.optimizer = build_optimizer(self.model, config.optim)
         self.precision = resolve_precision(config.precision, runtime.device)
@@ -199,57 +199,54 @@ class Trainer:
                 write_text_atomic(out / CONFIG_NAME, self.config.to_yaml())
             write_run_info(
                 out,
-                task=self.task,
+                task=self.task.name,
                 label_smoothing=self.label_smoothing,
                 parameters=self.parameter_counts,
                 lora=self.config.lora,
                 init_from=self.config.model.init_from,
             )
 
-    def _plan_batches(self) -> None:
-        config, batch = self.config, self.config.batch
-        self.plan = plan_batches(
-            self.train_data, max_tokens=batch.max_tokens, max_sentences=batch.max_sentences, seed=config.seed
-        )
-        self.valid_plan = (
-            plan_batches(self.valid_data, max_tokens=batch.max_tokens, max_sentences=batch.max_sentences)
-            if self.valid_data is not None
-            else []
-        )
+    def _plan_batches(self, limits: Limits) -> None:
+        """Units (examples or packed windows) and their lengths from each split, the batch order, and
+        the task's collators; nothing here reads a token."""
+        config, batch, task = self.config, self.config.batch, self.task
+
+        def units_and_collator(split: Split) -> tuple[Units, Collate]:
+            units = task.units(split, tokenizers=self.tokenizers, limits=limits, config=config)
+            collate = task.collator(
+                split, units, spec=self.spec, tokenizers=self.tokenizers, config=config, limits=limits
+            )
+            return units, collate
+
+        train_units, self.collate = units_and_collator(self.train_split)
         self.order = BatchOrder(
-            len(self.plan),
+            train_units.lengths,
+            max_tokens=batch.max_tokens,
+            max_sentences=batch.max_sentences,
             group=batch.grad_accum * self.runtime.world_size,  # batches per step, over all processes
             seed=config.seed,
             shuffle=batch.shuffle,
+            describe=train_units.describe,
         )
+        self.valid_plan: list[np.ndarray] = []
+        self.collate_valid: Collate | None = None
+        if self.valid_split is not None:
+            valid_units, self.collate_valid = units_and_collator(self.valid_split)
+            self.valid_plan = plan_once(
+                valid_units.lengths,
+                max_tokens=batch.max_tokens,
+                max_sentences=batch.max_sentences,
+                describe=valid_units.describe,
+            )
         self.steps_per_epoch = self.order.steps_per_epoch
         by_epochs = config.epochs * self.steps_per_epoch if config.epochs else math.inf
         self.total_steps = int(min(config.max_steps or math.inf, by_epochs))
-        special = tuple(i for i in self.tokenizers.target.special_ids().values() if i is not None)
-
-        def collator(data: Any) -> Collator | ClassificationCollator:
-            pad_id = self.spec.pad_token_id
-            assert pad_id is not None  # `prepare.wire_spec` refuses a spec without a pad token
-            return tasks.make_collator(
-                data,
-                task=self.task,
-                pad_id=pad_id,
-                start_id=getattr(self.spec, "start_token_id", None),
-                mask_id=self.tokenizers.target.mask_id,
-                special_ids=special,
-                vocab_size=self.spec.vocab_size,
-                mlm_probability=config.loss.mlm_probability,
-            )
-
-        self.collate = collator(self.train_data)
-        self.collate_valid = collator(self.valid_data) if self.valid_data is not None else None
 
     # --- the loop -------------------------------------------------------------------------------------------
 
     @property
     def label_smoothing(self) -> float:
-        eps = self.config.loss.label_smoothing
-        return eps if eps is not None else (0.1 if self.task == "seq2seq" else 0.0)
+        return self.task.label_smoothing(self.config)
 
     def autocast(self) -> AbstractContextManager:
         """The run's autocast (``precision``, resolved for the device: `zoo.training.precision`)."""
@@ -287,7 +284,7 @@ class Trainer:
             # Still listening: a signal during the final validation keeps the finished steps (a resume
             # validates and saves them), and the final save is never cut short by the first signal.
             self._stop_if_signalled()
-            final = self.evaluate() if self.valid_data is not None else {}
+            final = self.evaluate() if self.valid_split is not None else {}
             self._stop_if_signalled()
             self._check_finite(weights=True)  # never a final model that is not finite
             self.io.save_final()
@@ -321,14 +318,13 @@ class Trainer:
         )
 
     def _next_batches(self) -> list[Batch]:
-        """This process's micro-batches for the next step."""
+        """This process's micro-batches for the next step: only these are read and collated."""
         mine = self.order.next_group()[self.runtime.rank :: self.runtime.world_size]
-        return [self.collate(self.plan[i], generator=self._masking_rng(i)) for i in mine]
+        return [self.collate(units, generator=self._batch_rng(i)) for i, units in mine]
 
-    def _masking_rng(self, batch_index: int) -> torch.Generator | None:
-        # MLM masks are a function of (seed, epoch, batch): a resumed run masks exactly as a straight one.
-        if self.task != "masked_lm":
-            return None
+    def _batch_rng(self, batch_index: int) -> torch.Generator:
+        # What a collator draws (MLM's masks) is a function of (seed, epoch, batch): a resumed run draws
+        # exactly as a straight one.
         return torch.Generator().manual_seed(
             self.config.seed * 1_000_003 + self.order.epoch * 10_007 + batch_index
         )
@@ -375,41 +371,31 @@ class Trainer:
         self.reporter.report("on_log", self.state, record)
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss, perplexity, (seq2seq) BLEU and (classification) accuracy now; recorded and
-        returned (on every process)."""
-        if self.valid_data is None or self.collate_valid is None:
+        """Validation loss and perplexity, and the task's scores (seq2seq's BLEU, classification's
+        accuracy) now; recorded and returned (on every process)."""
+        if self.valid_split is None or self.collate_valid is None:
             return {}
+        collate = self.collate_valid
         # A fixed generator per batch: MLM validation masks the same way every time, and the global RNG
         # (dropout) is left untouched, so validating never changes what training does next.
         batches = (
-            self.collate_valid(indices, generator=torch.Generator().manual_seed(i))
-            for i, indices in enumerate(self.valid_plan)
+            collate(units, generator=torch.Generator().manual_seed(i))
+            for i, units in enumerate(self.valid_plan)
         )
-        metric = tasks.validation_metric(self.task, self.spec)  # accuracy for classification
+        metric = self.task.metric(self.spec)  # accuracy for classification
         val_loss, val_ppl = validation_loss(
             self.model, batches, device=self.runtime.device, autocast=self.autocast(), metric=metric
         )
-        scores = metric.compute() if metric is not None else {}
-        val_bleu = None
-        if self.task == "seq2seq" and self.config.eval.bleu:
-            # valid_data (checked above) is encoded from valid_text, and seq2seq text has sources
-            assert self.valid_text is not None and self.valid_text.sources is not None
-            pairs = list(zip(self.valid_text.sources, self.valid_text.targets))
-            pairs = pairs[: self.config.eval.bleu_samples]
-            # `resolve_task`: only an encoder-decoder model trains on seq2seq
-            assert isinstance(self.model, EncoderDecoderModel)
-            with self.autocast():
-                val_bleu = bleu(
-                    self.model,
-                    pairs,
-                    source_tokenizer=self.tokenizers.for_source,
-                    target_tokenizer=self.tokenizers.target,
-                    num_beams=self.config.eval.num_beams,
-                    max_new_tokens=self.config.eval.max_new_tokens,
-                    metric=self.config.eval.bleu_metric,
-                )
+        scores: dict[str, Any] = {"val_bleu": None, **(metric.compute() if metric is not None else {})}
+        scores |= self.task.scores(
+            self.model,
+            self.valid_split,
+            tokenizers=self.tokenizers,
+            config=self.config,
+            autocast=self.autocast(),
+        )
         self.wrapped.train()
-        record = self._record(val_loss=val_loss, val_ppl=val_ppl, val_bleu=val_bleu, **scores)
+        record = self._record(val_loss=val_loss, val_ppl=val_ppl, **scores)
         self.reporter.report("on_eval", self.state, record)
         return record
 
