@@ -62,12 +62,14 @@ def print_table(
     title = clean(title) if title is not None else None
 
     if console.is_terminal:
-        # The narrowest the table can be drawn: whole columns whole, folding columns at _FOLD_WIDTH, the
-        # rest at their longest word (measured with room to spare: rich clamps a measurement to the space
-        # it is given). If even that does not fit, rich would cut names, so the plain form it is.
-        narrowest = _rich_table(columns, rows, title=title, fold_width=_FOLD_WIDTH)
+        # The narrowest the table can be drawn: whole columns whole, folding columns as wide as their longest
+        # word (`_COMFORTABLE` at most), the rest at their longest word (measured with room to spare: rich
+        # clamps a measurement to the space it is given). If even that does not fit, rich would cut names or
+        # split words, so the plain form it is.
+        needs = _fold_needs(columns, rows)
+        narrowest = _rich_table(columns, rows, title=title, needs=needs, narrowest=True)
         if Measurement.get(console, console.options.update_width(_ROOM), narrowest).minimum <= console.width:
-            console.print(_rich_table(columns, rows, title=title, fold_width=None))
+            console.print(_rich_table(columns, rows, title=title, needs=needs, narrowest=False))
             return
     # In a pipe, a table of names and numbers alone keeps one row a line (for grep and awk), however narrow;
     # a table with values to wrap fits the width there too. On a terminal everything fits where it can.
@@ -76,21 +78,42 @@ def print_table(
         console.out(line, highlight=False)
 
 
+def _fold_needs(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[int]:
+    """How wide each folding column must be for no word of it to be split (and its header whole): its
+    longest word, `_COMFORTABLE` at most, `_FOLD_WIDTH` at least; 0 for the other columns."""
+    return [
+        max(
+            len(column.header),
+            _FOLD_WIDTH,
+            min(_COMFORTABLE, max((len(w) for row in rows for w in row[i].split()), default=0)),
+        )
+        if column.fold
+        else 0
+        for i, column in enumerate(columns)
+    ]
+
+
 def _rich_table(
-    columns: Sequence[Column], rows: Sequence[Sequence[str]], *, title: str | None, fold_width: int | None
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    *,
+    title: str | None,
+    needs: Sequence[int],
+    narrowest: bool,
 ) -> Table:
+    """The rich table; a folding column at least ``needs`` wide (``narrowest``: exactly, to measure)."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=escape(title) if title else None)
-    for column in columns:
+    for column, need in zip(columns, needs):
         table.add_column(
             escape(column.header),
             justify="right" if column.right else "left",
             no_wrap=column.whole,
             overflow="fold" if column.fold else "ellipsis",
-            max_width=max(fold_width, len(column.header)) if column.fold and fold_width else None,
-            min_width=len(column.header) if column.fold else None,  # a header is a name: never folded
+            max_width=need if column.fold and narrowest else None,
+            min_width=need if column.fold else None,  # a header is a name, and a word stays whole
         )
     for row in rows:
         table.add_row(*(escape(cell) for cell in row))
