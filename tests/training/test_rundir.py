@@ -42,7 +42,7 @@ def test_a_fresh_run_refuses_a_model_saved_in_its_output_dir(
     zoo.save(tiny_model(), config.output_dir)
     saved = {p.name: p.read_bytes() for p in config.output_dir.iterdir()}
     with pytest.raises(
-        FileExistsError, match=r"already holds a saved model .*model\.safetensors.*--overwrite"
+        FileExistsError, match=r"already holds a saved model .*model\.safetensors.*overwrite=True"
     ):
         Trainer(config)
     assert {p.name: p.read_bytes() for p in config.output_dir.iterdir() if p.name in saved} == saved
@@ -70,7 +70,7 @@ def test_each_kind_of_previous_run_file_is_refused_and_named(
     path = config.output_dir / name
     path.parent.mkdir(parents=True)
     path.write_text("{}")
-    with pytest.raises(FileExistsError, match=r"--overwrite") as refused:
+    with pytest.raises(FileExistsError, match=r"overwrite=True") as refused:
         Trainer(config)
     assert name.split("/")[0] in str(refused.value)
     assert path.read_text() == "{}"

@@ -179,6 +179,7 @@ ProgressCallback = ProgressBar
 def run(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.training import TrainConfig, train
+    from zoo.training.rundir import cli_options
     from zoo.training.stopping import TrainingInterrupted
 
     setup_logging()
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and is_main_process():
         callbacks.append(ResumedLine(console))
     try:
-        with writing(config.output_dir):
+        with writing(config.output_dir), cli_options():  # messages name --resume, not resume=True
             result = train(
                 config, callbacks=callbacks, progress=progress, resume=args.resume, overwrite=args.overwrite
             )
