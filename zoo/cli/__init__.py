@@ -29,6 +29,7 @@ COMMANDS = (
     "demo",
     "train",
     "tokenizer",
+    "data",
     "show",
     "diff",
     "plot",
