@@ -142,14 +142,16 @@ class Guard:
         """Note ``step`` if it is the first bad one (a few tensor ops on the device; nothing is read)."""
         device = self._first.device
         loss = loss.detach().to(device, torch.float32)
-        norm = grad_norm.detach().to(device) if grad_norm is not None else torch.zeros((), device=device)
         if self.skipping:  # fp16: GradScaler skipped this step exactly when the norm is not finite
-            self._streak = (self._streak + 1) * (~torch.isfinite(norm))
+            assert grad_norm is not None  # fp16 always clips or measures the norm
+            self._streak = (self._streak + 1) * ~torch.isfinite(grad_norm.detach().to(device))
             bad = self._streak >= self.max_skipped_steps
         else:
-            bad = ~torch.isfinite(loss) | ~torch.isfinite(norm)
+            bad = ~torch.isfinite(loss)
+            if grad_norm is not None:
+                bad |= ~torch.isfinite(grad_norm.detach().to(device))
         new = bad & (self._first < 0)
-        self._first = torch.where(new, torch.full_like(self._first, step), self._first)
+        self._first = torch.where(new, step, self._first)
         self._value = torch.where(new, loss, self._value)
 
     def check(
