@@ -39,3 +39,15 @@ def test_zoo_train_is_told_the_command_line_flags(
     assert "=True" not in err
     with pytest.raises(FileExistsError, match=r"resume it \(resume=True\)"):  # and Python's again after it
         train(config, progress=False)
+
+
+def test_resuming_without_a_checkpoint_names_the_python_arguments(
+    make_config: Callable[..., TrainConfig],
+) -> None:
+    config = make_config(max_steps=1)
+    train(config, progress=False)  # no checkpoint.every_steps: nothing to resume from
+    with pytest.raises(ValueError) as refused:
+        train(config, resume=True, progress=False)
+    message = str(refused.value)
+    assert "start over (overwrite=True)" in message and "(resume=PATH)" in message
+    assert "--" not in message

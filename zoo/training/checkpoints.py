@@ -50,7 +50,7 @@ from zoo.training.layout import (
     STATE_NAME,
 )
 from zoo.training.precision import scaler_state_problem
-from zoo.training.rundir import writing
+from zoo.training.rundir import option, writing
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +147,10 @@ def write_checkpoint(
     kept = [p.name for p in list_checkpoints(final.parent.parent) if p != final]
     if kept:
         hint = f"this checkpoint was not kept and the checkpoints before it ({', '.join(kept)}) are intact: "
-        hint += "free some space (or fix the cause), then continue from the last (--resume)"
+        hint += f"free some space (or fix the cause), then continue from the last ({option('resume')})"
     else:
         hint = "this checkpoint was not kept and there is no other to resume from: free some space (or fix "
-        hint += "the cause), then start over (--overwrite)"
+        hint += f"the cause), then start over ({option('overwrite')})"
     try:
         with writing(final, hint=hint):
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -246,8 +246,8 @@ def resumable_checkpoint(output_dir: Path) -> Path:
     candidates = list_checkpoints(output_dir)[::-1]
     if not candidates:
         raise ResumeError(
-            f"{output_dir}: no complete checkpoint to resume from; start over (--overwrite), or resume from a "
-            "checkpoint elsewhere (--resume PATH)"
+            f"{output_dir}: no complete checkpoint to resume from; start over ({option('overwrite')}), or resume "
+            f"from a checkpoint elsewhere ({option('resume', 'PATH')})"
         )
     problems: list[str] = []
     for path in candidates:
@@ -259,7 +259,7 @@ def resumable_checkpoint(output_dir: Path) -> Path:
         problems.append(f"{path.name} ({problem})")
     raise ResumeError(
         f"{output_dir}: none of its checkpoints can be resumed from: {'; '.join(problems)}. Resume from a "
-        "copy of a good checkpoint (--resume PATH), or start over (--overwrite)"
+        f"copy of a good checkpoint ({option('resume', 'PATH')}), or start over ({option('overwrite')})"
     )
 
 
