@@ -153,7 +153,7 @@ def _rewrite(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
             lambda t, m: m.update({"quantization": m["quantization"].replace('"int8"', '"int3"')}),
             "quantization.weights is 'int3'; this zoo reads int8 or int4",
         ),
-        (lambda t, m: m.update({"quantization": "{"}), "'quantization' is not valid JSON"),
+        (lambda t, m: m.update({"quantization": "{"}), "'quantization' in the metadata: not valid JSON"),
     ],
 )
 def test_a_file_that_does_not_fit_its_record_is_refused_by_name(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]

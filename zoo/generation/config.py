@@ -14,7 +14,6 @@ from typing import Any, Literal, TypeGuard, cast
 
 import torch
 from pydantic import (
-    BaseModel,
     ConfigDict,
     StrictInt,
     ValidationError,
@@ -24,7 +23,7 @@ from pydantic import (
 )
 
 from zoo.generation.protocol import GenerativeModel
-from zoo.spec.errors import short_repr
+from zoo.spec.errors import CleanModel, short_repr
 
 MAX_BEAMS = 1024
 """The most beams a search may keep. Each beam is a full copy of the sequence and of the KV cache, and every
@@ -32,7 +31,7 @@ step sorts ``num_beams * vocab_size`` scores per sentence: 100,000 beams of a sm
 and minutes before the first token. Published systems use 4 to 16 (Vaswani et al. 2017: 4)."""
 
 
-class GenerationConfig(BaseModel):
+class GenerationConfig(CleanModel):
     """Search settings, with Hugging Face's names and meanings (see `zoo.generation.generate`).
 
     >>> config = GenerationConfig(do_sample=True, top_p=0.9, seed=0)
@@ -55,10 +54,12 @@ class GenerationConfig(BaseModel):
     seed: sampling draws from ``torch.Generator().manual_seed(seed)``, so runs are reproducible.
     use_cache: False recomputes the whole sequence every step (the reference for the cached path).
 
-    Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here.
+    Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here. A bad value
+    is a `zoo.spec.errors.SpecValidationError` (a pydantic ValidationError and a ValueError) listing one
+    ``field: problem`` line each, without pydantic's input reprs and links.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_new_tokens: int = 32
     min_new_tokens: int = 0

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Mapping
+from contextlib import nullcontext
+from typing import Any
 
 import torch
 
+from zoo.devices import resolve_device, resolve_dtype
 from zoo.models.base import ZooModel
 from zoo.models.decoder import DecoderModel
 from zoo.models.encoder import EncoderModel
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.models.init import initialize
-from zoo.spec import ModelSpec, load_spec, parse_spec, preset
+from zoo.spec import DecoderSpec, EncoderDecoderSpec, EncoderSpec, ModelSpec, load_spec, parse_spec, preset
+from zoo.spec.errors import ArgumentTypeError, short_repr
 
 MODEL_CLASSES: dict[str, type[ZooModel]] = {
     "encoder": EncoderModel,
@@ -20,36 +25,53 @@ MODEL_CLASSES: dict[str, type[ZooModel]] = {
 }
 
 
-def resolve_spec(spec: ModelSpec | str | Path | dict) -> ModelSpec:
-    """A spec from a spec object, a mapping, a preset name, or a YAML/JSON file path."""
-    if isinstance(spec, dict):
+def resolve_spec(spec: ModelSpec | str | os.PathLike[str] | Mapping[str, Any]) -> ModelSpec:
+    """A spec from a spec object, a mapping, a preset name, or a YAML/JSON file path.
+
+    Anything else (``zoo.build(42)``) is an `ArgumentTypeError` naming what is accepted.
+    """
+    if isinstance(spec, Mapping):
         return parse_spec(spec)
-    if isinstance(spec, Path) or (isinstance(spec, str) and spec.endswith((".yaml", ".yml", ".json"))):
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith((".yaml", ".yml", ".json"))):
         return load_spec(spec)
     if isinstance(spec, str):
         return preset(spec)
-    return spec
+    if isinstance(spec, EncoderSpec | DecoderSpec | EncoderDecoderSpec):
+        return spec
+    raise ArgumentTypeError(
+        "spec must be a preset name, a spec file path (.yaml, .yml, .json), a mapping of fields or a "
+        f"ModelSpec; got {type(spec).__name__} {short_repr(spec)}"
+    )
 
 
 def build_model(
-    spec: ModelSpec | str | Path | dict,
+    spec: ModelSpec | str | os.PathLike[str] | Mapping[str, Any],
     *,
     device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     init: bool = True,
 ) -> ZooModel:
     """Build a model from a spec, preset name or spec file; ``device="meta"`` builds instantly, no memory.
 
+    ``device`` and ``dtype`` default to what ``nn.Module`` construction uses: the ambient device (``with
+    torch.device("meta"):``, ``torch.set_default_device``) and ``torch.get_default_dtype()``; given, they
+    win. Both are checked before anything is built (`zoo.devices`): ``device="cuda:7"`` on a machine with
+    one GPU, or ``dtype=torch.int64``, is a one-line error naming the argument.
+
     >>> model = zoo.build("transformer-base")
     """
+    target = resolve_device(device) if device is not None else None
+    cast = resolve_dtype(dtype)
     name_or_path, spec = spec, resolve_spec(spec)
-    with torch.device(device or "cpu"):
+    with torch.device(target) if target is not None else nullcontext():
         model = MODEL_CLASSES[spec.family](spec)
         if init:
             num_layers = sum(stack.num_layers for stack in spec.stacks().values())
             initialize(model, spec.init, d_model=spec.d_model, num_layers=num_layers)
-    if dtype is not None:
-        model = model.to(dtype)
-    if isinstance(name_or_path, str | Path):  # a preset or spec file: zoo.lora.save records it as base_id
-        setattr(model, "name_or_path", str(name_or_path))  # noqa: B010
+    if cast is not None:
+        model = model.to(cast)
+    if isinstance(
+        name_or_path, str | os.PathLike
+    ):  # a preset or spec file: zoo.lora.save records it as base_id
+        setattr(model, "name_or_path", os.fspath(name_or_path))  # noqa: B010
     return model

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from zoo.spec.errors import CleanModel
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 Epsilon = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -21,13 +23,14 @@ Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 """FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish."""
 
 
-class Spec(BaseModel):
+class Spec(CleanModel):
     """Base for every spec: unknown fields are errors, instances are immutable, and types are strict.
 
     Strict: an int field takes an int only (``num_layers: true`` is not 1 layer, ``"12"`` is not 12), a
     bool field a bool only (not ``1`` or ``"yes"``), a float field an int or a float (not ``true``, not a
     string: YAML reads ``1e-5`` as a float, `zoo.spec.files`). Every float is finite: ``eps: .inf`` or
-    ``std: 1e999`` is refused by name like NaN, before any bound on the field is checked.
+    ``std: 1e999`` is refused by name like NaN, before any bound on the field is checked. A validation error
+    is one ``field: problem`` line each, without pydantic's input reprs and links (`CleanModel`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)

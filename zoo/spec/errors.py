@@ -15,8 +15,9 @@ import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
+from typing_extensions import Self
 
 _FAMILY_TAGS = ("encoder", "decoder", "encoder-decoder")
 MAX_MESSAGE_CHARS = 300  # one problem's text; longer (a huge tag or key echoed back) is cut
@@ -32,6 +33,12 @@ _REPR.maxlong = 40
 
 class SpecError(ValueError):
     """A spec file or preset that cannot be read or does not validate; the message names the file."""
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A Python API argument of the wrong type (``zoo.build(42)``, ``zoo.load(5)``): a TypeError, as Python's
+    own, and a ValueError, so that the CLI reports it in one line like every other user error. The message
+    names the argument and what it accepts."""
 
 
 def short_repr(value: Any) -> str:
@@ -63,28 +70,63 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 class SpecValidationError(ValidationError, SpecError):
-    """pydantic's `ValidationError` for a model spec (``except ValidationError`` still catches it), whose
-    text is `format_validation_error`'s and which holds no input (so nothing can print or expand it)."""
+    """pydantic's `ValidationError` for a model spec or any of zoo's public configs (``except
+    ValidationError`` still catches it), whose text is `format_validation_error`'s and which holds no input
+    (so nothing can print or expand it)."""
 
     def __str__(self) -> str:
-        return f"invalid model spec:\n{format_validation_error(self)}"
+        what = "model spec" if self.title == "ModelSpec" else self.title
+        return f"invalid {what}:\n{format_validation_error(self)}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
 
     @classmethod
-    def from_error(cls, error: ValidationError) -> SpecValidationError:
-        """The same problems (type, field, message) as ``error``, without its inputs."""
+    def from_error(cls, error: ValidationError, *, keep_input: bool = False) -> SpecValidationError:
+        """The same problems (type, field, message) as ``error``, without its inputs unless ``keep_input``
+        (for a caller that quotes one, bounded; this class's text never shows them)."""
         lines: list[Any] = [
             {
                 # A custom error with no context keeps the message as it is (braces included).
                 "type": PydanticCustomError(item["type"], clip(item["msg"])),
                 "loc": item["loc"],
-                "input": None,
+                "input": item.get("input") if keep_input else None,
             }
-            for item in error.errors(include_url=False, include_input=False, include_context=False)
+            for item in error.errors(include_url=False, include_input=keep_input, include_context=False)
         ]
         return cls.from_exception_data(error.title, lines)
+
+
+class CleanModel(BaseModel):
+    """Base of the pydantic models users construct themselves (every spec, `GenerationConfig`, the training
+    config's sections): a validation error is a `SpecValidationError`, one ``field: problem`` line per
+    error, never pydantic's input reprs or its "For further information visit https://errors.pydantic.dev"
+    links. ``except ValidationError`` and ``except ValueError`` both still catch it.
+
+        >>> GenerationConfig(num_beams=0)
+        SpecValidationError: invalid GenerationConfig:
+          num_beams: num_beams must be an int >= 1, got 0
+    """
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise SpecValidationError.from_error(error, keep_input=True) from None
+
+    @classmethod
+    def model_validate(cls, *args: Any, **kwargs: Any) -> Self:
+        try:
+            return super().model_validate(*args, **kwargs)
+        except ValidationError as error:
+            raise SpecValidationError.from_error(error, keep_input=True) from None
+
+    @classmethod
+    def model_validate_json(cls, *args: Any, **kwargs: Any) -> Self:
+        try:
+            return super().model_validate_json(*args, **kwargs)
+        except ValidationError as error:
+            raise SpecValidationError.from_error(error, keep_input=True) from None
 
 
 def plain_tags(data: Any, paths: Iterable[tuple[str, ...]]) -> Any:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors import safe_open
 
-from zoo.devices import resolve_device
+from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
 from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
@@ -47,8 +47,11 @@ def load(
 ) -> ZooModel | tuple[ZooModel, LoadReport]:
     """The model saved at ``path`` (a checkpoint directory, its ``model.safetensors`` or its index), in eval mode.
 
-    ``device``: where the tensors go (default CPU; ``"auto"``: CUDA when available); asking for a device
-    that is not there (``"cuda"`` without CUDA) is a `ValueError`, raised before anything is read.
+    ``device``: where the tensors go (default: the ambient device as for ``nn.Module`` construction, the CPU
+    unless ``with torch.device(...)`` or ``torch.set_default_device`` says otherwise; ``"auto"``: CUDA when
+    available); asking for a device that is not there (``"cuda"`` without CUDA) is a `ValueError`, raised
+    before anything is read. On ``meta`` (given or ambient) every file is checked and the model is returned
+    without reading a single tensor (its structure only).
     ``dtype``: cast floating-point tensors (integer and bool tensors keep theirs); default: as saved, which
     must then be one floating-point dtype (a float16 tensor among float32 ones is refused, naming it: pass
     ``dtype`` to load such a file in one dtype). A stored tensor whose kind differs from the model's (an
@@ -59,7 +62,9 @@ def load(
     ``missing`` / ``unexpected`` / ``mismatched`` names.
     """
     # Checked first: without it, CUDA's absence surfaced from deep in safetensors (a pin_memory error).
-    device = resolve_device(device if device is not None else "cpu")
+    path = path_argument(path, where="zoo.load")
+    device = resolve_device(device) if device is not None else default_device()
+    dtype = resolve_dtype(dtype)
     checkpoint = open_checkpoint(path)
     spec, source = checkpoint.spec, str(checkpoint.source)
     quantization = checkpoint.quantization
@@ -85,7 +90,10 @@ def load(
     plain = [name for name in matched if name not in quantized]  # read as they are stored
     _check_dtypes(checkpoint, {name: state[name].dtype for name in plain}, dtype=dtype)
     check_allocation(model, spec, loaded=set(matched), file_elements=checkpoint.elements, source=source)
-    if report.missing or report.mismatched:
+    if device.type == "meta":  # the structure only, as asked: every check above ran, nothing is read
+        cast = dtype or checkpoint.floating_dtype()
+        model = model.to(cast) if cast is not None else model
+    elif report.missing or report.mismatched:
         # The tensors not loaded need values: build for real (initialised) and copy the rest in, one by one.
         model = build_model(spec, device=device, dtype=dtype or checkpoint.floating_dtype())
         targets = model.state_dict()
@@ -100,11 +108,12 @@ def load(
             strict=not quantized,  # the quantised weights are placed below
         )
         materialize_buffers(model, device)
-    if quantization is not None:
+    if quantization is not None and device.type != "meta":
         _place_quantized(model, checkpoint, quantized, device=device, dtype=dtype)
-    _retie(model, checkpoint.aliases, loaded=set(matched))
-    model.reset_buffers()
-    _check_placed(model, checkpoint.source)
+    if device.type != "meta":
+        _retie(model, checkpoint.aliases, loaded=set(matched))
+        model.reset_buffers()
+        _check_placed(model, checkpoint.source)
     setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
     model.eval()
     return (model, report) if return_report else model
@@ -112,7 +121,7 @@ def load(
 
 def read_spec(path: str | os.PathLike[str]) -> ModelSpec:
     """The spec of a checkpoint (directory, ``.safetensors`` file or index), reading headers only."""
-    return open_checkpoint(path).spec
+    return open_checkpoint(path_argument(path, where="zoo.read_spec")).spec
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:

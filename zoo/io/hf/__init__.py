@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
 from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_atomic, write_text_atomic
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
@@ -200,7 +201,7 @@ def from_hf(
     path: str | os.PathLike[str],
     *,
     device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
 ) -> ZooModel:
     """Load a Hugging Face checkpoint folder (``config.json`` + safetensors, sharded or not) as a zoo model.
 
@@ -213,16 +214,29 @@ def from_hf(
     used (buffers such as ``position_ids`` and pretraining-only heads aside). ``dtype=None`` keeps the
     stored dtype. The model is returned in eval mode, as transformers' ``from_pretrained`` does.
 
+    ``device`` and ``dtype`` are checked first, as `zoo.load` checks them (`zoo.devices`: ``"cuda"`` without
+    CUDA is one line, not torch's assertion); ``device=None`` is the ambient device (the CPU unless ``with
+    torch.device(...)`` says otherwise). On ``meta`` the folder is checked and the model returned without
+    reading any weights.
+
     >>> model = zoo.from_hf("~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>")
     >>> model = zoo.from_hf("Helsinki-NLP/opus-mt-en-de")
     """
+    path = path_argument(path, where="zoo.from_hf")
+    target = resolve_device(device) if device is not None else default_device()
+    cast = resolve_dtype(dtype)
     root = resolve_checkpoint(path)
     spec, mapping, files = _read_spec(root)  # the spec is checked against the headers: nothing built yet
+    if target.type == "meta":  # the structure only: nothing is read
+        stored = Counter(info.dtype for info in read_headers(files).values() if info.dtype.is_floating_point)
+        model = build_model(spec, device="meta", init=False, dtype=cast or stored.most_common(1)[0][0])
+        setattr(model, "name_or_path", os.fspath(path))  # noqa: B010
+        return model.eval()
     hf_tensors = read_tensors(files)
     with _naming_errors(root):
         tensors = mapping.hf_to_zoo(hf_tensors, spec)
     model = build_model(spec, device="meta", init=False)
-    load_strict(model, tensors, source=str(root), device=torch.device(device or "cpu"), dtype=dtype)
+    load_strict(model, tensors, source=str(root), device=target, dtype=cast)
     setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
     return model.eval()
 
@@ -234,7 +248,7 @@ def read_hf_spec(path: str | os.PathLike[str]) -> ModelSpec:
     Reads ``config.json`` and the weight files' headers (which tensors exist decides e.g. a tied head), and
     refuses a config asking for more layers or wider tensors than the weights hold.
     """
-    return _read_spec(resolve_checkpoint(path))[0]
+    return _read_spec(resolve_checkpoint(path_argument(path, where="zoo.read_hf_spec")))[0]
 
 
 def _read_spec(root: Path) -> tuple[ModelSpec, FamilyMapping, list[Path]]:
