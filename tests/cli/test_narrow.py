@@ -174,3 +174,20 @@ def test_a_subcommand_usage_error_shows_the_subcommand_usage(
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith(usage), err
     assert "COMMAND ..." not in err
+
+
+def test_a_long_list_of_choices_moves_from_the_metavar_into_the_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zoo.cli import ArgumentParser
+
+    monkeypatch.setenv("COLUMNS", "60")
+    parser = ArgumentParser(prog="zoo x")
+    names = ["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification"]
+    parser.add_argument("--task", choices=names, help="what the data is for")
+    parser.add_argument("--side", choices=["left", "right"], help="which side")
+    parser.add_argument("--a-rather-long-option-name", metavar="AND_A_LONG_METAVAR_TOO")
+    text = parser.format_help()
+    assert "--task TASK" in text and "{left,right}" in text  # a short list stays where argparse puts it
+    assert "(one of: seq2seq, causal_lm, masked_lm," in " ".join(text.split())
+    assert not too_long(text, 60), text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--task", "nope"])  # the choices are still enforced

@@ -75,6 +75,21 @@ class HelpFormatter(argparse.HelpFormatter):
     a ``|``, the next line indented inside the group. Help text breaks at spaces only, never after a
     hyphen inside an option's name."""
 
+    def _metavar_formatter(self, action: argparse.Action, default_metavar: str) -> Any:
+        # argparse writes choices as the metavar, "{seq2seq,causal_lm,...}": one word, however long. A long
+        # list becomes the option's name (TASK) here, and the help lists the choices, where it can wrap.
+        if _long_choices(action):
+            return super()._metavar_formatter(_named(action, default_metavar), default_metavar)
+        return super()._metavar_formatter(action, default_metavar)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = super()._get_help_string(action)
+        if not _long_choices(action):
+            return help
+        assert action.choices is not None  # _long_choices checked
+        choices = ", ".join(str(choice) for choice in action.choices).replace("%", "%%")
+        return f"{help} (one of: {choices})" if help else f"one of: {choices}"
+
     def _split_lines(self, text: str, width: int) -> list[str]:
         # textwrap breaks after hyphens by default: "--forced-bos-" / "token", "KV-" / "cache"; not here.
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
@@ -91,7 +106,39 @@ class HelpFormatter(argparse.HelpFormatter):
     def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
         text = super()._format_usage(usage, actions, groups, prefix)
         width = self._width - self._current_indent
-        return "\n".join(wrapped for line in text.split("\n") for wrapped in wrap_alternatives(line, width))
+        lines = [wrapped for line in text.split("\n") for wrapped in wrap_alternatives(line, width)]
+        return "\n".join(_shift_left(line, width) for line in lines)
+
+
+# Choices longer than this, written out, go into the help rather than the metavar (`HelpFormatter`).
+CHOICES_WIDTH = 30
+
+
+def _long_choices(action: argparse.Action) -> bool:
+    return (
+        action.metavar is None
+        and action.choices is not None
+        and not isinstance(action, argparse._SubParsersAction)
+        and len(",".join(str(choice) for choice in action.choices)) + 2 > CHOICES_WIDTH
+    )
+
+
+def _named(action: argparse.Action, metavar: str) -> argparse.Action:
+    """A copy of ``action`` whose metavar is ``metavar`` (the option's name in capitals)."""
+    import copy
+
+    named = copy.copy(action)
+    named.metavar = metavar
+    return named
+
+
+def _shift_left(line: str, width: int) -> str:
+    """A continuation line of a usage, indented less if that makes it fit (argparse aligns the lines under
+    the program's name, however long one option and its metavar are)."""
+    text = line.lstrip(" ")
+    if len(line) <= width or len(text) == len(line):
+        return line
+    return " " * max(len(line) - len(text) - (len(line) - width), 2) + text
 
 
 def wrap_alternatives(line: str, width: int) -> list[str]:
