@@ -72,8 +72,10 @@ def test_an_empty_line_of_stdin_is_an_error_naming_its_number(
 ) -> None:
     feed(monkeypatch, b"the cat sat\n   \nthe dog\n")
     assert main(["translate", str(translator), "-", "--max-new-tokens", "3"]) == 2
-    err = capsys.readouterr().err
-    assert "error: stdin line 2 is empty" in err and "Traceback" not in err
+    captured = capsys.readouterr()
+    assert "error: stdin line 2 is empty" in captured.err and "Traceback" not in captured.err
+    assert main(["translate", str(translator), "the cat sat", "--max-new-tokens", "3"]) == 0
+    assert captured.out == capsys.readouterr().out  # the line before the empty one was translated first
 
 
 def test_empty_stdin_and_a_line_that_is_not_utf8_are_errors(

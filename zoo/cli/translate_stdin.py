@@ -5,9 +5,9 @@
 
 Lines are read as they come and translated `LINES_PER_BATCH` at a time (as a padded batch, as
 `zoo.training.evaluate.translate` does): memory stays bounded and the first translations are printed
-while the rest of stdin is still being read. An empty line is an error naming its line number, as is a
-line that is not UTF-8 or longer than the model's positions; the translations of the lines before it have
-been printed. With ``--num-return-sequences N`` each line gets N numbered lines (``[1]`` best first); a
+while the rest of stdin is still being read; typed at a terminal, each line is translated when entered.
+An empty line is an error naming its line number, as is a line that is not UTF-8 or longer than the
+model's positions; the lines before it are translated and printed first. With ``--num-return-sequences N`` each line gets N numbered lines (``[1]`` best first); a
 ``--decoder-prompt`` begins every translation.
 """
 
@@ -43,13 +43,19 @@ def stdin_lines(stream: BinaryIO, *, what: str = "stdin") -> Iterator[tuple[int,
 
 
 def batches(lines: Iterable[tuple[int, str]], size: int) -> Iterator[list[tuple[int, str]]]:
-    """``lines`` in lists of ``size`` (the last one shorter), each taken only when the previous one is done."""
+    """``lines`` in lists of ``size`` (the last one shorter), each taken only when the previous one is done.
+    A line that is an error (`stdin_lines`) raises once the lines before it have been handed on."""
     batch: list[tuple[int, str]] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) == size:
+    try:
+        for line in lines:
+            batch.append(line)
+            if len(batch) == size:
+                yield batch
+                batch = []
+    except ValueError:
+        if batch:
             yield batch
-            batch = []
+        raise
     if batch:
         yield batch
 
@@ -69,7 +75,9 @@ def translate_lines(
     stream = sys.stdin.buffer if stream is None else stream
     sentences = 0
     start = time.perf_counter()
-    for batch in batches(stdin_lines(stream), LINES_PER_BATCH):
+    # Typed at a terminal, each line is translated as soon as it is entered; piped, a batch at a time.
+    size = 1 if _is_terminal(stream) else LINES_PER_BATCH
+    for batch in batches(stdin_lines(stream), size):
         for rows in _translate(model, tokenizer, batch, args, decoder_prompt=decoder_prompt):
             for number, (text, score) in enumerate(rows, start=1):
                 if len(rows) > 1:  # "[2] (-1.2345) text", as for one sentence
@@ -84,6 +92,13 @@ def translate_lines(
         highlight=False,
     )
     return 0
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty (a test's iterator), or a closed stream
+        return False
 
 
 def _translate(
