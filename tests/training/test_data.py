@@ -249,3 +249,18 @@ def test_masked_lm_batches_mask_only_real_non_special_tokens(tmp_path: Path) -> 
         "masked_lm", split, np.array([0, 1]), generator=torch.Generator().manual_seed(0), **config_kw
     )
     assert torch.equal(again.inputs["input_ids"], batch.inputs["input_ids"])
+
+
+def test_units_are_read_from_the_offsets_in_chunks_into_the_narrowest_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zoo.training.tasks.base as base
+
+    monkeypatch.setattr(base, "LENGTH_CHUNK", 2)  # several chunks, one partial
+    rows = [[5] * n for n in (3, 1, 4, 1, 5)]
+    split = shards(tmp_path, {"text": rows})
+    assert split.data.read_lengths("text", 1, 4).tolist() == [1, 4, 1]
+    tokenizers = Tokenizers(Specials())  # type: ignore[arg-type]
+    config = TrainConfig.from_dict({"model": "gpt2-tiny", "data": {"train": "x"}, "max_steps": 1})
+    units = TASKS["causal_lm"].units(split, tokenizers=tokenizers, limits=Limits(6), config=config)
+    assert units.lengths.dtype == np.uint16 and units.lengths[:, 0].tolist() == [5, 3, 6, 3, 6]

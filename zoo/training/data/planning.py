@@ -1,6 +1,6 @@
 """Batches planned from the lengths array alone: bucketed by length, capped by padded tokens, vectorised.
 
-    batches = plan_batches(lengths, max_tokens=4096, seed=0, epoch=3)     # list of (B,) int64 index arrays
+    batches = plan_batches(lengths, max_tokens=4096, seed=0, epoch=3)     # list of (B,) int index arrays
     mine = shard_for_rank(batches, rank, world_size)
 
 ``lengths`` is (N,) or (N, sides) (a seq2seq example's source and target lengths). A batch costs its
@@ -56,12 +56,16 @@ def plan_batches(
     pool_size: int | None = None,
     describe: Callable[[int], str] | None = None,
 ) -> list[np.ndarray]:
-    """Example indices per batch (int64 arrays), every example in exactly one batch.
+    """Example indices per batch (int32 arrays; int64 past 2**31 examples), every example in exactly one batch.
 
     ``lengths``: (N,) or (N, sides) non-negative ints. An example whose own cost exceeds ``max_tokens`` is
     a `DataError` naming it through ``describe(index)`` (``"file:line"``, say; default ``"example i"``).
     """
-    table = np.asarray(lengths, dtype=np.int64)
+    table = np.asarray(lengths)
+    if (
+        table.dtype.kind not in "iu"
+    ):  # compact integer lengths (uint16, int32) stay compact: memory is N-sized
+        table = table.astype(np.int64)
     if table.ndim == 1:
         table = table[:, None]
     if table.ndim != 2 or table.shape[1] == 0:
@@ -77,7 +81,7 @@ def plan_batches(
         return []
     if table.min() < 0:
         raise ValueError("lengths must be >= 0")
-    cost = table.sum(axis=1)
+    cost = table.sum(axis=1, dtype=np.int64 if table.dtype.itemsize > 2 else np.int32)
     over = np.flatnonzero(cost > max_tokens)
     if len(over):
         i = int(over[0])
@@ -103,12 +107,13 @@ def _sorted_order(
     (index order without ``shuffle``), and with pools, each run of ``pool_size`` positions of this
     epoch's shuffle sorted on its own."""
     n = len(table)
+    index = np.int32 if n < 2**31 else np.int64  # half the memory of int64 indices, for any real corpus
     if shuffle and pool_size is not None:
-        order = rng(seed, epoch, _POOLS).permutation(n)  # this epoch's shuffle, cut into pools below
+        order = rng(seed, epoch, _POOLS).permutation(n).astype(index)  # this epoch's shuffle, cut into pools
     elif shuffle:
-        order = rng(seed, 0, _TIES).permutation(n)  # the same every epoch: the batches do not change
+        order = rng(seed, 0, _TIES).permutation(n).astype(index)  # the same every epoch: the batches too
     else:
-        order = np.arange(n)
+        order = np.arange(n, dtype=index)
     if pool_size is None or pool_size >= n:
         return _sort_by_length(table, order)
     for start in range(0, n, pool_size):

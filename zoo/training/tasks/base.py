@@ -394,34 +394,42 @@ def cut_texts(texts: list[str], tokenizer: Tokenizer, cuts: LengthCuts | None) -
     return cut_before_encoding(texts, char_budget(tokenizer, cuts.limits.max_length))
 
 
+LENGTH_CHUNK = 1 << 18  # examples per pass over the offsets: bounded temporaries, whatever the corpus
+
+
 def example_units(split: Split, sides: dict[str, int], *, limits: Limits) -> Units:
     """One unit per example, costing its framed length per side (side -> framing's extra tokens), cut to the
-    limit. Prepared data cut to a longer limit (or none) is cut here as ``data.too_long`` says: truncated
-    (by the collator), skipped, or refused naming the first example over it."""
-    columns = []
-    over = np.zeros(split.data.num_examples, dtype=bool)
-    for side, extra in sides.items():
-        lengths = split.data.lengths(side) + extra  # (N,) int64
-        longer = lengths > limits.max_length
-        if limits.too_long == "error" and longer.any():
-            i = int(np.argmax(longer))
-            raise DataError(
-                f"{split.data.origin(i)}: {int(lengths[i])} tokens, more than the limit of {limits.max_length} "
-                "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
-            )
-        over |= longer
-        columns.append(np.minimum(lengths, limits.max_length).astype(np.int32))
-    table = np.stack(columns, axis=1)  # (N, sides)
-    if not over.any():
-        return Units(table, name=lambda u: split.data.origin(u))
+    limit, in the narrowest integer type that holds it (2 bytes per example and side below 65,536 tokens).
+    Prepared data cut to a longer limit (or none) is cut here as ``data.too_long`` says: truncated (by the
+    collator), skipped, or refused naming the first example over it. The offsets are read in chunks, never
+    held whole."""
+    data, limit = split.data, limits.max_length
+    n = data.num_examples
+    table = np.empty((n, len(sides)), dtype=np.uint16 if limit < 1 << 16 else np.int32)  # (N, sides)
+    over = np.zeros(n, dtype=bool)
+    for start in range(0, n, LENGTH_CHUNK):
+        stop = min(start + LENGTH_CHUNK, n)
+        for j, (side, extra) in enumerate(sides.items()):
+            lengths = data.read_lengths(side, start, stop) + extra
+            longer = lengths > limit
+            if limits.too_long == "error" and longer.any():
+                i = start + int(np.argmax(longer))
+                raise DataError(
+                    f"{data.origin(i)}: {int(lengths[i - start])} tokens, more than the limit of {limit} "
+                    "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
+                )
+            over[start:stop] |= longer
+            table[start:stop, j] = np.minimum(lengths, limit)
     cut = np.flatnonzero(over)
-    report = LengthCuts(limits, total=len(over), cut=len(cut), first=split.data.origin(int(cut[0])))
+    if not len(cut):
+        return Units(table, name=lambda u: data.origin(u))
+    report = LengthCuts(limits, total=n, cut=len(cut), first=data.origin(int(cut[0])))
     if limits.too_long == "truncate":
-        report.report(split.where, kept=len(over))
-        return Units(table, name=lambda u: split.data.origin(u))
+        report.report(split.where, kept=n)
+        return Units(table, name=lambda u: data.origin(u))
     keep = np.flatnonzero(~over)
     report.report(split.where, kept=len(keep))
-    return Units(table[keep], keep, name=lambda u: split.data.origin(int(keep[u])))
+    return Units(table[keep], keep, name=lambda u: data.origin(int(keep[u])))
 
 
 def field_text(record: Record, name: str) -> str:

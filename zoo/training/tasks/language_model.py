@@ -39,6 +39,7 @@ from zoo.training.config import ConfigError, DataConfig, PackingConfig, Parallel
 from zoo.training.data.sources import OnBadLine, Record, Source
 from zoo.training.masking import mask_tokens
 from zoo.training.tasks.base import (
+    LENGTH_CHUNK,
     Encode,
     Framing,
     LengthCuts,
@@ -260,7 +261,12 @@ class Windows:
 
     @classmethod
     def of(cls, split: Split, framing: Framing, *, block_size: int) -> Windows:
-        ends = np.cumsum(split.data.lengths("text") + framing.extra)
+        data, ends = split.data, np.empty(split.data.num_examples, dtype=np.int64)
+        total = 0
+        for start in range(0, data.num_examples, LENGTH_CHUNK):  # the offsets in chunks, never held whole
+            stop = min(start + LENGTH_CHUNK, data.num_examples)
+            ends[start:stop] = total + np.cumsum(data.read_lengths("text", start, stop) + framing.extra)
+            total = int(ends[stop - 1])
         return cls(split, framing, block_size, ends)
 
     @property
