@@ -111,6 +111,17 @@ def test_a_label_side_is_written_beside_the_text(tmp_path: Path, tokenizer: Toke
     assert data.values("label").tolist() == [1, 0] and data.values("label").dtype == np.uint16
 
 
+def test_an_encoder_may_return_rows_as_arrays(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    text = encode_text_sides(tokenizer, ("source", "target"))
+
+    def encode(records: list[Record]) -> dict[str, list[np.ndarray]]:
+        return {side: [np.array(ids) for ids in rows] for side, rows in text(records).items()}
+
+    source = Source("tsv", write_tsv(tmp_path / "a.tsv"), ("source", "target"))
+    prepare(source, encode, tmp_path / "out", sides=text_sides(tokenizer, ("source", "target")))
+    assert rows(open_prepared(tmp_path / "out"), "source") == direct(tokenizer, [s for s, _ in PAIRS])
+
+
 # --- bad lines, dropped records -----------------------------------------------------------------------------
 
 

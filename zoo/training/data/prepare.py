@@ -446,7 +446,7 @@ def _kept_rows(
         if len(rows) != n:
             raise ValueError(f"encode returned {len(rows)} rows of {name!r} for {n} records; one per record")
     listed = [rows for rows in encoded.values() if not isinstance(rows, np.ndarray)]
-    if not any(None in rows for rows in listed):  # the common case, checked in C
+    if not any(row is None for rows in listed for row in rows):  # not `None in rows`: rows may be arrays
         return dict(encoded), None
     dropped = {i for rows in listed for i, row in enumerate(rows) if row is None}
     keep = [i for i in range(n) if i not in dropped]
