@@ -210,7 +210,7 @@ def test_opt_config_fields_zoo_cannot_express_are_refused_by_name(
     _, _, path, _ = opt
     config = json.loads((path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
-    (tmp_path / "model.safetensors").symlink_to(path / "model.safetensors")
+    (tmp_path / "model.safetensors").hardlink_to(path / "model.safetensors")  # a link out: refused
     with pytest.raises(HFError, match=message):
         zoo.from_hf(tmp_path)
 
@@ -283,7 +283,7 @@ def test_ctrl_layer_norm_epsilon_other_than_the_fixed_one_is_refused(ctrl, tmp_p
     _, path, _ = ctrl
     config = json.loads((path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "layer_norm_epsilon": 1e-5}))
-    (tmp_path / "model.safetensors").symlink_to(path / "model.safetensors")
+    (tmp_path / "model.safetensors").hardlink_to(path / "model.safetensors")  # a link out: refused
     with pytest.raises(
         HFError, match=r"layer_norm_epsilon=1e-05 is not supported \(CTRL's layer norms use a fixed 1e-6"
     ):

@@ -141,6 +141,13 @@ class Tokenizer:
         encodings = encode_checked(self._encode_batch, list(texts), source=self.source)
         return [self._frame(e.ids, add_bos, add_eos) for e in encodings]
 
+    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Plain ids of ``texts``, no special tokens, encoded in parallel; without the character offsets where
+        the library can skip them (``encode_batch_fast``). Errors: `encode_checked`."""
+        batch = getattr(self._tok, "encode_batch_fast", None) or self._tok.encode_batch
+        encode = partial(batch, add_special_tokens=False)
+        return [encoding.ids for encoding in encode_checked(encode, list(texts), source=self.source)]
+
     def encode_words(self, words: Sequence[Sequence[str]]) -> list[Encoding]:
         """``tokenizers`` encodings of pre-split words (one list a text), no special tokens: ``word_ids``
         maps each token to its word (token classification puts a word's tag on its first token)."""

@@ -38,11 +38,13 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from zoo.io.tokenizer.errors import encode_checked
 from zoo.training.data import DataError
 from zoo.training.data.shards import (
     FORMAT_VERSION,
@@ -231,8 +233,12 @@ def encode_text_sides(
 
 def _batch_encoder(tokenizer: Any) -> Callable[[list[Any]], list[Any]]:
     backend = getattr(tokenizer, "hf", tokenizer)  # zoo's Tokenizer wraps a tokenizers.Tokenizer
-    batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
-    return lambda texts: batch(texts, add_special_tokens=False)
+    batch = partial(
+        getattr(backend, "encode_batch_fast", None) or backend.encode_batch, add_special_tokens=False
+    )
+    # The library's errors as one line naming the tokenizer's file (`zoo.io.tokenizer.errors`).
+    source = getattr(tokenizer, "source", "the tokenizer")
+    return lambda texts: encode_checked(batch, texts, source=source)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

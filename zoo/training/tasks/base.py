@@ -381,9 +381,7 @@ def _chars(record: Record) -> list[int]:
 def raw_ids(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of ``texts``, no special tokens, encoded in parallel by the Rust backend (without the
     character offsets where the library can skip them)."""
-    backend = tokenizer.hf
-    batch = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
-    return [encoding.ids for encoding in batch(texts, add_special_tokens=False)]
+    return tokenizer.encode_ids(texts)  # the library's errors name the tokenizer file (io.tokenizer.errors)
 
 
 def cut_texts(texts: list[str], tokenizer: Tokenizer, cuts: LengthCuts | None) -> tuple[list[str], list[int]]:

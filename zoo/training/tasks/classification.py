@@ -297,7 +297,7 @@ class TokenClassification(Classification):
                     if left_out:
                         over.append(i)
                 words.append(row)
-            encodings = tokenizer.hf.encode_batch(words, is_pretokenized=True, add_special_tokens=False)
+            encodings = tokenizer.encode_words(words)  # the library's errors name the tokenizer file
             ids, tags = [], []
             for encoding, record in zip(encodings, records):
                 names, previous, classes = record.fields["tags"], None, list[int]()
@@ -435,7 +435,11 @@ def with_encoder_framing(tokenizer: Tokenizer) -> Tokenizer:
             if (token := tok.id_to_token(i)) is not None
         },
     }
-    framed = Tokenizer(HFTokenizer.from_str(json.dumps(data)), model_max_length=tokenizer.model_max_length)
+    framed = Tokenizer(
+        HFTokenizer.from_str(json.dumps(data)),
+        model_max_length=tokenizer.model_max_length,
+        source=tokenizer.source,
+    )
     # Special tokens a tokenizer_config.json named (not found by their usual names) would be lost: keep it.
     return framed if framed.special_ids() == tokenizer.special_ids() else tokenizer
 
