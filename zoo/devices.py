@@ -15,13 +15,23 @@ accepts. ``None`` means what ``nn.Module`` construction means: the ambient defau
 from __future__ import annotations
 
 import os
+import reprlib
 from typing import Any
 
 import torch
 
-from zoo.spec.errors import ArgumentTypeError, short_repr
-
 __all__ = ["ArgumentTypeError", "default_device", "path_argument", "resolve_device", "resolve_dtype"]
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 4
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A Python API argument of the wrong type (``zoo.build(42)``, ``zoo.load(5)``): a TypeError, as Python's
+    own, and a ValueError, so that the CLI reports it in one line like every other user error. The message
+    names the argument and what it accepts."""
+
 
 DEVICE_HELP = "auto, cpu, cuda, cuda:N, mps or meta, or a torch.device"
 _DTYPES = {
@@ -109,3 +119,8 @@ def path_argument(path: Any, *, argument: str = "path", where: str) -> str | os.
 def _kind(value: object) -> str:
     """What a wrong argument is, for messages: its type, and a short repr (never a huge one)."""
     return f"{type(value).__name__} {short_repr(value)}"
+
+
+def short_repr(value: object) -> str:
+    """A bounded repr: a few elements, a few dozen characters, however large ``value`` is."""
+    return _REPR.repr(value)

@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
-from zoo.devices import resolve_device, resolve_dtype
+from zoo.devices import ArgumentTypeError, resolve_device, resolve_dtype
 from zoo.models.base import ZooModel
 from zoo.models.decoder import DecoderModel
 from zoo.models.encoder import EncoderModel
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.models.init import initialize
 from zoo.spec import DecoderSpec, EncoderDecoderSpec, EncoderSpec, ModelSpec, load_spec, parse_spec, preset
-from zoo.spec.errors import ArgumentTypeError, short_repr
+from zoo.spec.errors import short_repr
 
 MODEL_CLASSES: dict[str, type[ZooModel]] = {
     "encoder": EncoderModel,
@@ -33,7 +33,7 @@ def resolve_spec(spec: ModelSpec | str | os.PathLike[str] | Mapping[str, Any]) -
     if isinstance(spec, Mapping):
         return parse_spec(spec)
     if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith((".yaml", ".yml", ".json"))):
-        return load_spec(spec)
+        return load_spec(os.fspath(spec))
     if isinstance(spec, str):
         return preset(spec)
     if isinstance(spec, EncoderSpec | DecoderSpec | EncoderDecoderSpec):

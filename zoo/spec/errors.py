@@ -35,12 +35,6 @@ class SpecError(ValueError):
     """A spec file or preset that cannot be read or does not validate; the message names the file."""
 
 
-class ArgumentTypeError(TypeError, ValueError):
-    """A Python API argument of the wrong type (``zoo.build(42)``, ``zoo.load(5)``): a TypeError, as Python's
-    own, and a ValueError, so that the CLI reports it in one line like every other user error. The message
-    names the argument and what it accepts."""
-
-
 def short_repr(value: Any) -> str:
     """A bounded repr: a few elements, a few levels, a few dozen characters, however large ``value`` is."""
     return _REPR.repr(value)
