@@ -15,7 +15,6 @@ expected kind (or of none known) keeps its own error, which names the field that
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zoo.io.jsonfile import parse_json
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, WEIGHTS_NAME
 
 # What a training run adds to a checkpoint folder (zoo.training.layout; named here to keep torch unloaded).
@@ -118,7 +118,7 @@ def mapping_kind(data: Any) -> Kind | None:
 def _parse(text: str) -> Any:
     """JSON (fast, for a large tokenizer.json), else bounded YAML; None when it is neither."""
     try:
-        return json.loads(text)
+        return parse_json(text, where="")  # bounded: a file nested 50,000 deep is "neither", not a crash
     except ValueError:
         pass
     import yaml

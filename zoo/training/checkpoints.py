@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, write_atomic, write_text_atomic
 from zoo.io.checkpoint.files import read_header
 from zoo.io.checkpoint.layout import open_checkpoint
-from zoo.io.jsonfile import read_json_object
+from zoo.io.jsonfile import parse_json, read_json_object
 from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.training.layout import (
@@ -119,10 +119,10 @@ def unflatten_optimizer_state(path: Path) -> dict[str, Any]:
         for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
             name, _, field = key.rpartition("/")
             state.setdefault(name, {})[field] = f.get_tensor(key)
-    for key, value in json.loads(metadata.get("scalars", "{}")).items():
+    for key, value in parse_json(metadata.get("scalars", "{}"), where=f"{path}: scalars").items():
         name, _, field = key.rpartition("/")
         state.setdefault(name, {})[field] = value
-    groups = json.loads(metadata["param_groups"])
+    groups = parse_json(metadata["param_groups"], where=f"{path}: param_groups")
     for group in groups:  # JSON turned tuples into lists; Adam unpacks betas either way, but keep the type
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
@@ -231,9 +231,10 @@ def checkpoint_problem(path: Path) -> str | None:
         read_json_object(path / TOKENIZER_NAME, error=ResumeError)
         open_checkpoint(path)  # the weights: headers, sizes and spec
         metadata, _ = read_header(path / OPTIMIZER_NAME)
-        if not isinstance(json.loads(metadata.get("param_groups", "null")), list):
+        groups = parse_json(metadata.get("param_groups", "null"), where=f"{OPTIMIZER_NAME}: param_groups")
+        if not isinstance(groups, list):
             return f"{OPTIMIZER_NAME}: no parameter groups in its metadata"
-        json.loads(metadata.get("scalars", "{}"))
+        parse_json(metadata.get("scalars", "{}"), where=f"{OPTIMIZER_NAME}: scalars")
         read_header(path / RNG_NAME)
     except (ValueError, OSError) as error:  # CheckpointError and ResumeError are ValueErrors
         return str(error).replace(f"{path}{os.sep}", "").replace(f"{path}: ", "")

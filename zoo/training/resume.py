@@ -16,7 +16,6 @@ optimizer: the base's fingerprint must still be the one the adapters were traine
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 import zoo
 import zoo.lora
+from zoo.io.jsonfile import read_json_object
 from zoo.io.names import SPEC_NAME, WEIGHTS_NAME
 from zoo.spec import LoraSpec, ModelSpec
 from zoo.training import checkpoints, rundir
@@ -241,7 +241,7 @@ class CheckpointIO:
             tensor.copy_(saved[name])
 
     def _check_spec(self, path: Path) -> None:
-        saved = json.loads((path / SPEC_NAME).read_text(encoding="utf-8"))
+        saved = read_json_object(path / SPEC_NAME, error=checkpoints.ResumeError)
         current = self.spec.model_dump(mode="json")
         if saved != current:
             changed = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from zoo.io.atomic import write_text_atomic
+from zoo.io.jsonfile import parse_json
 from zoo.training.layout import CSV_NAME, METRICS_NAME, TENSORBOARD_DIR
 from zoo.training.rundir import open_no_link, writing
 
@@ -231,7 +232,7 @@ def truncate_records(output_dir: Path, *, after: int) -> None:
     kept = []
     for number, line in enumerate(lines, start=1):
         try:
-            record = json.loads(line) if line else None
+            record = parse_json(line, where=str(path)) if line else None
             if record is not None and record["step"] <= after:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):

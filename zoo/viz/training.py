@@ -12,12 +12,12 @@ label smoothing included, and ``val_loss`` is plain NLL. The smoothing comes fro
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zoo.io.jsonfile import parse_json, read_json
 from zoo.training.layout import METRICS_NAME
 from zoo.viz.backend import new_figure, save
 
@@ -68,7 +68,7 @@ def read_metrics(run: str | Path) -> Metrics:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = parse_json(line, where=str(file))
             step = float(record["step"])
         except (ValueError, KeyError, TypeError):
             metrics.skipped += 1
@@ -82,7 +82,7 @@ def read_metrics(run: str | Path) -> Metrics:
 
 def _read_run_info(path: Path) -> dict[str, Any]:
     try:
-        info = json.loads(path.read_text(encoding="utf-8"))
+        info = read_json(path)
     except (OSError, ValueError):  # no run.json (an older run, a copied log) or an unreadable one
         return {}
     return info if isinstance(info, dict) else {}

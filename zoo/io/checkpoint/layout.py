@@ -160,7 +160,7 @@ def index_document(
     index_metadata["total_size"] = total_size  # bytes of tensor data, as in Hugging Face's index
     for key in ("aliases", "quantization"):  # JSON in the file's metadata, readable objects in the index
         if key in metadata:
-            index_metadata[key] = json.loads(metadata[key])
+            index_metadata[key] = parse_json(metadata[key], where=f"metadata {key}")
     index_metadata["spec"] = spec.model_dump(mode="json")
     return {"metadata": index_metadata, "weight_map": weight_map}
 
