@@ -1,4 +1,4 @@
-"""Pairs as ``source<TAB>target`` text files, the format `zoo train` reads (`zoo.training.data`)."""
+"""Pairs as ``source<TAB>target`` text files, the format `zoo train` reads (`zoo.training.tasks.seq2seq`)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def validation_loss(
     metric: ScoreAccumulator | None = None,
 ) -> tuple[float, float]:
     """(mean NLL per target token, perplexity) over ``batches``; restores the model's train/eval mode.
-    ``metric`` (e.g. `zoo.training.classification.ClassificationMetric`) sees every batch's scored logits
+    ``metric`` (e.g. `zoo.training.tasks.classification.ClassificationMetric`) sees every batch's scored logits
     and targets."""
     was_training = model.training
     model.eval()
