@@ -78,7 +78,7 @@ def test_zoo_train_reports_bad_data_without_a_traceback(
     (tmp_path / "train.tsv").write_text("hello\tworld\nno tab\n", encoding="utf-8")
     assert main(["train", str(tiny_config)]) == 2
     err = capsys.readouterr().err
-    assert squash("train.tsv:2: expected 'source<TAB>target', found no tab") in squash(err)
+    assert squash("train.tsv:2: expected 2 tab-separated columns, found no tab") in squash(err)
     assert "Traceback" not in err
 
 
