@@ -86,9 +86,8 @@ def setup(
         if runtime.is_main:
             tokenizers = load_or_train_tokenizers(config, task=task)
             spec = wire_spec(spec, tokenizers, config, task=task)
-            splits = prepare_splits(
-                config, task, tokenizers, spec
-            )  # checks every line, writes the cache only
+            # every line is checked here; only the cache is written, nothing in the output folder
+            splits = prepare_splits(config, task, tokenizers, spec)
         if before_writing is not None:
             before_writing()
         if runtime.is_main:
@@ -163,7 +162,7 @@ def load_or_train_tokenizers(config: TrainConfig, *, task: Task, saved_dir: Path
     """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path`` (or ``model.init_from``),
     or trained on the training split's text, streamed. The task frames it as its model reads it (a
     classifier's gets ``bos text eos`` as its post-processor, so it frames as training did wherever it goes:
-    `zoo.training.tasks.classification.with_encoder_framing`)."""
+    `zoo.training.tasks.labels.with_encoder_framing`)."""
     tokenizers = _load_or_train(config, task=task, saved_dir=saved_dir)
     tokenizers.target = task.frame_tokenizer(tokenizers.target)
     return tokenizers

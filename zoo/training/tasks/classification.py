@@ -12,8 +12,8 @@ Texts are framed as the language-model tasks frame them, ``bos text eos`` (``[CL
 tokenizer), so a sequence head reads ``[CLS]``. A word's tag goes on its first sub-word; later sub-words and
 special tokens get -100 (not scored), as in transformers' token-classification examples.
 
-Prepared data keeps each split's own label names (sorted: numerically when every label is an integer) in
-its manifest and class ids by them; batches map them to the model's. The model's names
+Prepared data keeps each split's own label names in its manifest and class ids by them; batches map them
+to the model's (`zoo.training.tasks.labels`). The model's names
 (``heads.classifier.labels``) are its own when it has them, else the training data's. They are written into
 the spec, so a trained model carries them, and `zoo.to_hf` writes them as ``id2label``. A model without a
 classifier for the task gets a new one (replacing an MLM head): reading the pooler when it has one, else
@@ -22,15 +22,12 @@ the first token; a token classifier drops the pooler, as transformers' ``*ForTok
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.tokenizer import Tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_words
@@ -57,6 +54,15 @@ from zoo.training.tasks.base import (
     pad,
     raw_ids,
     rows,
+)
+from zoo.training.tasks.labels import (
+    class_ids,
+    data_labels,
+    label_names,
+    new_head,
+    quoted,
+    sorted_names,
+    with_encoder_framing,
 )
 
 OUTSIDE = "O"  # the tag of tokens outside any entity (IOB / BIO tagging), left out of the token F1
@@ -105,7 +111,7 @@ class Classification(Task):
         classifier = spec.heads.classifier
         try:
             if classifier is None or classifier.task != head:
-                spec = spec.override(**_new_head(spec, head, found))
+                spec = spec.override(**new_head(spec, head, found))
             spec = spec.override(**overrides) if overrides else spec
         except ValueError as error:  # the config's heads.classifier overrides do not fit
             raise ConfigError(f"{where}: cannot give the model a {head} classifier: {error}") from None
@@ -117,7 +123,7 @@ class Classification(Task):
             if len(found) != classifier.num_labels:
                 raise ConfigError(
                     f"{where}: the model's classifier has {classifier.num_labels} unnamed labels but the "
-                    f"training data has {len(found)} ({_names(found)}); name them in "
+                    f"training data has {len(found)} ({quoted(found)}); name them in "
                     "heads.classifier.labels (model.overrides), in class-id order"
                 )
             spec = spec.override(**{"heads.classifier.labels": list(found)})
@@ -338,113 +344,12 @@ def _conll_sentences(record: Record) -> Iterator[Record]:
         yield Record(record.path, start, {"tokens": words, "tags": tags})
 
 
-# --- labels ---------------------------------------------------------------------------------------------
-
-
-def data_labels(data: PreparedData) -> tuple[str, ...]:
-    """A prepared split's label names, in its class-id order (its manifest's)."""
-    labels = data.manifest.info.get("labels")
-    if not isinstance(labels, list) or not all(isinstance(name, str) for name in labels):
-        raise DataError(f"{data.path}: the manifest names no labels; not prepared for classification")
-    return tuple(labels)
-
-
-def label_names(spec: ModelSpec) -> tuple[str, ...]:
-    """The class names of a classifier spec (set by `Classification.fit_spec`)."""
-    classifier = spec.heads.classifier if isinstance(spec, EncoderSpec) else None
-    assert classifier is not None and classifier.labels is not None, "fit_spec names the labels"
-    return classifier.labels
-
-
-def class_ids(split: Split, names: Sequence[str]) -> np.ndarray:
-    """(the split's labels,) int64: the model's class id of each of the split's label ids. A label the
-    model lacks is a `DataError` naming the first example that has it."""
-    known = {name: i for i, name in enumerate(names)}
-    labels = data_labels(split.data)
-    stray = [name for name in labels if name not in known]
-    if stray:
-        first = _first_with(split.data, [labels.index(name) for name in stray])
-        name = labels[first[1]]
-        raise DataError(
-            f"{split.data.origin(first[0])}: label {name!r:.60} is not one of the model's labels ({_names(names)})"
-        )
-    return np.array([known[name] for name in labels], dtype=np.int64)
-
-
-def _first_with(data: PreparedData, ids: list[int]) -> tuple[int, int]:
-    """(the first example holding any of the label ids ``ids``, that id)."""
-    side = "label" if "label" in data.sides else "tags"
-    if data.side(side).kind == "scalar":
-        values = data.values(side)
-        where = int(np.argmax(np.isin(values, ids)))
-        return where, int(values[where])
-    tokens = data.tokens(side)
-    position = int(np.argmax(np.isin(tokens, ids)))
-    example = int(np.searchsorted(data.offsets(side), position, side="right")) - 1
-    return example, int(tokens[position])
-
-
-def sorted_names(names: set[str]) -> tuple[str, ...]:
-    """Label names in class-id order: numerically when all are integers, else alphabetically."""
-    if all(re.fullmatch(r"-?[0-9]+", name) for name in names):
-        return tuple(sorted(names, key=int))
-    return tuple(sorted(names))
-
-
-def _names(names: Sequence[str]) -> str:
-    shown = ", ".join(repr(n) for n in list(names)[:8])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
-
-
-def _new_head(spec: EncoderSpec, head: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """Overrides giving ``spec`` a fresh ``head`` classifier for ``names`` (in place of an MLM head)."""
-    classifier: dict[str, Any] = {"task": head, "num_labels": len(names), "labels": list(names)}
-    changes: dict[str, Any] = {"heads.mlm": None, "heads.classifier": classifier}
-    if head == "sequence":
-        classifier["pooling"] = "pooler" if spec.heads.pooler else "first_token"
-    else:
-        changes["heads.pooler"] = False  # as transformers' *ForTokenClassification
-    return changes
-
-
-# --- framing ------------------------------------------------------------------------------------------------
+# --- framing and batches ---------------------------------------------------------------------------------
 
 
 def framing(tokenizers: Tokenizers) -> Framing:
     """``bos text eos`` with the tokenizer's special tokens (``[CLS] text [SEP]``)."""
     return Framing(bos=tokenizers.target.bos_id, eos=tokenizers.target.eos_id)
-
-
-def with_encoder_framing(tokenizer: Tokenizer) -> Tokenizer:
-    """``tokenizer`` with BERT's framing ``bos text eos`` as its post-processor, when it has none (those
-    zoo trains): the batch call, and transformers' ``AutoTokenizer`` on an exported folder, then frame
-    texts as training did, and a sequence head reads the same first token."""
-    tok, bos, eos = tokenizer.hf, tokenizer.bos_id, tokenizer.eos_id
-    if tok.post_processor is not None or bos is None or eos is None:
-        return tokenizer
-    first, last = ({"SpecialToken": {"id": tok.id_to_token(i), "type_id": 0}} for i in (bos, eos))
-    single = [first, {"Sequence": {"id": "A", "type_id": 0}}, last]
-    data = json.loads(tok.to_str())
-    data["post_processor"] = {  # JSON, not a template string: token names may hold ':' or spaces
-        "type": "TemplateProcessing",
-        "single": single,
-        "pair": [*single, {"Sequence": {"id": "B", "type_id": 0}}, last],
-        "special_tokens": {
-            token: {"id": token, "ids": [i], "tokens": [token]}
-            for i in (bos, eos)
-            if (token := tok.id_to_token(i)) is not None
-        },
-    }
-    framed = Tokenizer(
-        HFTokenizer.from_str(json.dumps(data)),
-        model_max_length=tokenizer.model_max_length,
-        source=tokenizer.source,
-    )
-    # Special tokens a tokenizer_config.json named (not found by their usual names) would be lost: keep it.
-    return framed if framed.special_ids() == tokenizer.special_ids() else tokenizer
-
-
-# --- batches and metrics ----------------------------------------------------------------------------------
 
 
 class ClassificationCollator:
