@@ -197,3 +197,9 @@ def test_a_crash_between_the_two_renames_leaves_no_half_folder(
             writer.close()
     with pytest.raises(FileNotFoundError):
         open_prepared(tmp_path / "out")
+
+
+def test_a_manifest_nested_50000_deep_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("[" * 50_000 + "]" * 50_000, encoding="utf-8")
+    with pytest.raises(DataError, match=r"manifest\.json: JSON nested more than"):
+        open_prepared(tmp_path)

@@ -126,6 +126,8 @@ def test_jsonl_reads_named_keys_lists_and_integer_labels(tmp_path: Path) -> None
         ('{"other": "x"}', "no key 'text'"),
         ('["text"]', "expected a JSON object, found a list"),
         ('{"text": "a"', "not JSON"),
+        ('{"text": ' + "[" * 50_000 + "]" * 50_000 + "}", "JSON nested too deeply"),
+        ('{"text": ' + "9" * 5_000 + "}", "holds an integer of more than 4,300 digits"),
     ],
 )
 def test_jsonl_refuses_nested_or_missing_values_naming_the_line(

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 
 from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, remove_stale_temps
+from zoo.io.jsonfile import read_json
 from zoo.training.data import DataError
 
 FORMAT = "zoo-prepared"
@@ -519,9 +520,9 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
     if not file.is_file():
         raise DataError(f"{path}: no {MANIFEST_NAME}; not prepared data, or a prepare that did not finish")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise DataError(f"{file}: not JSON ({error}); the folder was damaged") from None
+        data = read_json(file)
+    except ValueError as error:  # the bounded reader's message names the file
+        raise DataError(f"{error}; the folder was damaged") from None
     return Manifest.from_json(data, path=file)
 
 

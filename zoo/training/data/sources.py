@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from zoo.io.jsonfile import read_json
 from zoo.training.data import DataError
 
 log = logging.getLogger(__name__)
@@ -273,9 +274,15 @@ def _jsonl(path: Path, source: Source, bad: _BadLines) -> Iterator[Record]:
         if line is None or not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line)  # per line, no bounded reader: its scan would cost more than the parse
         except json.JSONDecodeError as error:
             bad(path, number, f"not JSON ({error.msg} at column {error.colno})")
+            continue
+        except ValueError:  # Python's 4,300-digit cap on integers
+            bad(path, number, "holds an integer of more than 4,300 digits")
+            continue
+        except RecursionError:  # json's C parser recurses: a line nested ~50,000 deep ends here
+            bad(path, number, "JSON nested too deeply")
             continue
         if not isinstance(obj, dict):
             bad(path, number, f"expected a JSON object, found {_kind(obj)}")
@@ -375,9 +382,7 @@ def _table_files(path: Path, fmt: str) -> list[Path]:
     state = path / "state.json"
     if fmt == "arrow" and state.is_file():  # save_to_disk: state.json lists the shards in order
         try:
-            names = [
-                entry["filename"] for entry in json.loads(state.read_text(encoding="utf-8"))["_data_files"]
-            ]
+            names = [entry["filename"] for entry in read_json(state)["_data_files"]]
         except (ValueError, KeyError, TypeError) as error:
             raise DataError(f"{state}: not a datasets state file ({error})") from None
         return [path / name for name in names]
