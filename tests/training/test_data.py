@@ -264,3 +264,13 @@ def test_units_are_read_from_the_offsets_in_chunks_into_the_narrowest_type(
     config = TrainConfig.from_dict({"model": "gpt2-tiny", "data": {"train": "x"}, "max_steps": 1})
     units = TASKS["causal_lm"].units(split, tokenizers=tokenizers, limits=Limits(6), config=config)
     assert units.lengths.dtype == np.uint16 and units.lengths[:, 0].tolist() == [5, 3, 6, 3, 6]
+
+
+def test_batches_read_rows_from_the_files_as_the_maps_hold_them(tmp_path: Path) -> None:
+    rows = [[5, 6, 7], [8], [9, 10]]
+    data = shards(tmp_path, {"text": rows}).data
+    read = data.read_rows(np.array([2, 0, 1]), "text")
+    assert [r.tolist() for r in read] == [[9, 10], [5, 6, 7], [8]]
+    assert [r.tolist() for r in read] == [r.tolist() for r in data.gather([2, 0, 1], "text")]
+    assert data.read_span("text", 1, 4).tolist() == [6, 7, 8]
+    assert data.read_span("text", 1, 3, what="offsets").tolist() == [3, 4]

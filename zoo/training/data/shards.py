@@ -445,16 +445,34 @@ class PreparedData:
             return np.ones(self.num_examples, dtype=np.int64)
         return np.diff(self.offsets(side))
 
+    def read_rows(self, indices: Sequence[int] | np.ndarray, side: str) -> list[np.ndarray]:
+        """The rows of ``indices`` on a sequence side, read from the files (positioned reads), not the
+        maps. Training reads its batches this way: pages a map touches stay in the process's resident set
+        (with the kernel's read-ahead around each one), so a run through a corpus far larger than memory
+        would grow with it; reads leave the pages to the page cache, outside the process."""
+        dtype = np.dtype(self.side(side).resolved_dtype).newbyteorder("<")
+        rows = []
+        offsets_path, tokens_path = (self.path / self._file(side, kind) for kind in ("offsets", "tokens"))
+        with offsets_path.open("rb") as offsets, tokens_path.open("rb") as tokens:
+            for i in np.asarray(indices, dtype=np.int64).tolist():
+                offsets.seek(8 * i)
+                start, stop = np.frombuffer(offsets.read(16), dtype="<i8").tolist()
+                tokens.seek(start * dtype.itemsize)
+                rows.append(np.frombuffer(tokens.read((stop - start) * dtype.itemsize), dtype=dtype))
+        return rows
+
+    def read_span(self, side: str, start: int, stop: int, *, what: str = "tokens") -> np.ndarray:
+        """``tokens(side)[start:stop]`` (or the offsets', ``what="offsets"``), read from the file."""
+        dtype = np.dtype("int64" if what == "offsets" else self.side(side).resolved_dtype).newbyteorder("<")
+        path = self.path / self._file(side, what)
+        return np.fromfile(path, dtype=dtype, count=stop - start, offset=start * dtype.itemsize)
+
     def read_lengths(self, side: str, start: int, stop: int) -> np.ndarray:
         """(stop - start,) int64 row lengths of examples ``start:stop``, read from the offsets file rather
         than its map: a pass over every example's length (planning) leaves no mapped pages resident."""
         if self.side(side).kind == "scalar":
             return np.ones(stop - start, dtype=np.int64)
-        count = stop - start + 1
-        offsets = np.fromfile(
-            self.path / self._file(side, "offsets"), dtype="<i8", count=count, offset=8 * start
-        )
-        return np.diff(offsets)
+        return np.diff(self.read_span(side, start, stop + 1, what="offsets"))
 
     def example(self, i: int) -> dict[str, np.ndarray]:
         """Example ``i``, every side: a (length,) row, or a () scalar."""

@@ -312,9 +312,10 @@ def pad(sequences: Sequence[Sequence[int] | np.ndarray], value: int) -> tuple[to
     return ids, mask
 
 
-def rows(data: PreparedData, units: np.ndarray, side: str) -> list[list[int]]:
-    """The raw token ids of examples ``units`` of one side, as lists."""
-    return [row.tolist() for row in data.gather(units, side)]
+def rows(data: PreparedData, examples: np.ndarray, side: str) -> list[list[int]]:
+    """The raw token ids of ``examples`` on one side, as lists, read from the files (not mapped:
+    `PreparedData.read_rows`, so a run's memory does not grow with the corpus it goes through)."""
+    return [row.tolist() for row in data.read_rows(examples, side)]
 
 
 @dataclass

@@ -382,7 +382,7 @@ class ClassificationCollator:
             )
             tags = [
                 self._classes(np.asarray(row, dtype=np.int64))
-                for row in self.data.gather(examples, self.side)
+                for row in self.data.read_rows(examples, self.side)
             ]
             targets, _ = pad([cut(edge(row), self.max_length) for row in tags], IGNORE_INDEX)  # (B, T)
         else:
