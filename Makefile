@@ -47,6 +47,8 @@ lint: $(VENV)/.installed-dev
 format: $(VENV)/.installed-dev
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
 
+# The quick bench (GPT and BERT shapes, eager decoding; bench/README.md). Results go to bench/results/local/,
+# which git ignores; `python -m bench --update` refreshes the tracked bench/results/ the docs quote.
 bench: $(VENV)/.installed-dev
 	$(PY) -m bench --quick
 

@@ -7,7 +7,8 @@ Each workload is one inference forward (batch 1, float32, no gradients: torch ha
 of a model whose self-attention has the pattern, run with ``zoo.blocks.flex.attention_kernel("sdpa")`` and
 ``("flex")`` alternately in one process (`bench.timing.alternate`); compile time is warm-up. Peak memory is
 measured per kernel in a fresh process (`bench.memory`'s method: fixed mmap threshold, resident-set
-high-water mark over one forward after a warm-up one). Writes results/attention.json and attention.md.
+high-water mark over one forward after a warm-up one). Writes attention.json and attention.md to
+bench/results/local/ (ignored by git), or --out DIR; --update writes the tracked bench/results/.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.attention", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    report.add_output_options(parser)
     parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "LENGTH", "KERNEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -169,12 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:55s} {length:5d}  sdpa {row['sdpa']['rate']:7,.0f}/s  flex {row['flex']['rate']:7,.0f}/s"
             )
     record["elapsed_s"] = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "attention.json").write_text(json.dumps(record, indent=2) + "\n")
-    (args.out / "attention.md").write_text(markdown(record))
-    print(
-        f"\n{markdown(record)}\nwrote {args.out}/attention.json and attention.md in {record['elapsed_s']:.0f} s"
-    )
+    out = report.output_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "attention.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "attention.md").write_text(markdown(record))
+    print(f"\n{markdown(record)}\nwrote {out}/attention.json and attention.md in {record['elapsed_s']:.0f} s")
     return 0
 
 

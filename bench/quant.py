@@ -13,7 +13,8 @@ through `zoo.quant.quantize`; transformers with a filter choosing the same matri
 to the embeddings in OPT and stays float in both). Every contender generates exactly ``--new-tokens``
 tokens (eos blocked) after a ``--prompt``-token prompt, with the KV cache, eager, alternating in one process
 (`bench.timing.alternate`). Weight bytes: the model's parameters as held in memory (a quantised matrix
-counts its integers and scales). Writes results/quant.json and quant.md.
+counts its integers and scales). Writes quant.json and quant.md to bench/results/local/ (ignored by git), or
+--out DIR; --update writes the tracked bench/results/.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also zoo's compiled decode step (generate(compile=True); compile time is warm-up, ~20-60 s a row)",
     )
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    report.add_output_options(parser)
     args = parser.parse_args(argv)
     if BASELINE not in args.formats:
         args.formats.insert(0, BASELINE)
@@ -220,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
             hf_rate = f"hf {row['hf']['rate']:7.1f}/s" if "hf" in row else ""
             print(f"batch {batch}  {fmt:45s} zoo {row['zoo']['rate']:7.1f}/s  {hf_rate}", flush=True)
     record["elapsed_s"] = time.perf_counter() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quant.json").write_text(json.dumps(record, indent=2) + "\n")
-    (args.out / "quant.md").write_text(markdown(record))
-    print(f"\n{markdown(record)}\nwrote {args.out}/quant.json and quant.md in {record['elapsed_s']:.0f} s")
+    out = report.output_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "quant.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "quant.md").write_text(markdown(record))
+    print(f"\n{markdown(record)}\nwrote {out}/quant.json and quant.md in {record['elapsed_s']:.0f} s")
     return 0
 
 

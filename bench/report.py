@@ -1,7 +1,13 @@
-"""The benchmark's outputs: a JSON record and a Markdown table, with the machine they were measured on."""
+"""The benchmark's outputs: a JSON record and a Markdown table, with the machine they were measured on.
+
+Where they go: ``bench/results/local/`` by default (ignored by git, so a bench run never changes the work
+tree), ``--out DIR`` anywhere, ``--update`` into ``bench/results/`` itself, the tracked results that
+bench/README.md and the README quote.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -9,6 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+TRACKED = Path(__file__).resolve().parent / "results"
+LOCAL = TRACKED / "local"
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--out DIR`` or ``--update``: where the JSON record and the Markdown table are written."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the results here (default: bench/results/local/, ignored by git)",
+    )
+    where.add_argument(
+        "--update", action="store_true", help="write into bench/results/: the tracked results the docs quote"
+    )
+
+
+def output_dir(args: argparse.Namespace) -> Path:
+    """The folder `add_output_options`'s flags chose."""
+    return TRACKED if args.update else args.out or LOCAL
 
 
 def machine(device: str, *, peak_tflops: float | None = None) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """Side-by-side benchmark of zoo against Hugging Face `transformers` and `torch.nn.Transformer`.
 
-    python -m bench --quick             # < 5 minutes on 2 CPU cores
+    python -m bench --quick             # GPT and BERT shapes, eager decoding: ~3 minutes on 2 CPU cores
+    python -m bench                     # every shape, compiled decoding too, peak memory: ~15 minutes
     python -m bench --device cuda       # on a GPU: adds bf16 training (+ torch.compile) with its MFU
     python -m bench --only generate     # one section
 
-Writes bench/results/results.json and results.md (the README's tables come from there).
+Writes results.json and results.md to bench/results/local/ (ignored by git), or --out DIR; --update writes
+the tracked bench/results/, which the README's tables come from.
 """
 
 from __future__ import annotations
@@ -106,7 +108,9 @@ def _rows(kind: str, workload: str, timings: dict, units: int, parameters: int) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="fewer repetitions and workloads (< 5 min on 2 cores)"
+        "--quick",
+        action="store_true",
+        help="GPT and BERT shapes only, no compiled decoding, fewer repetitions, no memory (~3 min on 2 cores)",
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     parser.add_argument(
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    report.add_output_options(parser)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         parser.error(f"--device {args.device}: expected cpu, cuda or cuda:N")
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     record["elapsed_s"] = time.perf_counter() - started
-    json_path, md_path = report.write(record, args.out)
+    json_path, md_path = report.write(record, report.output_dir(args))
     print(f"\n{report.markdown(record)}\nwrote {json_path} and {md_path} in {record['elapsed_s']:.0f} s")
     return 0
 

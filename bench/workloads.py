@@ -140,7 +140,9 @@ class Suite:
 
 
 def suite(*, quick: bool, device: str) -> Suite:
-    """The workloads for one run. ``quick`` keeps the whole run under ~5 minutes on 2 CPU cores."""
+    """The workloads for one run. ``quick`` (``make bench``: ~3 minutes on 2 CPU cores) keeps the GPT and BERT
+    training shapes and the GPT generation rows without the compiled contender (compiling a decode step
+    takes 20-60 s on a CPU) and without the encoder-decoders."""
     train = [
         TrainWorkload("gpt2-shaped train step", "decoder", GPT, batch=8, seq=256),
         TrainWorkload("bert-shaped MLM train step", "encoder", BERT, batch=8, seq=256),
@@ -155,10 +157,18 @@ def suite(*, quick: bool, device: str) -> Suite:
         ),
         TrainWorkload("t5-small-shaped train step", "encoder-decoder", T5, batch=8, seq=128, source=128),
     ]
+    if quick:
+        train = train[:2]
     dtypes = ["float32", "bfloat16"]
     generate = [
         GenerateWorkload(
-            f"gpt2-shaped greedy, batch {batch}, {dtype}", "decoder", GPT, batch=batch, prompt=32, dtype=dtype
+            f"gpt2-shaped greedy, batch {batch}, {dtype}",
+            "decoder",
+            GPT,
+            batch=batch,
+            prompt=32,
+            dtype=dtype,
+            contenders=("zoo", "hf", "floor") if quick else ("zoo", "zoo-compiled", "hf", "floor"),
         )
         for dtype in dtypes
         for batch in (1, 8)

@@ -1,0 +1,59 @@
+"""The benchmarks never change the work tree unless asked (``--update``), and ``make bench`` stays quick."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def bench_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    from bench import report
+
+    parser = argparse.ArgumentParser()
+    report.add_output_options(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_results_go_to_a_folder_git_ignores_unless_update_is_given(bench_modules: None) -> None:
+    from bench import report
+
+    default = report.output_dir(parse())
+    assert default == ROOT / "bench" / "results" / "local"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(default / "results.json")], cwd=ROOT, capture_output=True
+    )
+    assert ignored.returncode == 0, f"{default} is not ignored by git: a bench run would dirty the tree"
+    assert report.output_dir(parse("--update")) == ROOT / "bench" / "results"
+    assert report.output_dir(parse("--out", "elsewhere")) == Path("elsewhere")
+    with pytest.raises(SystemExit):
+        parse("--out", "elsewhere", "--update")
+
+
+@pytest.mark.parametrize("module", ["bench.run", "bench.attention", "bench.quant"])
+def test_every_bench_writes_where_the_output_options_say(module: str, bench_modules: None) -> None:
+    import importlib
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(module).main)
+    assert "report.add_output_options(parser)" in source and "report.output_dir(args)" in source
+    assert '/ "results"' not in source, f"{module} names the tracked results folder itself"
+
+
+def test_quick_suite_leaves_out_compiling_and_the_encoder_decoders(bench_modules: None) -> None:
+    from bench.workloads import suite
+
+    quick, full = suite(quick=True, device="cpu"), suite(quick=False, device="cpu")
+    assert [w.family for w in quick.train] == ["decoder", "encoder"]
+    assert all("zoo-compiled" not in w.contenders for w in quick.generate)
+    assert any("zoo-compiled" in w.contenders for w in full.generate)
+    assert len(full.train) == 4 and any(w.family == "encoder-decoder" for w in full.generate)
