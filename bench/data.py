@@ -248,8 +248,12 @@ def training_measures(
     ``train_peak_rss_mb``  peak RSS of ``zoo train`` from the prepared folder (a few steps)
     ``first_step_s``       time from ``zoo train`` start to the first optimizer step
     ``shards_tokens_s`` / ``memory_tokens_s``   training tokens/s from shards vs the in-memory path
+
+    (`bench.data_training`.)
     """
-    return {}
+    from bench.data_training import training_measures as measure
+
+    return measure(pairs, tsv, prepared, tokenizer_path, work)
 
 
 TRAINING: Callable[[int, Path, Path, Path, Path], dict[str, Any]] = training_measures
@@ -332,6 +336,23 @@ def markdown(record: dict[str, Any]) -> str:
             f"{r['encode_batch_peak_rss_mb']:,.0f} MB | {r['shard_mb']:,.0f} MB | {r['prepare_noop_seconds']:.2f} s | "
             f"{r['open_seconds'] * 1000:.0f} ms + {r['plan_seconds']:.2f} s |"
         )
+    training = [r for r in record["results"] if "train_peak_rss_mb" in r]
+    if training:
+        lines += [
+            "",
+            "Training from the prepared folder (`zoo train`, transformer-tiny, `batch.max_tokens` 4096; "
+            "`bench.data_training`):",
+            "",
+            "| pairs | peak RSS | vs the smallest | start to first step | tokens/s shards / in memory |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        base = training[0]["train_peak_rss_mb"]
+        for r in training:
+            speed = f"{r['shards_vs_memory']:.3f}x" if "shards_vs_memory" in r else "–"
+            lines.append(
+                f"| {r['pairs']:,} | {r['train_peak_rss_mb']:,.0f} MB | {r['train_peak_rss_mb'] / base:.2f}x "
+                f"| {r['first_step_s']:.1f} s | {speed} |"
+            )
     return "\n".join(lines) + "\n"
 
 
