@@ -210,7 +210,7 @@ def test_a_full_disk_during_a_checkpoint_names_the_file_and_keeps_the_previous_c
         train(config, progress=False)
     message = str(failed.value)
     assert f"could not write {config.output_dir}/checkpoints/step-00000004/optimizer.safetensors: " in message
-    assert "No space left on device" in message and "step-00000002" in message and "--resume" in message
+    assert "No space left on device" in message and "step-00000002" in message and "resume=True" in message
     assert failed.value.errno == errno.ENOSPC
     assert [p.name for p in (config.output_dir / "checkpoints").iterdir()] == ["step-00000002"]
     assert checkpoint_problem(list_checkpoints(config.output_dir)[-1]) is None
