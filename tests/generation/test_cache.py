@@ -121,3 +121,29 @@ def test_bfloat16_model_generates_with_its_float32_cache(tiny, prompts):
     out = model.generate(ids, attention_mask=mask, max_new_tokens=6, eos_token_id=[])
     assert out.shape == (2, 11) and out.dtype == torch.long
     assert torch.equal(out[:, :5], ids)
+
+
+@pytest.mark.parametrize("encoder_decoder", [False, True])
+def test_a_finished_runs_cache_is_freed_without_the_garbage_collector(tiny, prompts, encoder_decoder):
+    """No reference cycle holds the keys/values: they go when the run does, not when the cyclic collector
+    next runs (which would keep the previous call's cache alive while the next call allocates its own)."""
+    import gc
+    import weakref
+
+    model = tiny("t5-tiny" if encoder_decoder else "gpt2-tiny")
+    ids, mask = prompts(model.spec.vocab_size, [4, 6])
+    gc.collect()
+    gc.disable()
+    try:
+        cache = KVCache.for_stack(model.decoder, batch_size=2, max_length=16)
+        buffer = weakref.ref(cache.buffer)
+        with torch.no_grad():
+            if encoder_decoder:
+                memory = model.encode(ids, mask).hidden
+                model.decode(ids[:, :1], memory=memory, memory_mask=mask, cache=cache)
+            else:
+                model(ids, attention_mask=mask, cache=cache)
+        del cache
+        assert buffer() is None
+    finally:
+        gc.enable()

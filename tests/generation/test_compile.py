@@ -18,6 +18,18 @@ def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
     assert torch.equal(compiled, eager)
 
 
+def test_a_compiled_run_compiles_the_decode_step_alone(tiny, prompts):
+    """The prompt is prefilled eagerly: a graph for it would be a second compile, and, frozen, a second
+    copy of the weights."""
+    from torch._dynamo.utils import counters
+
+    model = tiny("gpt2-tiny")
+    ids, mask = prompts(model.spec.vocab_size, [6, 6])
+    counters.clear()
+    model.generate(ids, attention_mask=mask, max_new_tokens=4, eos_token_id=[], compile=True)
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
     """bf16 compiles with Inductor's weight freezing; an in-place weight update must not leave stale constants."""
     model = tiny("gpt2-tiny").to(torch.bfloat16)

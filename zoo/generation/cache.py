@@ -35,13 +35,27 @@ if TYPE_CHECKING:
     from zoo.stacks import Stack
 
 
+class Cursor:
+    """How many positions a cache holds: shared by the cache and its slots.
+
+    The slots read the length from here rather than from the `KVCache` that owns them, so no reference
+    cycle (cache -> slots -> cache) keeps a finished run's buffers alive until the cyclic garbage collector
+    happens to run: they are freed as soon as the last reference goes, before the next run allocates its own.
+    """
+
+    __slots__ = ("length",)
+
+    def __init__(self) -> None:
+        self.length = 0
+
+
 class SelfAttentionSlot:
     """One self-attention application's slice of the shared buffer (`zoo.blocks.attention.KVSlot`)."""
 
     filled = False  # self-attention always projects the new tokens; only cross-attention reuses
 
-    def __init__(self, cache: KVCache, keys: torch.Tensor, values: torch.Tensor) -> None:
-        self._cache, self._keys, self._values = cache, keys, values  # (B, K, L, D) views of the buffer
+    def __init__(self, cursor: Cursor, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self._cache, self._keys, self._values = cursor, keys, values  # (B, K, L, D) views of the buffer
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this step's k, v (B, K, T, D); return every key/value so far, (B, K, length + T, D) views."""
@@ -71,8 +85,8 @@ class RollingSlot:
 
     filled = False
 
-    def __init__(self, cache: KVCache, keys: torch.Tensor, values: torch.Tensor) -> None:
-        self._cache, self._keys, self._values = cache, keys, values  # (B, K, W, D) views of the buffer
+    def __init__(self, cursor: Cursor, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self._cache, self._keys, self._values = cursor, keys, values  # (B, K, W, D) views of the buffer
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this step's k, v (B, K, T, D); return what attention sees, in `KVCache.key_positions` order."""
@@ -154,7 +168,7 @@ class KVCache:
         device: torch.device | str,
         window: int | None = None,
     ) -> None:
-        self.length = 0
+        self.cursor = Cursor()
         self.max_length = max_length
         self.window = window if window is not None and window < max_length else None  # None: not rolling
         slots = self.window or max_length
@@ -164,7 +178,7 @@ class KVCache:
         slot = SelfAttentionSlot if self.window is None else RollingSlot
         self.layers = [
             LayerSlots(
-                slot(self, self.buffer[i, 0], self.buffer[i, 1]),
+                slot(self.cursor, self.buffer[i, 0], self.buffer[i, 1]),
                 CrossAttentionSlot(dtype) if cross_attention else None,
             )
             for i in range(num_layers)
@@ -194,6 +208,15 @@ class KVCache:
             window=rolling_window(stack),
         )
 
+    @property
+    def length(self) -> int:
+        """Positions cached so far (the keys every layer holds before the next forward)."""
+        return self.cursor.length
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self.cursor.length = value
+
     def key_positions(self, new: int) -> torch.Tensor | None:
         """Where the keys attention sees in the next forward of ``new`` tokens sit ((Tk,), -1 = an empty slot),
         in the order the slots hand them over; None for a full cache (0 .. length + new - 1)."""
@@ -212,7 +235,7 @@ class KVCache:
 
     def advance(self, steps: int) -> None:
         """Called by the stack after every layer wrote its ``steps`` new positions."""
-        self.length += steps
+        self.cursor.length += steps
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Beam search: row i of the cache becomes old row ``rows[i]`` (B,). Cross-attention keys need no

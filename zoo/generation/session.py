@@ -115,7 +115,11 @@ class Session:
         """Next-token logits (B, V) after the current sequences, in the model's dtype."""
         start = self.cache.length if self.cache is not None else 0  # without a cache: the whole sequence
         end = self.length
-        return self.step(
+        # The prompt is prefilled eagerly: a compiled step would compile a second graph for it (torch.compile
+        # specialises one token against many), and a frozen graph holds its own copy of the weights. Prefill
+        # is a few large matmuls that eager runs at full speed; the per-token steps are where compile pays.
+        step = decode_step if self.cache is not None and end - start > 1 else self.step
+        return step(
             self.model,
             self.tokens[:, start:end],
             self.positions[:, start:end],
