@@ -149,3 +149,49 @@ def test_xlm_roberta_xl_refuses_a_post_norm_spec(tmp_path: Path) -> None:
     hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
     with pytest.raises(ValueError, match=r"xlm-roberta-xl cannot express norm\.placement='post'"):
         zoo.to_hf(zoo.from_hf(tmp_path / "hf"), tmp_path / "out", model_type="xlm-roberta-xl")
+
+
+# -- DistilBERT ----------------------------------------------------------------------------------------------
+
+DISTILBERT = dict(
+    vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48, max_position_embeddings=32,
+    activation="relu", dropout=0.15, seq_classif_dropout=0.25, pad_token_id=0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "class_name",
+    ["DistilBertForMaskedLM", "DistilBertModel", "DistilBertForSequenceClassification",
+     "DistilBertForTokenClassification"],
+)  # fmt: skip
+def test_distilbert_matches_transformers_and_round_trips(class_name: str, tmp_path: Path) -> None:
+    config = transformers.DistilBertConfig(**DISTILBERT, **LABELS)
+    model = round_trip(randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=0)
+    spec = model.spec
+    assert spec.embedding.segment_vocab_size == 0 and spec.norm.eps == 1e-12 and not spec.heads.pooler
+    classifier = spec.heads.classifier
+    if class_name.endswith("SequenceClassification"):
+        assert (classifier.pooling, classifier.activation, classifier.dropout) == (
+            "pre_classifier",
+            "relu",
+            0.25,
+        )
+    if class_name.endswith("TokenClassification"):
+        assert classifier.dropout is None and classifier.labels == ("negative", "neutral", "positive")
+
+
+def test_untied_distilbert_mlm_head_round_trips(tmp_path: Path) -> None:
+    config = transformers.DistilBertConfig(**DISTILBERT, tie_word_embeddings=False)
+    model = round_trip(randomized(transformers.DistilBertForMaskedLM(config)), tmp_path, pad_id=0)
+    assert not model.spec.heads.mlm.tied
+
+
+def test_distilbert_refuses_token_types_and_a_tanh_head() -> None:
+    bert = zoo.preset("bert-tiny").override(**{"heads.mlm": None, "heads.pooler": False, "norm.eps": 1e-12})
+    with pytest.raises(ValueError, match=r"distilbert cannot express embedding\.segment_vocab_size=2"):
+        zoo.to_hf(zoo.build(bert), "unused", model_type="distilbert")
+    dense = bert.override(
+        **{"embedding.segment_vocab_size": 0, "heads.classifier": {"num_labels": 2, "pooling": "dense"}}
+    )
+    with pytest.raises(ValueError, match=r"distilbert cannot express heads\.classifier\.pooling='dense'"):
+        zoo.to_hf(zoo.build(dense), "unused", model_type="distilbert")

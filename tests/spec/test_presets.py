@@ -28,6 +28,10 @@ PUBLISHED_COUNTS = {
     # (M2M100ForConditionalGeneration) and google/bigbird-roberta-base's (BigBirdForMaskedLM: no NSP head)
     "m2m100-418m": 483_905_536,
     "bigbird-roberta-base": 128_111_286,
+    # transformers' model on the meta device from the published config: FacebookAI/xlm-roberta-base
+    # (XLMRobertaForMaskedLM), distilbert/distilbert-base-uncased (DistilBertForMaskedLM)
+    "xlm-roberta-base": 278_295_186,
+    "distilbert-base-uncased": 66_985_530,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
