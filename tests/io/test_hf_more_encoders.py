@@ -88,14 +88,15 @@ def assert_same(model: zoo.ZooModel, hf: torch.nn.Module, *, pad_id: int) -> Non
         torch.testing.assert_close(ours.pooler_output, theirs.pooler_output, atol=1e-4, rtol=1e-4)
 
 
-def round_trip(hf: torch.nn.Module, tmp_path: Path, *, pad_id: int, model_type: str | None = None):
-    """from_hf -> parity -> to_hf -> transformers reload with no missing/unexpected keys -> parity; the
-    export's class is the one that saved the original, and the export reads back to the same spec."""
+def round_trip(hf: torch.nn.Module, tmp_path: Path, *, pad_id: int) -> zoo.ZooModel:
+    """from_hf -> parity -> to_hf (as the original's model_type) -> transformers reload with no missing or
+    unexpected keys -> parity; the export's class is the one that saved the original, and the export reads
+    back to the same spec."""
     hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
     model = zoo.from_hf(tmp_path / "hf")
     assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
     assert_same(model, hf, pad_id=pad_id)
-    zoo.to_hf(model, tmp_path / "out", model_type=model_type)
+    zoo.to_hf(model, tmp_path / "out", model_type=hf.config.model_type)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["architectures"] == [type(hf).__name__]
     assert config["model_type"] == hf.config.model_type
@@ -120,9 +121,7 @@ XLMR = dict(
 )  # fmt: skip
 def test_xlm_roberta_matches_transformers_and_round_trips(class_name: str, tmp_path: Path) -> None:
     config = transformers.XLMRobertaConfig(**XLMR, **LABELS, classifier_dropout=0.25)
-    model = round_trip(
-        randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=1, model_type="xlm-roberta"
-    )
+    model = round_trip(randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=1)
     assert model.spec.position.offset == 2 and model.spec.max_positions == 32
     assert model.spec.heads.pooler == (class_name == "XLMRobertaModel")  # a sentence-transformers folder
 
@@ -195,3 +194,78 @@ def test_distilbert_refuses_token_types_and_a_tanh_head() -> None:
     )
     with pytest.raises(ValueError, match=r"distilbert cannot express heads\.classifier\.pooling='dense'"):
         zoo.to_hf(zoo.build(dense), "unused", model_type="distilbert")
+
+
+# -- ELECTRA -------------------------------------------------------------------------------------------------
+
+ELECTRA = dict(
+    vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=48, max_position_embeddings=32, type_vocab_size=3, hidden_act="gelu_new",
+    layer_norm_eps=1e-6, classifier_dropout=0.25,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "class_name",
+    ["ElectraForPreTraining", "ElectraForMaskedLM", "ElectraModel", "ElectraForSequenceClassification",
+     "ElectraForTokenClassification"],
+)  # fmt: skip
+def test_electra_matches_transformers_and_round_trips(class_name: str, tmp_path: Path) -> None:
+    config = transformers.ElectraConfig(**ELECTRA, **LABELS)
+    model = round_trip(randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=0)
+    heads = model.spec.heads
+    assert model.spec.embedding.factorized_dim == 16 and model.encoder.embed_proj is not None
+    assert (heads.replaced_token is not None) == (class_name == "ElectraForPreTraining")
+    if class_name == "ElectraForPreTraining":
+        assert heads.replaced_token.activation == "gelu_tanh"
+    if class_name == "ElectraForMaskedLM":
+        assert heads.mlm.activation == "gelu" and heads.mlm.tied  # GELU whatever hidden_act says
+    if class_name == "ElectraForSequenceClassification":
+        assert (heads.classifier.pooling, heads.classifier.activation) == ("dense", "gelu")
+
+
+def test_electra_without_projection_and_an_untied_generator_round_trip(tmp_path: Path) -> None:
+    config = transformers.ElectraConfig(**dict(ELECTRA, embedding_size=32), tie_word_embeddings=False)
+    model = round_trip(randomized(transformers.ElectraForMaskedLM(config)), tmp_path, pad_id=0)
+    assert model.spec.embedding.factorized_dim is None and model.encoder.embed_proj is None
+    assert not model.spec.heads.mlm.tied
+
+
+@torch.no_grad()
+def test_replaced_token_loss_skips_padding_and_ignored_labels_and_logits_mask_selects_rows(tmp_path) -> None:
+    hf = randomized(transformers.ElectraForPreTraining(transformers.ElectraConfig(**ELECTRA)))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    model = zoo.from_hf(tmp_path)
+    ids, mask = batch(0)
+    labels = torch.randint(0, 2, ids.shape)
+    full = model(ids, attention_mask=mask, labels=labels)
+    keep = mask.bool() & (torch.arange(ids.shape[1]) % 2 == 0)
+    selected = model(ids, attention_mask=mask, labels=labels.masked_fill(~keep, -100), logits_mask=keep)
+    torch.testing.assert_close(selected.logits, full.logits[keep])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(full.logits[keep], labels[keep].float())
+    torch.testing.assert_close(selected.loss, expected)
+    with pytest.raises(ValueError, match=r"labels contains 2, outside \[0, 2\)"):
+        model(ids, attention_mask=mask, labels=labels + 1)
+
+
+def test_replaced_token_head_sizes_exactly_and_excludes_other_heads() -> None:
+    spec = zoo.preset("bert-tiny").override(
+        **{"heads.mlm": None, "heads.replaced_token": {"activation": "relu"}}
+    )
+    assert zoo.spec.parameter_count(spec) == zoo.build(spec, device="meta").num_parameters()
+    with pytest.raises(ValueError, match=r"heads\.mlm and heads\.replaced_token exclude each other"):
+        zoo.preset("bert-tiny").override(**{"heads.replaced_token": {}})
+    with pytest.raises(ValueError, match=r"bert cannot express heads\.replaced_token="):
+        zoo.to_hf(zoo.build(spec), "unused", model_type="bert")
+
+
+def test_electra_refuses_a_projection_as_wide_as_the_model_and_a_tanh_classifier() -> None:
+    spec = zoo.preset("bert-tiny").override(**{"heads.mlm": None, "heads.pooler": False})
+    wide = spec.override(**{"embedding.factorized_dim": spec.d_model})
+    with pytest.raises(
+        ValueError, match=r"electra cannot express embedding\.factorized_dim=\d+ \(= d_model\)"
+    ):
+        zoo.to_hf(zoo.build(wide), "unused", model_type="electra")
+    tanh = spec.override(**{"heads.classifier": {"num_labels": 2, "pooling": "dense"}})
+    with pytest.raises(ValueError, match=r"electra cannot express heads\.classifier\.activation='tanh'"):
+        zoo.to_hf(zoo.build(tanh), "unused", model_type="electra")

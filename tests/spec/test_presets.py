@@ -29,9 +29,13 @@ PUBLISHED_COUNTS = {
     "m2m100-418m": 483_905_536,
     "bigbird-roberta-base": 128_111_286,
     # transformers' model on the meta device from the published config: FacebookAI/xlm-roberta-base
-    # (XLMRobertaForMaskedLM), distilbert/distilbert-base-uncased (DistilBertForMaskedLM)
+    # (XLMRobertaForMaskedLM), distilbert/distilbert-base-uncased (DistilBertForMaskedLM),
+    # google/electra-base-discriminator (ElectraForPreTraining), google/electra-small-generator
+    # (ElectraForMaskedLM)
     "xlm-roberta-base": 278_295_186,
     "distilbert-base-uncased": 66_985_530,
+    "electra-base-discriminator": 109_483_009,
+    "electra-small-generator": 13_546_682,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
