@@ -88,13 +88,14 @@ def assert_same(model: zoo.ZooModel, hf: torch.nn.Module, *, pad_id: int) -> Non
         torch.testing.assert_close(ours.pooler_output, theirs.pooler_output, atol=1e-4, rtol=1e-4)
 
 
-def round_trip(hf: torch.nn.Module, tmp_path: Path, *, pad_id: int) -> zoo.ZooModel:
+def round_trip(hf: torch.nn.Module, tmp_path: Path, *, pad_id: int, unused: int = 0) -> zoo.ZooModel:
     """from_hf -> parity -> to_hf (as the original's model_type) -> transformers reload with no missing or
     unexpected keys -> parity; the export's class is the one that saved the original, and the export reads
-    back to the same spec."""
+    back to the same spec. ``unused``: parameters transformers holds and never reads (an untied head's
+    second bias)."""
     hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
     model = zoo.from_hf(tmp_path / "hf")
-    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters()) - unused
     assert_same(model, hf, pad_id=pad_id)
     zoo.to_hf(model, tmp_path / "out", model_type=hf.config.model_type)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -269,3 +270,97 @@ def test_electra_refuses_a_projection_as_wide_as_the_model_and_a_tanh_classifier
     tanh = spec.override(**{"heads.classifier": {"num_labels": 2, "pooling": "dense"}})
     with pytest.raises(ValueError, match=r"electra cannot express heads\.classifier\.activation='tanh'"):
         zoo.to_hf(zoo.build(tanh), "unused", model_type="electra")
+
+
+# -- MPNet ---------------------------------------------------------------------------------------------------
+
+MPNET = dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+    max_position_embeddings=66, layer_norm_eps=1e-6, hidden_act="gelu_new", hidden_dropout_prob=0.15,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "class_name",
+    ["MPNetModel", "MPNetForMaskedLM", "MPNetForSequenceClassification", "MPNetForTokenClassification"],
+)
+def test_mpnet_matches_transformers_and_round_trips(class_name: str, tmp_path: Path) -> None:
+    config = transformers.MPNetConfig(**MPNET, **LABELS)
+    model = round_trip(randomized(getattr(transformers, class_name)(config)), tmp_path, pad_id=1)
+    spec = model.spec
+    assert spec.position.offset == 2 and spec.position.relative_bias == zoo.spec.RelativeBiasSpec()
+    assert spec.max_positions == 64 and spec.embedding.segment_vocab_size == 0
+    assert spec.heads.pooler == (class_name == "MPNetModel")  # sentence-transformers' folders keep it
+    if spec.heads.classifier is not None:
+        assert spec.heads.classifier.dropout is None
+
+
+def test_mpnet_relative_bias_reaches_past_the_exact_buckets(tmp_path: Path) -> None:
+    """A 40-token row spans the log-spaced buckets (distance >= 8) on both sides: still equal."""
+    hf = randomized(transformers.MPNetModel(transformers.MPNetConfig(**MPNET)))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    model = zoo.from_hf(tmp_path)
+    torch.manual_seed(4)
+    ids = torch.randint(3, VOCAB, (2, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 25:] = 0
+    ids = ids.masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        ours, theirs = model(ids, attention_mask=mask), hf(input_ids=ids, attention_mask=mask)
+    real = mask.bool()
+    torch.testing.assert_close(
+        ours.last_hidden_state[real], theirs.last_hidden_state[real], atol=1e-4, rtol=1e-4
+    )
+
+
+def test_untied_mpnet_mlm_head_round_trips(tmp_path: Path) -> None:
+    config = transformers.MPNetConfig(**MPNET, tie_word_embeddings=False)
+    model = round_trip(randomized(transformers.MPNetForMaskedLM(config)), tmp_path, pad_id=1, unused=VOCAB)
+    assert not model.spec.heads.mlm.tied
+
+
+def test_mpnet_refuses_other_bucket_counts_and_specs_without_the_relative_bias(tmp_path: Path) -> None:
+    transformers.MPNetModel(
+        transformers.MPNetConfig(**MPNET, relative_attention_num_buckets=16)
+    ).save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(ValueError, match=r"relative_attention_num_buckets=16 is not supported"):
+        zoo.from_hf(tmp_path)
+    roberta = zoo.preset("bert-tiny").override(
+        **{"heads.mlm": None, "embedding.segment_vocab_size": 0, "pad_token_id": 1, "position.offset": 2}
+    )
+    with pytest.raises(ValueError, match=r"mpnet cannot express position\.relative_bias=None"):
+        zoo.to_hf(zoo.build(roberta), "unused", model_type="mpnet")
+
+
+def test_relative_bias_beside_learned_positions_sizes_exactly_and_is_refused_by_bert() -> None:
+    spec = zoo.preset("bert-tiny").override(**{"position.relative_bias": {"num_buckets": 16}})
+    model = zoo.build(spec, device="meta")
+    assert zoo.spec.parameter_count(spec) == model.num_parameters()
+    assert model.encoder.position_bias.weight.shape == (16, spec.attention.num_heads)
+    with pytest.raises(ValueError, match=r"bert cannot express encoder\.position\.relative_bias="):
+        zoo.to_hf(zoo.build(spec), "unused", model_type="bert")
+
+
+@pytest.mark.parametrize(
+    ("model_class", "config_class", "config", "named"),
+    [
+        ("MPNetModel", "MPNetConfig", MPNET, "MPNetForMaskedLM"),
+        ("ElectraModel", "ElectraConfig", ELECTRA, "ElectraForPreTraining"),
+        ("XLMRobertaModel", "XLMRobertaConfig", XLMR, "XLMRobertaForMaskedLM"),
+        ("DistilBertModel", "DistilBertConfig", DISTILBERT, "DistilBertForMaskedLM"),
+    ],
+)
+def test_a_sentence_transformers_body_whose_config_names_a_head_class_loads_as_the_body(
+    model_class: str, config_class: str, config: dict, named: str, tmp_path: Path
+) -> None:
+    """sentence-transformers saves the bare body (with its pooler, where it has one) beside a config.json
+    that may still name the pretraining head class: the tensors decide which heads there are."""
+    hf = randomized(getattr(transformers, model_class)(getattr(transformers, config_class)(**config)))
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    written = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, "architectures": [named]}))
+    model = zoo.from_hf(tmp_path)
+    heads = model.spec.heads
+    assert heads.mlm is None and heads.classifier is None and heads.replaced_token is None
+    assert heads.pooler == (getattr(hf, "pooler", None) is not None)  # MPNet's and XLM-R's bodies have one
+    assert_same(model, hf, pad_id=hf.config.pad_token_id)

@@ -34,7 +34,6 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
-    architecture,
     classic_layers,
     fused_linear,
     layernorm,
@@ -64,13 +63,14 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     hidden, embedding = config.get("hidden_size", 256), config.get("embedding_size", 128)
     activation = activation_from_hf(config.get("hidden_act", "gelu"), field="hidden_act")
     body = {n.removeprefix(PREFIX) for n in names}
-    arch = architecture(config)
     task = classifier_task(config, body, classes=CLASSIFIERS, pooler="")
     classifier = classifier_from_hf(config, task, pooling="dense") if task else None
     if classifier is not None and task == "sequence":
         classifier["activation"] = "gelu"
-    generator = arch == GENERATOR or any(n.startswith("generator_") for n in names)
-    discriminator = arch == DISCRIMINATOR or any(n.startswith("discriminator_") for n in names)
+    # From the tensors, not architectures: a body saved alone (sentence-transformers) may keep the head
+    # class's name in its config.
+    generator = any(n.startswith("generator_predictions.") for n in names)
+    discriminator = any(n.startswith("discriminator_predictions.") for n in names)
     return parse_spec({
         "family": "encoder",
         "vocab_size": vocab,
