@@ -29,7 +29,7 @@ from zoo.training.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-HEADS = ("pooler.", "mlm_head.", "classifier.", "lm_head.")  # what a task may add or drop
+HEADS = ("pooler.", "mlm_head.", "classifier.", "lm_head.", "replaced_token_head.")  # what a task may add or drop
 
 
 def is_hf_folder(path: Path) -> bool:

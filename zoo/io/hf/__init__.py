@@ -3,8 +3,8 @@
     config.json ──config_to_spec──> ModelSpec ──build on meta──> model ──strict load──> model
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
-Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5, bart [+ marian],
-m2m100, bigbird, opt, ctrl) holds declarative `FamilyMapping`s; this module only reads and writes files,
+Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta, xlm-roberta, xlm-roberta-xl],
+albert, t5, bart [+ marian], m2m100, bigbird, opt, ctrl, distilbert, electra, mpnet) holds declarative `FamilyMapping`s; this module only reads and writes files,
 picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
