@@ -4,8 +4,9 @@
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
 Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta, xlm-roberta, xlm-roberta-xl],
-albert, t5, bart [+ marian], m2m100, bigbird, opt, ctrl, distilbert, electra, mpnet) holds declarative `FamilyMapping`s; this module only reads and writes files,
-picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
+albert, t5, bart [+ marian], m2m100, bigbird, opt, ctrl, distilbert, electra, mpnet) holds declarative
+`FamilyMapping`s; this module only reads and writes files, picks the mapping by ``model_type`` and reads every
+export back (`faithful`). Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
