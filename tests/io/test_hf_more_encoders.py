@@ -16,6 +16,7 @@ import torch
 from support import padded_batch
 
 import zoo
+from zoo.io.hf import family_mappings
 
 transformers = pytest.importorskip("transformers")
 
@@ -134,7 +135,11 @@ def test_xlm_roberta_spec_exports_as_roberta_unless_asked(tmp_path: Path) -> Non
     assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "roberta"
 
 
-@pytest.mark.parametrize("class_name", ["XLMRobertaXLForMaskedLM", "XLMRobertaXLForSequenceClassification"])
+@pytest.mark.parametrize(
+    "class_name",
+    ["XLMRobertaXLForMaskedLM", "XLMRobertaXLModel", "XLMRobertaXLForSequenceClassification",
+     "XLMRobertaXLForTokenClassification"],
+)  # fmt: skip
 def test_xlm_roberta_xl_pre_norm_matches_transformers_and_round_trips(
     class_name: str, tmp_path: Path
 ) -> None:
@@ -364,3 +369,31 @@ def test_a_sentence_transformers_body_whose_config_names_a_head_class_loads_as_t
     assert heads.mlm is None and heads.classifier is None and heads.replaced_token is None
     assert heads.pooler == (getattr(hf, "pooler", None) is not None)  # MPNet's and XLM-R's bodies have one
     assert_same(model, hf, pad_id=hf.config.pad_token_id)
+
+
+# -- presets -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preset", "model_type"),
+    [
+        ("xlm-roberta-base", "xlm-roberta"),
+        ("distilbert-base-uncased", "distilbert"),
+        ("electra-base-discriminator", "electra"),
+        ("electra-small-generator", "electra"),
+        ("mpnet-base", "mpnet"),
+        ("all-mpnet-base-v2", "mpnet"),
+    ],
+)
+def test_published_presets_export_to_the_transformers_model_of_the_same_size(
+    preset: str, model_type: str
+) -> None:
+    """The preset's config.json builds, in transformers on the meta device, a model with zoo's exact
+    parameter count (the counts in tests/spec/test_presets.py are the published models')."""
+    spec = zoo.preset(preset)
+    mapping = next(m for m in family_mappings() if model_type in m.model_types)
+    config = mapping.spec_to_config(spec)
+    hf_config = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        hf = getattr(transformers, config["architectures"][0])(hf_config)
+    assert sum(p.numel() for p in hf.parameters()) == zoo.build(spec, device="meta").num_parameters()

@@ -135,7 +135,11 @@ class EncoderModel(ZooModel):
             logits_mask,
             input_ids,
             where=where,
-            head="token classifier" if per_token else "MLM head",
+            head="token classifier"
+            if per_token
+            else "replaced-token head"
+            if self.replaced_token_head is not None
+            else "MLM head",
             has_head=self.mlm_head is not None or per_token or self.replaced_token_head is not None,
         )
         out = self.encoder(
