@@ -191,6 +191,16 @@ def test_untied_distilbert_mlm_head_round_trips(tmp_path: Path) -> None:
     assert not model.spec.heads.mlm.tied
 
 
+def test_distilbert_with_sinusoidal_positions_imports_its_table_as_learned_positions(tmp_path: Path) -> None:
+    config = transformers.DistilBertConfig(**DISTILBERT, sinusoidal_pos_embds=True)
+    hf = transformers.DistilBertForMaskedLM(config).eval()  # the sinusoid table unperturbed, as trained
+    model = round_trip(hf, tmp_path, pad_id=0)
+    torch.testing.assert_close(
+        model.encoder.positions.weight, hf.distilbert.embeddings.position_embeddings.weight, atol=0, rtol=0
+    )
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["sinusoidal_pos_embds"] is False
+
+
 def test_distilbert_refuses_token_types_and_a_tanh_head() -> None:
     bert = zoo.preset("bert-tiny").override(**{"heads.mlm": None, "heads.pooler": False, "norm.eps": 1e-12})
     with pytest.raises(ValueError, match=r"distilbert cannot express embedding\.segment_vocab_size=2"):
