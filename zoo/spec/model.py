@@ -101,7 +101,7 @@ class SequenceClassifierSpec(_ClassifierBase):
     """One label per sequence, read from the first token ([CLS] / <s>).
 
     pooling: ``pooler`` -> dropout -> out_proj (BERT, ALBERT: the pooler is ``heads.pooler``);
-    ``dense``: dropout -> dense -> tanh -> dropout -> out_proj (RoBERTa's head, no pooler);
+    ``dense``: dropout -> dense -> activation -> dropout -> out_proj (RoBERTa's head, no pooler);
     ``first_token``: dropout -> out_proj on the first token's hidden state;
     ``pre_classifier``: dense -> activation -> dropout -> out_proj over the first token (DistilBERT's
     pre_classifier, with ReLU). ``activation`` is the dense layer's, in ``dense`` and ``pre_classifier``
