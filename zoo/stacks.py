@@ -20,6 +20,7 @@ from torch import nn
 
 from zoo.blocks import build_norm, build_positions, masks
 from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
+from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
 from zoo.spec import EmbeddingSpec, ResolvedStack
 
@@ -101,6 +102,10 @@ class Stack(nn.Module):
             num_heads=spec.attention.num_heads,
             causal=spec.causal,
         )
+        # A relative bias beside absolute positions (MPNet), or None
+        self.position_bias = build_position_bias(
+            spec.position, num_heads=spec.attention.num_heads, causal=spec.causal
+        )
         self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
         self.dropout = nn.Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
@@ -163,12 +168,16 @@ class Stack(nn.Module):
             key_positions=cache.key_positions(T) if cache is not None else None,
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
-            dense_only=output_attentions or role == "bias" or (self.training and self.attention_dropout),
+            dense_only=output_attentions
+            or role == "bias"
+            or self.position_bias is not None
+            or (self.training and self.attention_dropout),
             grad=x.requires_grad,
             device=x.device,
         )
-        if role == "bias":
-            bias = self.positions(T, offset + T)
+        bias_module = self.positions if role == "bias" else self.position_bias
+        if bias_module is not None:
+            bias = bias_module(T, offset + T)  # (1, H, T, offset + T)
             self_masks = with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
         rotary = None
         if role == "rotary":  # float32 tables (`zoo.blocks.position`), cast once here rather than per layer

@@ -28,6 +28,17 @@ PUBLISHED_COUNTS = {
     # (M2M100ForConditionalGeneration) and google/bigbird-roberta-base's (BigBirdForMaskedLM: no NSP head)
     "m2m100-418m": 483_905_536,
     "bigbird-roberta-base": 128_111_286,
+    # transformers' model on the meta device from the published config: FacebookAI/xlm-roberta-base
+    # (XLMRobertaForMaskedLM), distilbert/distilbert-base-uncased (DistilBertForMaskedLM),
+    # google/electra-base-discriminator (ElectraForPreTraining), google/electra-small-generator
+    # (ElectraForMaskedLM), microsoft/mpnet-base (MPNetForMaskedLM), sentence-transformers/all-mpnet-base-v2
+    # (MPNetModel, pooler included)
+    "xlm-roberta-base": 278_295_186,
+    "distilbert-base-uncased": 66_985_530,
+    "electra-base-discriminator": 109_483_009,
+    "electra-small-generator": 13_546_682,
+    "mpnet-base": 109_518_527,
+    "all-mpnet-base-v2": 109_486_464,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",

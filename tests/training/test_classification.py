@@ -255,6 +255,24 @@ def test_init_from_a_trained_model_starts_from_its_body_with_a_new_head(hf: bool
         trainer.close()
 
 
+def test_init_from_an_electra_discriminator_replaces_its_replaced_token_head(tmp_path: Path) -> None:
+    texts = [line.split("\t")[0] for line in (EXAMPLES / "data" / "sentiment.train.tsv").open()]
+    tok = train_tokenizer(iter(texts), kind="bpe", vocab_size=200, lowercase=True)
+    spec = zoo.preset("bert-tiny").override(
+        vocab_size=tok.vocab_size, bos_token_id=1, eos_token_id=2,
+        **{"heads.mlm": None, "heads.replaced_token": {"activation": "gelu"}},
+    )  # fmt: skip
+    folder = zoo.save(zoo.build(spec).eval(), tmp_path / "discriminator", tokenizer=tok)
+    trainer = Trainer(sentiment_config(tmp_path, max_steps=2).starting_from(folder), progress=False)
+    try:
+        names = set(trainer.model.state_dict())
+        assert "classifier.out_proj.weight" in names
+        assert not any(name.startswith("replaced_token_head.") for name in names)
+        assert trainer.model.spec.heads.replaced_token is None
+    finally:
+        trainer.close()
+
+
 def test_cli_fine_tunes_from_init_from_and_the_result_exports_to_transformers(
     pretrained_hf, tmp_path
 ) -> None:

@@ -2,7 +2,7 @@
 
     embedding   token / segment / position tables and T5's relative-bias tables (lookups, no FLOPs)
     body        everything inside the stacks that multiplies (Kaplan et al.'s non-embedding parameters)
-    head        output heads: untied LM matrix, MLM head, pooler, classifier
+    head        output heads: untied LM matrix, MLM head, pooler, classifier, replaced-token detector
 
 ``body_as_run`` counts a shared layer once per use (ALBERT runs one layer 12 times): the FLOPs follow
 the runs, the memory follows the distinct tensors. ``tied`` is the size of a matrix that serves twice
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.analysis.tree import EMBEDDING_TABLES
-from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler
+from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.stacks import Stack
 
 
@@ -81,6 +81,8 @@ def head_flops(model: nn.Module, *, seq_len: int) -> float:
             total += 2 * module.output_weight.numel()
         elif isinstance(module, MLMHead):
             total += 2 * (module.dense.weight.numel() + module.output_weight.numel())
+        elif isinstance(module, ReplacedTokenHead):  # ELECTRA's discriminator: on every token
+            total += 2 * sum(p.numel() for p in module.parameters() if p.dim() == 2)
         elif isinstance(module, Pooler | ClassificationHead):  # once per sequence, on its first token
             total += 2 * sum(p.numel() for p in module.parameters() if p.dim() == 2) / seq_len
     return total

@@ -22,7 +22,7 @@ from zoo.blocks.position import (
     SinusoidalPositions,
 )
 from zoo.layers import Layer
-from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler
+from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.stacks import Stack
 
 EMBEDDING_TABLES = (nn.Embedding, LearnedPositions, RelativeBias)
@@ -196,6 +196,7 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (NoPositions, lambda m, **_: "no positions"),
     (Pooler, lambda m, **_: "tanh(dense(hidden[:, 0]))"),
     (ClassificationHead, lambda m, **_: f"{m.out_proj.out_features} labels"),
+    (ReplacedTokenHead, lambda m, **_: "one logit per token: replaced or original (ELECTRA)"),
 )
 
 

@@ -4,6 +4,9 @@
     rotary    (rotary)                 (cos, sin) that rotate queries and keys inside attention
     bias      (relative_bias, alibi)   a (1, H, Tq, Tk) additive logit bias, computed once per stack
 
+Learned positions may also carry a relative bias (MPNet: both signals): `build_position_bias` makes that
+second module, which the stack adds to the logits as it does a ``bias`` role.
+
 The stack asks ``module.role`` and calls the matching method; nothing here knows which model it serves.
 Fixed tables are non-persistent float32 buffers (not saved, recomputed by `reset_buffers` after a meta-device
 build) that follow the model's device but never its dtype (`FixedTables`): each use casts what it reads.
@@ -242,6 +245,19 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 class NoPositions(nn.Module):
     role = "none"
+
+
+def build_position_bias(spec: PositionSpec, *, num_heads: int, causal: bool) -> RelativeBias | None:
+    """The relative bias an absolute position kind carries beside its table (MPNet's), or None."""
+    bias = getattr(spec, "relative_bias", None)
+    if bias is None:
+        return None
+    return RelativeBias(
+        num_buckets=bias.num_buckets,
+        max_distance=bias.max_distance,
+        num_heads=num_heads,
+        bidirectional=not causal,
+    )
 
 
 def build_positions(

@@ -248,7 +248,7 @@ def rolling_window(stack: Stack) -> int | None:
     """The window a rolling cache for ``stack`` keeps: the largest of its layers' windows, when every layer
     is a causal sliding window and positions are not a bias over ordered keys; else None (a full cache)."""
     patterns = stack.patterns.all
-    if not stack.causal or stack.positions.role == "bias":
+    if not stack.causal or stack.positions.role == "bias" or stack.position_bias is not None:
         return None
     if not all(isinstance(pattern, SlidingWindowPattern) for pattern in patterns):
         return None

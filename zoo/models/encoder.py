@@ -1,6 +1,6 @@
-"""Encoder-only models (BERT, RoBERTa, ALBERT, MiniLM; Devlin et al. 2019): bidirectional self-attention
-over a padding mask, with an optional pooler, and a masked-LM head or a sequence- or token-classification
-head (`zoo.models.heads.ClassificationHead`)."""
+"""Encoder-only models (BERT, RoBERTa, ALBERT, MiniLM, DistilBERT, ELECTRA, MPNet; Devlin et al. 2019):
+bidirectional self-attention over a padding mask, with an optional pooler, and a masked-LM head, a sequence-
+or token-classification head (`zoo.models.heads.ClassificationHead`) or ELECTRA's replaced-token detector."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from zoo.models.heads import (
     ClassificationHead,
     MLMHead,
     Pooler,
+    ReplacedTokenHead,
     classification_loss,
+    replaced_token_loss,
     resolve_problem_type,
     select_positions,
 )
@@ -57,6 +59,11 @@ class EncoderModel(ZooModel):
             if heads.classifier is not None
             else None
         )
+        self.replaced_token_head = (
+            ReplacedTokenHead(heads.replaced_token, d_model=spec.d_model)
+            if heads.replaced_token is not None
+            else None
+        )
 
     def forward(
         self,
@@ -73,8 +80,10 @@ class EncoderModel(ZooModel):
         """input_ids (B, T); attention_mask (B, T) 1 = token, or a (B, T, T) bool mask (True = may attend,
         ANDed with the encoder's attention patterns); labels (B, T) for MLM or token
         classification (-100 = ignore), (B,) class ids for sequence classification ((B, L) floats for
-        multi-label, (B,) or (B, L) floats for regression). logits: (B, T, V) from the MLM head,
-        (B, T, L) from a token classifier, (B, L) from a sequence classifier (L = num_labels).
+        multi-label, (B,) or (B, L) floats for regression), (B, T) 0/1 for the replaced-token head (1 =
+        replaced; its loss counts the real tokens of a (B, T) mask, as ELECTRA's). logits: (B, T, V) from
+        the MLM head, (B, T, L) from a token classifier, (B, L) from a sequence classifier (L = num_labels),
+        (B, T) from the replaced-token head.
 
         ``logits_mask`` (B, T) bool runs a token-level head (MLM, token classifier) only where it is True
         (e.g. ``labels != -100``): logits are then (N, V) or (N, L) for those N positions and the loss counts
@@ -120,12 +129,18 @@ class EncoderModel(ZooModel):
             )
         elif isinstance(classifier, SequenceClassifierSpec):
             _check_sequence_labels(labels, classifier, where=where, batch=B)
+        elif self.replaced_token_head is not None:
+            check_labels(labels, where=where, shape=(B, T), num_classes=2, like="input_ids")
         check_logits_mask(
             logits_mask,
             input_ids,
             where=where,
-            head="token classifier" if per_token else "MLM head",
-            has_head=self.mlm_head is not None or per_token,
+            head="token classifier"
+            if per_token
+            else "replaced-token head"
+            if self.replaced_token_head is not None
+            else "MLM head",
+            has_head=self.mlm_head is not None or per_token or self.replaced_token_head is not None,
         )
         out = self.encoder(
             self.embed(input_ids, token_type_ids),
@@ -148,6 +163,12 @@ class EncoderModel(ZooModel):
             logits = self.classifier(out.hidden, pooled)  # (B, L)
             if labels is not None:
                 loss = classification_loss(logits, labels, problem_type=classifier.problem_type)
+        elif self.replaced_token_head is not None:
+            logits = self.replaced_token_head(select_positions(out.hidden, logits_mask))  # (B, T) or (N,)
+            if labels is not None:
+                padding = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+                mask = select_labels(padding, logits_mask) if padding is not None else None
+                loss = replaced_token_loss(logits, select_labels(labels, logits_mask), mask)
         return ModelOutput(
             logits=logits,
             last_hidden_state=out.hidden,

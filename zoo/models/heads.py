@@ -8,7 +8,7 @@ from torch.nn import functional as F
 
 from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
-from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec
+from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec, ReplacedTokenHeadSpec
 from zoo.spec.model import ClassifierSpec
 
 
@@ -100,15 +100,45 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))  # (B, C)
 
 
+class ReplacedTokenHead(nn.Module):
+    """ELECTRA's discriminator: hidden (B, T, C) or rows (N, C) -> dense -> activation -> dense_prediction
+    -> one logit per token, (B, T) or (N,): "this token was replaced"."""
+
+    def __init__(self, spec: ReplacedTokenHeadSpec, *, d_model: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.act = ACTIVATIONS[spec.activation]
+        self.out_proj = nn.Linear(d_model, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.act(self.dense(hidden))).squeeze(-1)  # (B, T) or (N,)
+
+
+def replaced_token_loss(
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """ELECTRA's loss: binary cross-entropy of logits (B, T) (or (N,) selected rows) against 0/1 labels of
+    the same shape, over the real tokens of the padding mask (transformers' ElectraForPreTraining) and not
+    where labels are -100."""
+    keep = labels != IGNORE_INDEX
+    if attention_mask is not None:
+        keep = keep & (attention_mask == 1)
+    return F.binary_cross_entropy_with_logits(logits.float()[keep], labels[keep].float())
+
+
+CLASSIFIER_ACTIVATIONS = {"tanh": nn.Tanh(), "gelu": nn.GELU(), "relu": nn.ReLU()}
+
+
 class ClassificationHead(nn.Module):
     """Sequence or token classification, as transformers' ``*ForSequenceClassification`` and
-    ``*ForTokenClassification`` heads compute it (``L`` = num_labels):
+    ``*ForTokenClassification`` heads compute it (``L`` = num_labels, ``act`` the spec's activation):
 
-        sequence, pooler       pooler output (B, C) -> dropout -> out_proj             BERT, ALBERT
-        sequence, dense        hidden[:, 0] -> dropout -> dense -> tanh -> dropout     RoBERTa
-                                 -> out_proj
-        sequence, first_token  hidden[:, 0] -> dropout -> out_proj
-        token                  hidden (B, T, C) or the selected rows (N, C) -> dropout -> out_proj
+        sequence, pooler          pooler output (B, C) -> dropout -> out_proj             BERT, ALBERT
+        sequence, dense           hidden[:, 0] -> dropout -> dense -> act -> dropout      RoBERTa (tanh),
+                                    -> out_proj                                          ELECTRA (gelu)
+        sequence, pre_classifier  hidden[:, 0] -> dense -> act -> dropout -> out_proj     DistilBERT (relu)
+        sequence, first_token     hidden[:, 0] -> dropout -> out_proj
+        token                     hidden (B, T, C) or the selected rows (N, C) -> dropout -> out_proj
     """
 
     def __init__(self, spec: ClassifierSpec, *, d_model: int, dropout: float) -> None:
@@ -116,7 +146,9 @@ class ClassificationHead(nn.Module):
         self.per_token = spec.task == "token"
         self.pooling = getattr(spec, "pooling", None)  # sequence heads only
         self.dropout = nn.Dropout(spec.dropout if spec.dropout is not None else dropout)
-        self.dense = nn.Linear(d_model, d_model) if self.pooling == "dense" else None
+        own_dense = self.pooling in ("dense", "pre_classifier")
+        self.dense = nn.Linear(d_model, d_model) if own_dense else None
+        self.act = CLASSIFIER_ACTIVATIONS[getattr(spec, "activation", "tanh")]
         self.out_proj = nn.Linear(d_model, spec.num_labels)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
@@ -129,9 +161,10 @@ class ClassificationHead(nn.Module):
             x = pooled  # (B, C)
         else:
             x = hidden[:, 0]  # (B, C): [CLS] / <s>
-        x = self.dropout(x)
+        if self.pooling != "pre_classifier":  # DistilBERT's head drops out only after its dense layer
+            x = self.dropout(x)
         if self.dense is not None:
-            x = self.dropout(torch.tanh(self.dense(x)))
+            x = self.dropout(self.act(self.dense(x)))
         return self.out_proj(x)
 
 

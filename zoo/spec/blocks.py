@@ -128,11 +128,28 @@ class SinusoidalPositions(Spec):
         return self
 
 
+class RelativeBiasSpec(Spec):
+    """T5's bucketed relative position bias as a second position signal beside an absolute table (MPNet):
+    one (num_buckets, H) table per stack, added to every layer's attention logits."""
+
+    num_buckets: PositiveInt = 32
+    max_distance: PositiveInt = 128
+
+
 class LearnedPositions(Spec):
-    """A trained position table added to the embeddings (BERT, GPT-2, BART)."""
+    """A trained position table added to the embeddings (BERT, GPT-2, BART).
+
+    ``relative_bias``: also T5's bucketed relative bias on the attention logits (MPNet uses both: learned
+    absolute positions from padding_idx + 1, and one relative bias table shared by all layers).
+    """
 
     kind: Literal["learned"] = "learned"
     offset: NonNegativeInt = Field(0, description="Rows reserved before position 0 (BART and RoBERTa use 2).")
+    relative_bias: RelativeBiasSpec | None = Field(
+        None,
+        description="MPNet: a bucketed relative position bias (one table per stack, bidirectional in an "
+        "encoder, causal in a decoder) added to every layer's logits on top of the learned table.",
+    )
 
 
 class Llama3RopeScaling(Spec):

@@ -112,6 +112,12 @@ def _fields(spec: SizedSpec) -> Iterator[tuple[str, int | None, Limit]]:
         position = stack.position
         if position.kind == "learned":
             yield f"{src['position']}.offset", position.offset, POSITIONS
+            if position.relative_bias is not None:
+                yield (
+                    f"{src['position']}.relative_bias.num_buckets",
+                    position.relative_bias.num_buckets,
+                    WIDTH,
+                )
         if position.kind == "relative_bias":
             yield f"{src['position']}.num_buckets", position.num_buckets, WIDTH
 

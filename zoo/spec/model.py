@@ -79,6 +79,13 @@ class MLMHeadSpec(Spec):
     tied: bool = True
 
 
+class ReplacedTokenHeadSpec(Spec):
+    """ELECTRA's discriminator (replaced-token detection): dense (C -> C) -> activation -> dense (C -> 1),
+    one logit per token: was this token replaced by the generator?"""
+
+    activation: Activation = Field("gelu", description="Between the two dense layers (ELECTRA: hidden_act).")
+
+
 class _ClassifierBase(Spec):
     num_labels: PositiveInt = Field(description="Number of classes: the width of the logits.")
     labels: Annotated[tuple[str, ...], Strict(False)] | None = Field(  # a YAML/JSON list is a tuple here
@@ -94,15 +101,24 @@ class SequenceClassifierSpec(_ClassifierBase):
     """One label per sequence, read from the first token ([CLS] / <s>).
 
     pooling: ``pooler`` -> dropout -> out_proj (BERT, ALBERT: the pooler is ``heads.pooler``);
-    ``dense``: dropout -> dense -> tanh -> dropout -> out_proj (RoBERTa's head, no pooler);
-    ``first_token``: dropout -> out_proj on the first token's hidden state.
+    ``dense``: dropout -> dense -> activation -> dropout -> out_proj (RoBERTa's head, no pooler);
+    ``first_token``: dropout -> out_proj on the first token's hidden state;
+    ``pre_classifier``: dense -> activation -> dropout -> out_proj over the first token (DistilBERT's
+    pre_classifier, with ReLU). ``activation`` is the dense layer's, in ``dense`` and ``pre_classifier``
+    (tanh in RoBERTa, gelu in ELECTRA).
     """
 
     task: Literal["sequence"] = "sequence"
-    pooling: Literal["pooler", "dense", "first_token"] = Field(
+    pooling: Literal["pooler", "dense", "first_token", "pre_classifier"] = Field(
         "pooler",
-        description="pooler: heads.pooler's output (BERT, ALBERT); dense: the head's own dense + tanh over "
-        "the first token (RoBERTa); first_token: the first token's hidden state as it is.",
+        description="pooler: heads.pooler's output (BERT, ALBERT); dense: dropout, the head's own dense + "
+        "activation, dropout over the first token (RoBERTa, ELECTRA); first_token: the first token's hidden "
+        "state as it is; pre_classifier: dense + activation, then dropout (DistilBERT).",
+    )
+    activation: Literal["tanh", "gelu", "relu"] = Field(
+        "tanh",
+        description="The head's dense activation with pooling dense or pre_classifier: tanh (RoBERTa), gelu "
+        "(ELECTRA), relu (DistilBERT).",
     )
     problem_type: (
         Literal["single_label_classification", "multi_label_classification", "regression"] | None
@@ -112,6 +128,15 @@ class SequenceClassifierSpec(_ClassifierBase):
         "mean squared error; null: regression for 1 label, else by the labels' dtype (integers: "
         "single-label).",
     )
+
+    @model_validator(mode="after")
+    def _activation_needs_dense(self) -> SequenceClassifierSpec:
+        if self.activation != "tanh" and self.pooling not in ("dense", "pre_classifier"):
+            raise ValueError(
+                f"activation {self.activation!r} needs pooling 'dense' or 'pre_classifier' (the head's own "
+                f"dense layer), got pooling {self.pooling!r}"
+            )
+        return self
 
 
 class TokenClassifierSpec(_ClassifierBase):
@@ -124,7 +149,8 @@ ClassifierSpec = Annotated[SequenceClassifierSpec | TokenClassifierSpec, Field(d
 
 
 class EncoderHeadsSpec(Spec):
-    """Optional heads on an encoder: a pooler, and one output head (masked LM or a classifier).
+    """Optional heads on an encoder: a pooler, and one output head (masked LM, a classifier, or ELECTRA's
+    replaced-token detector).
 
     ``num_labels: N`` is accepted as shorthand for ``classifier: {task: sequence, num_labels: N}`` (reading
     the pooler when there is one, else the first token), and ``heads.num_labels`` reads the classifier's.
@@ -134,6 +160,9 @@ class EncoderHeadsSpec(Spec):
     mlm: MLMHeadSpec | None = None
     classifier: ClassifierSpec | None = Field(
         None, description="A sequence- (task: sequence) or token-classification (task: token) head."
+    )
+    replaced_token: ReplacedTokenHeadSpec | None = Field(
+        None, description="ELECTRA's discriminator: one logit per token, 'replaced or original'."
     )
 
     @property
@@ -293,8 +322,13 @@ class EncoderSpec(_ModelSpecBase):
     @model_validator(mode="after")
     def _check_heads(self) -> EncoderSpec:
         heads, classifier = self.heads, self.heads.classifier
-        if heads.mlm is not None and classifier is not None:
-            raise ValueError("heads.mlm and heads.classifier exclude each other: a model has one output head")
+        outputs = [
+            name for name in ("mlm", "classifier", "replaced_token") if getattr(heads, name) is not None
+        ]
+        if len(outputs) > 1:
+            raise ValueError(
+                f"heads.{outputs[0]} and heads.{outputs[1]} exclude each other: a model has one output head"
+            )
         if classifier is None:
             return self
         if (
@@ -304,7 +338,7 @@ class EncoderSpec(_ModelSpecBase):
         ):
             raise ValueError(
                 "heads.classifier.pooling is 'pooler' but heads.pooler is false: set heads.pooler: true, "
-                "or heads.classifier.pooling: dense or first_token"
+                "or heads.classifier.pooling: dense, first_token or pre_classifier"
             )
         if (
             isinstance(classifier, SequenceClassifierSpec)

@@ -56,8 +56,10 @@ def parameter_count(spec: SizedSpec) -> int:
         classifier = heads.classifier
         if classifier is not None:
             total += _linear(C, classifier.num_labels, bias=True)
-            if getattr(classifier, "pooling", None) == "dense":  # RoBERTa's head: its own dense C -> C
+            if getattr(classifier, "pooling", None) in ("dense", "pre_classifier"):  # its own dense C -> C
                 total += _linear(C, C, bias=True)
+        if heads.replaced_token is not None:  # ELECTRA's discriminator: C -> C -> 1
+            total += _linear(C, C, bias=True) + _linear(C, 1, bias=True)
     if lm_head is not None and not lm_head.tied:
         total += spec.vocab_size * (spec.embedding.projection_dim or C)  # a projected model's head reads E
     if lm_head is not None and lm_head.bias:
@@ -91,6 +93,8 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
     total = 0
     if position.kind == "learned":
         total += (max_positions + position.offset) * embed_dim
+        if position.relative_bias is not None:  # MPNet: a relative bias table beside the learned one
+            total += position.relative_bias.num_buckets * stack.attention.num_heads
     elif position.kind == "relative_bias":
         total += position.num_buckets * stack.attention.num_heads
     if spec.embedding.norm:

@@ -29,7 +29,8 @@ from zoo.training.config import ConfigError
 
 log = logging.getLogger(__name__)
 
-HEADS = ("pooler.", "mlm_head.", "classifier.", "lm_head.")  # what a task may add or drop
+# what a task may add or drop
+HEADS = ("pooler.", "mlm_head.", "classifier.", "lm_head.", "replaced_token_head.")
 
 
 def is_hf_folder(path: Path) -> bool:

@@ -149,7 +149,7 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
     # Marian: the paper's interleaved sinusoids too, by re-ordering the residual stream (`_to_half_layout`)
-    position = (_HALF, _INTERLEAVED) if marian else {"kind": "learned", "offset": 2}
+    position = (_HALF, _INTERLEAVED) if marian else {"kind": "learned", "offset": 2, "relative_bias": None}
     checks: list[tuple[str, Any, Any]] = []
     for stack in (encoder, decoder):
         src, norm = stack.sources, stack.norm

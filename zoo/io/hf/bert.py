@@ -1,4 +1,4 @@
-"""BERT and RoBERTa (``model_type: bert | roberta``): the bare body, with or without pooler, the MLM head, and
+"""BERT, RoBERTa and XLM-RoBERTa (``model_type: bert | roberta | xlm-roberta``): the bare body, with or without pooler, the MLM head, and
 the sequence- and token-classification heads.
 
 transformers' ``models/bert/modeling_bert.py`` and ``models/roberta/modeling_roberta.py``: post-norm
@@ -12,6 +12,14 @@ matrices that zoo fuses into ``qkv_proj`` (rows [q; k; v]). The two differ only 
     sequence    BERT: pooler -> dropout -> classifier (zoo's ``pooling: pooler``); RoBERTa: no pooler,
     classifier  classifier.{dense, out_proj} over <s> (``pooling: dense``)
 
+XLM-RoBERTa is RoBERTa's layout and math under another ``model_type`` and class names (``XLMRoberta*``, body
+still under ``roberta.``): one more `Flavour` row. A spec exports as ``roberta`` unless ``model_type=
+"xlm-roberta"`` is asked for, as both express it exactly. XLM-RoBERTa-XL (``xlm-roberta-xl``) is the pre-norm
+variant: each layer normalises before attention (``attention.self_attn_layer_norm``) and before the FFN (the
+layer's ``LayerNorm``), the stack ends in ``encoder.LayerNorm``, and the embeddings have no norm. Its FFN
+branch has no dropout before the residual sum, where zoo's layers have one (training only: the outputs of a
+model in eval mode are the same).
+
 A token classifier is ``classifier`` over every token in both; label names, problem_type and
 classifier_dropout go through `zoo.io.hf.classifier`. Head classes (``BertForMaskedLM``,
 ``*ForSequenceClassification``, ``*ForTokenClassification``) prefix the body with ``bert.`` (``roberta.``);
@@ -22,7 +30,7 @@ next-sentence head (``cls.seq_relationship``): zoo has no NSP head, and that pre
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from zoo.io.hf.classifier import classifier_from_hf, classifier_rules, classifier_task, classifier_to_hf
@@ -66,6 +74,9 @@ class Flavour:
     ignored: tuple[str, ...] = ()  # pretraining-only tensors dropped on import
     classifiers: tuple[str, str] | None = None  # (sequence, token classification); None: not mapped
     sequence_pooling: str = "pooler"  # what the sequence classifier reads: the pooler, or its own dense
+    pre_norm: bool = False  # XLM-RoBERTa-XL: pre-norm layers, a final norm, no embedding norm
+    layer_norm_eps: float = 1e-12  # transformers' config defaults
+    type_vocab_size: int = 2
 
 
 BERT = Flavour(
@@ -97,6 +108,23 @@ ROBERTA = Flavour(
     vocab_size=50265,
     pad_token_id=1,
 )
+XLM_ROBERTA = replace(
+    ROBERTA,
+    model_type="xlm-roberta",
+    classes=("XLMRobertaModel", "XLMRobertaForMaskedLM"),
+    classifiers=("XLMRobertaForSequenceClassification", "XLMRobertaForTokenClassification"),
+    vocab_size=30522,
+)
+XLM_ROBERTA_XL = replace(
+    ROBERTA,
+    model_type="xlm-roberta-xl",
+    classes=("XLMRobertaXLModel", "XLMRobertaXLForMaskedLM"),
+    classifiers=("XLMRobertaXLForSequenceClassification", "XLMRobertaXLForTokenClassification"),
+    vocab_size=250880,
+    pre_norm=True,
+    layer_norm_eps=1e-5,
+    type_vocab_size=1,
+)
 QKV = ("query", "key", "value")
 _LEGACY_NORM = re.compile(r"(.*LayerNorm)\.(gamma|beta)")  # TF-era names transformers still accepts
 
@@ -106,6 +134,7 @@ def config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) ->
     reject(config, "add_cross_attention", False, why="an encoder has no cross-attention")
     reject(config, "position_embedding_type", "absolute", why="only absolute learned positions convert")
     body = {n.removeprefix(flavour.prefix) for n in names}
+    pre = flavour.pre_norm
     vocab = config.get("vocab_size", flavour.vocab_size)
     pad = token_id(config, "pad_token_id", vocab, flavour.pad_token_id)
     offset = (pad if pad is not None else 0) + 1 if flavour.offset_from_pad else 0
@@ -132,9 +161,13 @@ def config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) ->
             "dropout": config.get("attention_probs_dropout_prob", 0.1),
         },
         "ffn": {"d_ff": config.get("intermediate_size", 3072), "activation": activation},
-        "norm": {"kind": "layernorm", "eps": config.get("layer_norm_eps", 1e-12), "placement": "post"},
+        "norm": {
+            "kind": "layernorm",
+            "eps": config.get("layer_norm_eps", flavour.layer_norm_eps),
+            "placement": "pre" if pre else "post",
+        },
         "position": {"kind": "learned", "offset": offset},
-        "embedding": {"segment_vocab_size": config.get("type_vocab_size", 2), "norm": True},
+        "embedding": {"segment_vocab_size": config.get("type_vocab_size", flavour.type_vocab_size), "norm": not pre},
         "heads": {
             "pooler": "pooler.dense.weight" in body,
             "mlm": mlm if has_mlm else None,
@@ -157,9 +190,12 @@ def spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
     offset = (spec.pad_token_id or 0) + 1 if flavour.offset_from_pad else 0
     mlm = spec.heads.mlm
     require(family, [
-        *classic_layers(stack, spec.d_model, placement="post", final=False, position_offset=offset),
+        *classic_layers(
+            stack, spec.d_model, placement="pre" if flavour.pre_norm else "post", final=flavour.pre_norm,
+            position_offset=offset,
+        ),
         ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.norm", spec.embedding.norm, True),
+        ("embedding.norm", spec.embedding.norm, not flavour.pre_norm),
         ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
         ("encoder.share_layers", stack.share_layers, False),
     ])  # fmt: skip
@@ -211,8 +247,17 @@ def tensor_rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]
     rules = [
         rename("embed.tokens.weight", f"{emb}.word_embeddings.weight"),
         rename("encoder.positions.weight", f"{emb}.position_embeddings.weight"),
-        *layernorm("encoder.embed_norm", f"{emb}.LayerNorm"),
     ]
+    # post-norm: the norm after each branch; pre-norm (XL): the norm before it, and one after the stack
+    attn_norm, ffn_norm = (
+        ("attention.self_attn_layer_norm", "LayerNorm")
+        if flavour.pre_norm
+        else ("attention.output.LayerNorm", "output.LayerNorm")
+    )
+    if flavour.pre_norm:
+        rules += layernorm("encoder.final_norm", f"{prefix}encoder.LayerNorm")
+    else:
+        rules += layernorm("encoder.embed_norm", f"{emb}.LayerNorm")
     if spec.embedding.segment_vocab_size:
         rules.append(rename("embed.segments.weight", f"{emb}.token_type_embeddings.weight"))
     for i in range(stack.num_layers):
@@ -220,10 +265,10 @@ def tensor_rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]
         rules += [
             *fused_linear(f"{zoo}.self_attn.qkv_proj", [f"{hf}.attention.self.{n}" for n in QKV], (C, C, C)),
             *linear(f"{zoo}.self_attn.out_proj", f"{hf}.attention.output.dense"),
-            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.attention.output.LayerNorm"),
+            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.{attn_norm}"),
             *linear(f"{zoo}.ffn.up_proj", f"{hf}.intermediate.dense"),
             *linear(f"{zoo}.ffn.down_proj", f"{hf}.output.dense"),
-            *layernorm(f"{zoo}.ffn_norm", f"{hf}.output.LayerNorm"),
+            *layernorm(f"{zoo}.ffn_norm", f"{hf}.{ffn_norm}"),
         ]  # fmt: skip
     if spec.heads.pooler:
         rules += linear("pooler.dense", f"{prefix}pooler.dense")
@@ -279,4 +324,4 @@ def _mapping(flavour: Flavour) -> FamilyMapping:
     )
 
 
-MAPPINGS = [_mapping(BERT), _mapping(ROBERTA)]
+MAPPINGS = [_mapping(BERT), _mapping(ROBERTA), _mapping(XLM_ROBERTA), _mapping(XLM_ROBERTA_XL)]

@@ -29,6 +29,8 @@ def features(spec: ModelSpec) -> dict[str, Any]:
     heads = getattr(spec, "heads", None)
     classifier = getattr(heads, "classifier", None)
     found["heads.classifier"] = classifier.model_dump(exclude={"dropout"}) if classifier else None
+    replaced = getattr(heads, "replaced_token", None)
+    found["heads.replaced_token"] = replaced.model_dump() if replaced else None
     return found
 
 
@@ -45,6 +47,7 @@ def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[st
         f"{name}.position.scaling": _dump(getattr(position, "scaling", None)),
         f"{name}.position.offset": getattr(position, "offset", None),
         f"{name}.position.frequencies": getattr(position, "frequencies", None),
+        f"{name}.position.relative_bias": _dump(getattr(position, "relative_bias", None)),
     }
 
 

@@ -81,9 +81,14 @@ def quoted(names: Sequence[str]) -> str:
 
 
 def new_head(spec: EncoderSpec, head: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """Overrides giving ``spec`` a fresh ``head`` classifier for ``names`` (in place of an MLM head)."""
+    """Overrides giving ``spec`` a fresh ``head`` classifier for ``names`` (in place of an MLM head or
+    ELECTRA's replaced-token head)."""
     classifier: dict[str, Any] = {"task": head, "num_labels": len(names), "labels": list(names)}
-    changes: dict[str, Any] = {"heads.mlm": None, "heads.classifier": classifier}
+    changes: dict[str, Any] = {
+        "heads.mlm": None,
+        "heads.replaced_token": None,
+        "heads.classifier": classifier,
+    }
     if head == "sequence":
         classifier["pooling"] = "pooler" if spec.heads.pooler else "first_token"
     else:
