@@ -24,10 +24,20 @@ v1.1 has its own ``lm_head`` and no rescale. transformers 5.x always ties T5 in 
 rescale as ``scale_decoder_outputs`` (from ``tie_word_embeddings`` in older configs); whether the head is its
 own tensor is read from the checkpoint. T5 does not scale attention logits (``attention.scaled: false``) and
 its ``d_kv`` is independent of d_model / num_heads. Only layer 0 of each stack holds the relative bias table.
+
+mT5 (Xue et al. 2021, ``model_type: mt5``) is T5 v1.1's layout and wiring under another name, with larger
+defaults (a 250k vocabulary, gated GELU). transformers 5.x never rescales mT5's output, whatever the config
+says (4.x rescaled a tied one), so an mT5 import has ``rescale_tied: false`` and an export with the rescale is
+refused; its head is tied only when the checkpoint stores none (or an equal copy). The rows that differ:
+
+    model_type   defaults for fields left out                    tied head rescaled   architecture
+    t5           32k vocab, relu, 6 layers, 8 heads, d_ff 2048       as the config says   T5ForConditionalGeneration
+    mt5          250k vocab, gated-gelu, 8 layers, 6 heads, 1024     never                MT5ForConditionalGeneration
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -64,11 +74,31 @@ _EMBED_ALIASES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed
 _UNUSED = (r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",)
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One Hugging Face model type with T5's tensor layout (a row of the module docstring's table)."""
+
+    model_type: str
+    architecture: str
+    defaults: dict[str, Any]  # the config class's defaults, for the fields a config.json leaves out
+    rescales: bool  # the config decides whether a tied head is rescaled by d_model**-0.5 (else: never)
+
+
+_T5_DEFAULTS = {
+    "vocab_size": 32128, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "feed_forward_proj": "relu",
+}  # fmt: skip
+_MT5_DEFAULTS = {
+    "vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "feed_forward_proj": "gated-gelu",
+}  # fmt: skip
+T5 = Variant("t5", "T5ForConditionalGeneration", _T5_DEFAULTS, rescales=True)
+MT5 = Variant("mt5", "MT5ForConditionalGeneration", _MT5_DEFAULTS, rescales=False)
+
+
 # -- config <-> spec ------------------------------------------------------------------------------------
 
 
-def _activation(config: dict[str, Any]) -> tuple[str, bool]:
-    proj = config.get("feed_forward_proj", "relu")
+def _activation(config: dict[str, Any], default: str) -> tuple[str, bool]:
+    proj = config.get("feed_forward_proj", default)
     parts = proj.split("-")
     gated = parts[0] == "gated"
     if len(parts) > 2 or (len(parts) == 2 and not gated):
@@ -77,14 +107,17 @@ def _activation(config: dict[str, Any]) -> tuple[str, bool]:
     return activation_from_hf(_ALIASES.get(name, name), field="feed_forward_proj"), gated
 
 
-def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    """A T5 ``config.json`` (v1.0 or v1.1) -> an encoder-decoder spec."""
-    activation, gated = _activation(config)
+def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T5) -> ModelSpec:
+    """A T5 ``config.json`` (v1.0 or v1.1, or another `Variant`'s) -> an encoder-decoder spec."""
+    defaults = variant.defaults
+    activation, gated = _activation(config, defaults["feed_forward_proj"])
     dropout = config.get("dropout_rate", 0.1)
-    vocab = config.get("vocab_size", 32128)
+    vocab = config.get("vocab_size", defaults["vocab_size"])
     # transformers: rescale unless the config says tie_word_embeddings=false (5.x saves the result).
-    rescale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False)
-    num_layers = config.get("num_layers", 6)
+    rescale = variant.rescales and config.get(
+        "scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False
+    )
+    num_layers = config.get("num_layers", defaults["num_layers"])
     decoder_layers = config.get("num_decoder_layers") or num_layers
     return parse_spec({
         "family": "encoder-decoder",
@@ -94,14 +127,14 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         "decoder": {"num_layers": decoder_layers} if decoder_layers != num_layers else {},
         "max_positions": config.get("n_positions", 512),
         "attention": {
-            "num_heads": config.get("num_heads", 8),
+            "num_heads": config.get("num_heads", defaults["num_heads"]),
             "head_dim": config.get("d_kv", 64),
             "bias": False,
             "scaled": False,
             "dropout": dropout,
         },
         "ffn": {
-            "d_ff": config.get("d_ff", 2048),
+            "d_ff": config.get("d_ff", defaults["d_ff"]),
             "activation": activation,
             "gated": gated,
             "bias": False,
@@ -152,18 +185,19 @@ def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, An
     return checks
 
 
-def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-    """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` config.json dict.
+def spec_to_config(spec: ModelSpec, variant: Variant = T5) -> dict[str, Any]:
+    """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` (or the variant's) config.json dict.
 
-    Raises naming the first spec field T5 cannot express. HF T5 has one ``dropout_rate`` for everything:
-    the spec's top-level ``dropout`` is written.
+    Raises naming the first spec field the variant cannot express. HF T5 has one ``dropout_rate`` for
+    everything: the spec's top-level ``dropout`` is written.
     """
-    require("t5", [("family", spec.family, "encoder-decoder")])
+    family = variant.model_type
+    require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
     emb, head = spec.embedding, spec.lm_head
     no_dropout = {"dropout": 0.0}  # dropouts may differ between stacks: HF T5 has one rate anyway
-    require("t5", [
+    require(family, [
         *_stack_checks(encoder, spec.d_model),
         *_stack_checks(decoder, spec.d_model),
         ("decoder.attention", decoder.attention.model_copy(update=no_dropout),
@@ -177,12 +211,13 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
         ("embedding.factorized_dim", emb.factorized_dim, None),
         ("lm_head.logits_bias", head.logits_bias, False),
+        *([] if variant.rescales else [("lm_head.rescale_tied", head.rescale_tied, False)]),
     ])  # fmt: skip
     ffn, attention, position = encoder.ffn, encoder.attention, encoder.position
     assert isinstance(position, RelativeBiasPositions)  # `_stack_checks` required kind "relative_bias"
-    return {
-        "architectures": ["T5ForConditionalGeneration"],
-        "model_type": "t5",
+    config: dict[str, Any] = {
+        "architectures": [variant.architecture],
+        "model_type": family,
         "vocab_size": spec.vocab_size,
         "d_model": spec.d_model,
         "d_kv": attention.resolved_head_dim(spec.d_model),
@@ -195,15 +230,18 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "dropout_rate": spec.dropout,
         "layer_norm_epsilon": encoder.norm.eps,
         "feed_forward_proj": (_GATED_FFN if ffn.gated else _PLAIN_FFN)[ffn.activation],
-        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs.
+        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs (mT5:
+        # false, untied in 4.x, which the head stored beside the table keeps right; see `zoo_to_hf`).
         "tie_word_embeddings": head.rescale_tied,
-        "scale_decoder_outputs": head.rescale_tied,
         "is_encoder_decoder": True,
         "n_positions": spec.max_positions,
         "pad_token_id": spec.pad_token_id,
         "eos_token_id": spec.eos_token_id,
         "decoder_start_token_id": spec.start_token_id,
     }
+    if variant.rescales:
+        config["scale_decoder_outputs"] = head.rescale_tied
+    return config
 
 
 # -- tensors ------------------------------------------------------------------------------------------
@@ -278,12 +316,14 @@ def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     return out
 
 
-MAPPINGS: list[FamilyMapping] = [
-    FamilyMapping(
-        model_types=("t5",),
-        config_to_spec=config_to_spec,
-        spec_to_config=spec_to_config,
+def _mapping(variant: Variant) -> FamilyMapping:
+    return FamilyMapping(
+        model_types=(variant.model_type,),
+        config_to_spec=lambda config, names: config_to_spec(config, names, variant),
+        spec_to_config=lambda spec: spec_to_config(spec, variant),
         hf_to_zoo=hf_to_zoo,
         zoo_to_hf=zoo_to_hf,
     )
-]
+
+
+MAPPINGS: list[FamilyMapping] = [_mapping(T5), _mapping(MT5)]
