@@ -3,9 +3,9 @@
     config.json ──config_to_spec──> ModelSpec ──build on meta──> model ──strict load──> model
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
-Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5, bart [+ marian],
-m2m100, bigbird, opt, ctrl) holds declarative `FamilyMapping`s; this module only reads and writes files,
-picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
+Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5 [+ mt5],
+bart [+ marian], m2m100, bigbird, opt, ctrl, mbart) holds declarative `FamilyMapping`s; this module only
+reads and writes files, picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
@@ -71,7 +71,19 @@ from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
 
-FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl")
+FAMILY_MODULES = (
+    "gpt2",
+    "llama",
+    "bert",
+    "albert",
+    "t5",
+    "bart",
+    "m2m100",
+    "bigbird",
+    "opt",
+    "ctrl",
+    "mbart",
+)
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(

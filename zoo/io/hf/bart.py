@@ -179,7 +179,7 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         *([] if marian else [("source_vocab_size", spec.source_vocab_size, None)]),
     ])  # fmt: skip
     for stack in (encoder, decoder):  # after the fields: a spec far from this family says so first
-        _check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
+        check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
     config: dict[str, Any] = {
         "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
         "model_type": family,
@@ -223,7 +223,7 @@ def stack_config(spec: EncoderDecoderSpec) -> dict[str, Any]:
     }
 
 
-def _check_eps(family: str, field: str, eps: float) -> None:
+def check_eps(family: str, field: str, eps: float) -> None:
     """transformers builds BART's and Marian's norms as ``nn.LayerNorm(d_model)``: eps 1e-5, which
     config.json cannot change; another eps would give other logits, so it is refused, not rounded."""
     if eps != _LAYERNORM_EPS:
