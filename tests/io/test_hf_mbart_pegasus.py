@@ -1,4 +1,4 @@
-"""Hugging Face interop for the pre-norm BARTs: mBART.
+"""Hugging Face interop for the pre-norm BARTs: mBART and Pegasus.
 
 Small random transformers models, every option off its default (more decoder layers, another FFN width
 per stack, the activation, scaled embeddings, a tied or an own head, the token ids), are saved with
@@ -39,6 +39,11 @@ def _mbart(**extra: object) -> nn.Module:
     return transformers.MBartForConditionalGeneration(config)
 
 
+def _pegasus(**extra: object) -> nn.Module:
+    config = transformers.PegasusConfig(**SIZES, scale_embedding=True, **extra)
+    return transformers.PegasusForConditionalGeneration(config)
+
+
 # name -> (transformers model; the tokens: pad, eos, decoder start or None, forced first token or None)
 HF_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int | None, int | None]]] = {
     "mbart": (lambda: _mbart(activation_function="gelu"), (1, 2, None, LANGUAGE)),
@@ -46,15 +51,28 @@ HF_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int | None, 
         lambda: _mbart(activation_function="relu", tie_word_embeddings=False, decoder_start_token_id=2),
         (1, 2, 2, LANGUAGE),
     ),
+    "pegasus": (lambda: _pegasus(activation_function="relu"), (0, 1, 0, None)),
+    "pegasus-own-head": (
+        lambda: _pegasus(
+            activation_function="silu",
+            tie_word_embeddings=False,
+            pad_token_id=3,
+            eos_token_id=4,
+            decoder_start_token_id=3,
+        ),
+        (3, 4, 3, None),
+    ),
 }
 
 
 @torch.no_grad()
 def lively(model: nn.Module) -> nn.Module:
     """Weights large enough that outputs depend on the context; norms, biases and the logits bias off their
-    1s and 0s; an untied head its own values."""
+    1s and 0s; an untied head its own values; fixed tables as they are."""
     torch.manual_seed(0)
     for name, param in model.named_parameters():
+        if not param.requires_grad:  # Pegasus's fixed sinusoids: stored, never trained
+            continue
         if param.dim() >= 2:
             # cross-attention weaker: its output is nearly the same at every target position, and a strong
             # one makes greedy decoding repeat one token whatever came before
@@ -110,7 +128,7 @@ def test_imported_model_gives_transformers_logits_and_greedy_tokens(name: str, t
     src, src_mask, _, _ = batches(pad)
     config = transformers.GenerationConfig(
         do_sample=False, num_beams=1, max_new_tokens=8, min_new_tokens=0, eos_token_id=eos, pad_token_id=pad,
-        bos_token_id=hf.config.bos_token_id, decoder_start_token_id=start, forced_bos_token_id=forced,
+        bos_token_id=getattr(hf.config, "bos_token_id", None), decoder_start_token_id=start, forced_bos_token_id=forced,
         forced_eos_token_id=None, no_repeat_ngram_size=0, repetition_penalty=1.0,
         use_cache=False,  # transformers sizes its cache by the encoder's depth: 2 layers, the decoder has 3
     )  # fmt: skip
@@ -118,7 +136,7 @@ def test_imported_model_gives_transformers_logits_and_greedy_tokens(name: str, t
     with torch.no_grad():
         theirs = hf.generate(src, attention_mask=src_mask, generation_config=config)
     ours = model.generate(src, attention_mask=src_mask, max_new_tokens=8, forced_bos_token_id=forced)
-    first = start if start is not None else hf.config.bos_token_id
+    first = start if start is not None else hf.config.bos_token_id  # mBART without a start token
     assert (ours[:, 0] == first).all()
     assert len(set(ours[:, 2:].flatten().tolist())) >= 3  # the context matters: not one token repeated
     assert torch.equal(ours, theirs)
@@ -136,6 +154,24 @@ def test_mbart_import_reads_pre_norm_bart_wiring(tmp_path: Path) -> None:
     assert (spec.decoder_start_token_id, spec.start_token_id, spec.pad_token_id) == (None, 0, 1)
 
 
+def test_pegasus_import_reads_sinusoids_and_ignores_the_stored_table(tmp_path: Path) -> None:
+    hf = save("pegasus", tmp_path)
+    model = zoo.from_hf(tmp_path)
+    spec = model.spec
+    assert (spec.norm.placement, spec.norm.has_final, spec.embedding.scale, spec.embedding.norm) == (
+        "pre", True, True, False,
+    )  # fmt: skip
+    assert spec.position.model_dump() == {
+        "kind": "sinusoidal",
+        "layout": "half",
+        "offset": 0,
+        "frequencies": "paper",
+    }
+    assert (spec.start_token_id, spec.pad_token_id, spec.eos_token_id) == (0, 0, 1)
+    table = hf.model.encoder.embed_positions.weight  # transformers' (sines | cosines) table, also stored
+    torch.testing.assert_close(model.encoder.positions.table, table, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("name", list(HF_MODELS))
 def test_to_hf_loads_in_transformers_with_nothing_missing_and_same_logits(name: str, tmp_path: Path) -> None:
     source = save(name, tmp_path / "source")
@@ -150,7 +186,7 @@ def test_to_hf_loads_in_transformers_with_nothing_missing_and_same_logits(name: 
     config = json.loads((tmp_path / "export" / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == (model_type, [type(source).__name__])
     for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "scale_embedding"):
-        assert config[key] == getattr(source.config, key), key
+        assert config[key] == getattr(source.config, key, None), key  # PegasusConfig has no bos
     hf, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(
         tmp_path / "export", output_loading_info=True
     )
@@ -176,10 +212,15 @@ def test_to_hf_without_model_type_writes_a_pre_norm_bart_as_mbart(tmp_path: Path
         ("mbart", {"ffn.gated": True}, "ffn.gated"),
         ("mbart", {"source_vocab_size": 300}, "source_vocab_size"),
         ("mbart", {"norm.eps": 1e-6}, "norm.eps"),
+        ("pegasus", {"embedding.norm": True}, "embedding.norm"),
+        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "interleaved"}}, "position"),
+        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "half", "offset": 2}}, "position"),
+        ("pegasus", {"norm.kind": "rmsnorm"}, "norm.kind"),
     ],
 )
 def test_to_hf_names_the_spec_field_the_variant_cannot_express(model_type, change, field) -> None:
-    spec = zoo.preset("mbart-large-cc25").override(vocab_size=512, **change)
+    preset = {"mbart": "mbart-large-cc25", "pegasus": "pegasus-large"}[model_type]
+    spec = zoo.preset(preset).override(vocab_size=512, **change)
     with pytest.raises(ValueError, match=rf"{model_type} cannot express {field}="):
         MAPPINGS[model_type].spec_to_config(spec)
 

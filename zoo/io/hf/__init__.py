@@ -4,9 +4,9 @@
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
 Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5 [+ mt5],
-bart [+ marian], m2m100, bigbird, opt, ctrl, mbart) holds declarative `FamilyMapping`s; this module only
-reads and writes files, picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
-are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
+bart [+ marian], m2m100, bigbird, opt, ctrl, mbart [+ pegasus]) holds declarative `FamilyMapping`s; this
+module only reads and writes files, picks the mapping by ``model_type`` and reads every export back
+(`faithful`). Weights are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
 any file is opened), every header parses, the spec that config.json gives asks for no more layers, widths

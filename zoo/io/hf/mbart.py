@@ -227,4 +227,4 @@ def _mapping(variant: Variant) -> FamilyMapping:
     )
 
 
-MAPPINGS: list[FamilyMapping] = [_mapping(MBART)]
+MAPPINGS: list[FamilyMapping] = [_mapping(MBART), _mapping(PEGASUS)]
