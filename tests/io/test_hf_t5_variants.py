@@ -1,4 +1,5 @@
-"""Hugging Face interop for T5's relatives: mT5 (T5 v1.1's layout under ``model_type: mt5``).
+"""Hugging Face interop for T5's relatives: mT5 (T5 v1.1's layout under ``model_type: mt5``) and umT5
+(mT5 with a relative bias table in every layer, ``position.per_layer``).
 
 Small random transformers models, every option off its default (d_kv apart from d_model / heads, more
 decoder layers, bucket count and distance, eps, the FFN activation, a tied or an own head), are saved with
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,11 +39,17 @@ def _mt5(**extra: object) -> nn.Module:
     return transformers.MT5ForConditionalGeneration(transformers.MT5Config(**SIZES, **extra))
 
 
+def _umt5(**extra: object) -> nn.Module:
+    return transformers.UMT5ForConditionalGeneration(transformers.UMT5Config(**SIZES, **extra))
+
+
 # name -> (transformers model, whether the head is its own tensor)
 HF_MODELS: dict[str, tuple[Callable[[], nn.Module], bool]] = {
     "mt5": (lambda: _mt5(), False),
     "mt5-own-head": (lambda: _mt5(feed_forward_proj="gated-silu"), True),
     "mt5-relu": (lambda: _mt5(feed_forward_proj="relu"), True),
+    "umt5": (lambda: _umt5(tie_word_embeddings=False), True),  # umt5-small's head: its own, not rescaled
+    "umt5-tied": (lambda: _umt5(feed_forward_proj="gated-relu"), False),  # tied and rescaled, as T5 v1.0
 }
 
 
@@ -135,7 +143,7 @@ def test_to_hf_loads_in_transformers_with_nothing_missing_and_same_logits(name: 
     zoo.to_hf(model.eval(), tmp_path / "export", model_type=model_type)
     config = json.loads((tmp_path / "export" / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == (
-        model_type, [t5.MT5.architecture if model_type == "mt5" else t5.T5.architecture],
+        model_type, [{v.model_type: v.architecture for v in (t5.T5, t5.MT5, t5.UMT5)}[model_type]],
     )  # fmt: skip
     hf, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(
         tmp_path / "export", output_loading_info=True
@@ -152,9 +160,10 @@ def test_mt5_export_refuses_the_rescaled_tied_head() -> None:
     assert MAPPINGS["t5"].spec_to_config(spec)["model_type"] == "t5"
 
 
-def test_mt5_defaults_are_mt5_configs_defaults() -> None:
-    spec = MAPPINGS["mt5"].config_to_spec({"model_type": "mt5"}, set())
-    reference = transformers.MT5Config()
+@pytest.mark.parametrize("model_type", ["mt5", "umt5"])
+def test_defaults_are_the_config_classs_defaults(model_type: str) -> None:
+    spec = MAPPINGS[model_type].config_to_spec({"model_type": model_type}, set())
+    reference = {"mt5": transformers.MT5Config, "umt5": transformers.UMT5Config}[model_type]()
     assert (spec.vocab_size, spec.num_layers, spec.attention.num_heads, spec.ffn.d_ff) == (
         reference.vocab_size, reference.num_layers, reference.num_heads, reference.d_ff,
     )  # fmt: skip
@@ -163,12 +172,12 @@ def test_mt5_defaults_are_mt5_configs_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("preset", "config_class", "count"),
-    [("mt5-small", "MT5Config", 300_176_768)],
+    [("mt5-small", "MT5Config", 300_176_768), ("umt5-small", "UMT5Config", 306_601_984)],
 )
 def test_preset_has_the_published_shape_and_parameter_count(
     preset: str, config_class: str, count: int
 ) -> None:
-    """The published config.json (google/mt5-small): transformers' model built from it on the meta device
+    """The published config.json (google/mt5-small, google/umt5-small): transformers' model built from it on the meta device
     has the same tensors (names and sizes) and parameter count. transformers 5.x ties the head in the model
     it builds and unties it when a checkpoint stores its own, so its tensors are counted, not its parameters."""
     spec = zoo.preset(preset)
@@ -184,3 +193,50 @@ def test_preset_has_the_published_shape_and_parameter_count(
     back = mapping.config_to_spec(mapping.spec_to_config(spec), names)
     unsaid = {"source": True, "name": True, "attention": {"dropout"}, "ffn": {"dropout"}}
     assert back.model_dump(exclude=unsaid) == spec.model_dump(exclude=unsaid)
+
+
+def test_umt5_import_reads_every_layers_bias_table(tmp_path: Path) -> None:
+    hf = save("umt5", tmp_path)
+    model = zoo.from_hf(tmp_path)
+    assert model.spec.position.per_layer and not model.spec.lm_head.rescale_tied
+    for side, stack in (("encoder", hf.encoder), ("decoder", hf.decoder)):
+        theirs = torch.stack(
+            [block.layer[0].SelfAttention.relative_attention_bias.weight for block in stack.block]
+        )
+        ours = getattr(model, side).positions.weight  # (L, buckets, H)
+        assert ours.shape == (len(stack.block), 12, 4) and torch.equal(ours, theirs)
+        assert not torch.equal(ours[0], ours[1])  # each layer its own
+
+
+def test_umt5_tied_config_rescales_the_head(tmp_path: Path) -> None:
+    save("umt5-tied", tmp_path)
+    head = zoo.from_hf(tmp_path).spec.lm_head
+    assert (head.tied, head.rescale_tied) == (True, True)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "change", "field"),
+    [
+        ("t5", {"position": {"kind": "relative_bias", "per_layer": True}}, "position.per_layer"),
+        ("umt5", {}, "position.per_layer"),
+        (
+            "umt5",
+            {
+                "position": {"kind": "relative_bias", "per_layer": True},
+                "decoder": {"position": {"kind": "relative_bias"}},
+            },
+            "decoder.position.per_layer",
+        ),
+        ("mt5", {"position": {"kind": "relative_bias", "per_layer": True}}, "position.per_layer"),
+    ],
+)
+def test_to_hf_names_the_bias_tables_a_variant_cannot_express(model_type, change, field) -> None:
+    spec = zoo.preset("mt5-small").override(vocab_size=512, **change)
+    with pytest.raises(ValueError, match=rf"{model_type} cannot express {re.escape(field)}="):
+        MAPPINGS[model_type].spec_to_config(spec)
+
+
+def test_to_hf_without_model_type_writes_per_layer_tables_as_umt5(tmp_path: Path) -> None:
+    spec = zoo.preset("t5-tiny").override(position={"kind": "relative_bias", "per_layer": True})
+    zoo.to_hf(zoo.build(spec), tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "umt5"

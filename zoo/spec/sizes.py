@@ -92,7 +92,8 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
     if position.kind == "learned":
         total += (max_positions + position.offset) * embed_dim
     elif position.kind == "relative_bias":
-        total += position.num_buckets * stack.attention.num_heads
+        tables = stack.num_layers if position.per_layer else 1
+        total += tables * position.num_buckets * stack.attention.num_heads
     if spec.embedding.norm:
         total += _norm(stack.norm, embed_dim)
     if spec.embedding.factorized_dim:

@@ -3,7 +3,7 @@
     config.json ──config_to_spec──> ModelSpec ──build on meta──> model ──strict load──> model
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
-Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5 [+ mt5],
+Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5 [+ mt5, umt5],
 bart [+ marian], m2m100, bigbird, opt, ctrl, mbart [+ pegasus]) holds declarative `FamilyMapping`s; this
 module only reads and writes files, picks the mapping by ``model_type`` and reads every export back
 (`faithful`). Weights are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.

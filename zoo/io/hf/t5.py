@@ -28,11 +28,19 @@ its ``d_kv`` is independent of d_model / num_heads. Only layer 0 of each stack h
 mT5 (Xue et al. 2021, ``model_type: mt5``) is T5 v1.1's layout and wiring under another name, with larger
 defaults (a 250k vocabulary, gated GELU). transformers 5.x never rescales mT5's output, whatever the config
 says (4.x rescaled a tied one), so an mT5 import has ``rescale_tied: false`` and an export with the rescale is
-refused; its head is tied only when the checkpoint stores none (or an equal copy). The rows that differ:
+refused; its head is tied only when the checkpoint stores none (or an equal copy). umT5 (Chung et al. 2023,
+``model_type: umt5``) is mT5 with a relative bias table in every layer's self-attention, not only layer 0's
+(``position.per_layer: true``):
 
-    model_type   defaults for fields left out                    tied head rescaled   architecture
-    t5           32k vocab, relu, 6 layers, 8 heads, d_ff 2048       as the config says   T5ForConditionalGeneration
-    mt5          250k vocab, gated-gelu, 8 layers, 6 heads, 1024     never                MT5ForConditionalGeneration
+    {s}.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight (each i)
+                                                             {s}.positions.weight[i]       (L, buckets, H)
+
+The rows that differ:
+
+    model_type   defaults for fields left out                    tied head rescaled   bias tables   architecture
+    t5           32k vocab, relu, 6 layers, 8 heads, d_ff 2048   as the config says   one/stack     T5ForConditionalGeneration
+    mt5          250k vocab, gated-gelu, 8 layers, 6 heads, 1024 never                one/stack     MT5ForConditionalGeneration
+    umt5         as mt5                                          as the config says   one/layer     UMT5ForConditionalGeneration
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
+    fused,
     fused_linear,
     layernorm,
     linear,
@@ -82,6 +91,7 @@ class Variant:
     architecture: str
     defaults: dict[str, Any]  # the config class's defaults, for the fields a config.json leaves out
     rescales: bool  # the config decides whether a tied head is rescaled by d_model**-0.5 (else: never)
+    per_layer_bias: bool = False  # every layer's self-attention has its own relative bias table
 
 
 _T5_DEFAULTS = {
@@ -92,6 +102,7 @@ _MT5_DEFAULTS = {
 }  # fmt: skip
 T5 = Variant("t5", "T5ForConditionalGeneration", _T5_DEFAULTS, rescales=True)
 MT5 = Variant("mt5", "MT5ForConditionalGeneration", _MT5_DEFAULTS, rescales=False)
+UMT5 = Variant("umt5", "UMT5ForConditionalGeneration", _MT5_DEFAULTS, rescales=True, per_layer_bias=True)
 
 
 # -- config <-> spec ------------------------------------------------------------------------------------
@@ -145,6 +156,7 @@ def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T
             "kind": "relative_bias",
             "num_buckets": config.get("relative_attention_num_buckets", 32),
             "max_distance": config.get("relative_attention_max_distance", 128),
+            "per_layer": variant.per_layer_bias,
         },
         # an lm_head tensor of its own means untied (v1.1); a v1.0 copy must equal shared (checked on load)
         "lm_head": {"tied": rescale or "lm_head.weight" not in names, "rescale_tied": rescale},
@@ -156,13 +168,14 @@ def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T
     })  # fmt: skip
 
 
-def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
+def _stack_checks(stack: ResolvedStack, d_model: int, variant: Variant) -> list[tuple[str, Any, Any]]:
     src, norm, attention = stack.sources, stack.norm, stack.attention
     checks = [
         (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
         (f"{src['norm']}.placement", norm.placement, "pre"),
         (f"{src['norm']}.final", norm.has_final, True),
         (f"{src['position']}.kind", stack.position.kind, "relative_bias"),
+        (f"{src['position']}.per_layer", getattr(stack.position, "per_layer", None), variant.per_layer_bias),
         (f"{src['ffn']}.bias", stack.ffn.bias, False),
         (f"{stack.name}.share_layers", stack.share_layers, False),
     ]
@@ -198,8 +211,8 @@ def spec_to_config(spec: ModelSpec, variant: Variant = T5) -> dict[str, Any]:
     emb, head = spec.embedding, spec.lm_head
     no_dropout = {"dropout": 0.0}  # dropouts may differ between stacks: HF T5 has one rate anyway
     require(family, [
-        *_stack_checks(encoder, spec.d_model),
-        *_stack_checks(decoder, spec.d_model),
+        *_stack_checks(encoder, spec.d_model, variant),
+        *_stack_checks(decoder, spec.d_model, variant),
         ("decoder.attention", decoder.attention.model_copy(update=no_dropout),
          encoder.attention.model_copy(update=no_dropout)),
         ("decoder.ffn", decoder.ffn.model_copy(update=no_dropout), encoder.ffn.model_copy(update=no_dropout)),
@@ -253,8 +266,14 @@ def _rules(spec: EncoderDecoderSpec) -> list[Rule]:
     for name, stack in spec.stacks().items():
         H, K = stack.attention.num_heads, stack.attention.kv_heads
         D, F = stack.attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
-        bias_table = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        rules += [rename(f"{name}.positions.weight", bias_table)]
+        bias_table = "{}.block.{}.layer.0.SelfAttention.relative_attention_bias.weight".format
+        position = stack.position
+        assert isinstance(position, RelativeBiasPositions)  # checked by the spec's own mapping
+        if position.per_layer:  # umT5: every layer's table, stacked as (L * buckets, H) rows
+            tables = [bias_table(name, i) for i in range(stack.num_layers)]
+            rules += [fused(f"{name}.positions.weight", tables, [position.num_buckets] * stack.num_layers)]
+        else:
+            rules += [rename(f"{name}.positions.weight", bias_table(name, 0))]
         rules += layernorm(f"{name}.final_norm", f"{name}.final_layer_norm", bias=False)
         for i in range(stack.num_layers):
             hf, zoo = f"{name}.block.{i}.layer", f"{name}.layers.{i}"
@@ -302,12 +321,21 @@ def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
                 f"{name} differs from {present[0]}, but config.json describes one shared table "
                 "(a v1.1 model with its own lm_head needs tie_word_embeddings: false)"
             )
-    return rules_to_zoo(_rules(spec), tensors, ignore=_UNUSED)
+    out = rules_to_zoo(_rules(spec), tensors, ignore=_UNUSED)
+    for name, stack in spec.stacks().items():  # per-layer tables: (L * buckets, H) -> (L, buckets, H)
+        table = out[f"{name}.positions.weight"]
+        if getattr(stack.position, "per_layer", False):
+            out[f"{name}.positions.weight"] = table.reshape(stack.num_layers, -1, table.shape[-1])
+    return out
 
 
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     """zoo's state dict -> what ``T5ForConditionalGeneration.from_pretrained`` loads with nothing missing."""
     assert isinstance(spec, EncoderDecoderSpec)
+    tensors = dict(tensors)
+    for name in spec.stacks():  # per-layer tables (L, buckets, H) -> (L * buckets, H), split by `_rules`
+        table = tensors[f"{name}.positions.weight"]
+        tensors[f"{name}.positions.weight"] = table.reshape(-1, table.shape[-1])
     out = rules_to_hf(_rules(spec), tensors)
     if spec.lm_head.tied and not spec.lm_head.rescale_tied:
         # A tied head without the rescale is tie_word_embeddings=false in the config, which transformers 4.x
@@ -326,4 +354,4 @@ def _mapping(variant: Variant) -> FamilyMapping:
     )
 
 
-MAPPINGS: list[FamilyMapping] = [_mapping(T5), _mapping(MT5)]
+MAPPINGS: list[FamilyMapping] = [_mapping(T5), _mapping(MT5), _mapping(UMT5)]
