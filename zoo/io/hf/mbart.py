@@ -207,9 +207,7 @@ def zoo_to_hf(tensors: StateDict, spec: ModelSpec, variant: Variant) -> StateDic
     out = rules_to_hf(_rules(spec, variant), tensors)
     table = out["model.shared.weight"]
     out.setdefault("final_logits_bias", table.new_zeros(1, spec.vocab_size))  # HF's head always has one
-    if not spec.lm_head.tied:  # transformers 5.x then ties nothing: each stack reads a table of its own
-        for name in spec.stacks():
-            out[f"model.{name}.embed_tokens.weight"] = table.clone()
+    bart.write_stack_copies(out, spec)  # an own head: transformers 5.x unties the stacks' tables too
     if variant.sinusoids:
         sinusoids = sinusoidal_table(spec.max_positions, spec.d_model, layout="half").to(table)
         for name in spec.stacks():
