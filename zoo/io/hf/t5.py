@@ -175,7 +175,12 @@ def _stack_checks(stack: ResolvedStack, d_model: int, variant: Variant) -> list[
         (f"{src['norm']}.placement", norm.placement, "pre"),
         (f"{src['norm']}.final", norm.has_final, True),
         (f"{src['position']}.kind", stack.position.kind, "relative_bias"),
-        (f"{src['position']}.per_layer", getattr(stack.position, "per_layer", None), variant.per_layer_bias),
+        # another kind is refused above: its absent per_layer is not a second field
+        (
+            f"{src['position']}.per_layer",
+            getattr(stack.position, "per_layer", variant.per_layer_bias),
+            variant.per_layer_bias,
+        ),
         (f"{src['ffn']}.bias", stack.ffn.bias, False),
         (f"{stack.name}.share_layers", stack.share_layers, False),
     ]
@@ -243,8 +248,8 @@ def spec_to_config(spec: ModelSpec, variant: Variant = T5) -> dict[str, Any]:
         "dropout_rate": spec.dropout,
         "layer_norm_epsilon": encoder.norm.eps,
         "feed_forward_proj": (_GATED_FFN if ffn.gated else _PLAIN_FFN)[ffn.activation],
-        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs (mT5:
-        # false, untied in 4.x, which the head stored beside the table keeps right; see `zoo_to_hf`).
+        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs. mT5
+        # writes false (its rescale is refused): 4.x then reads an own head, which `zoo_to_hf` always stores.
         "tie_word_embeddings": head.rescale_tied,
         "is_encoder_decoder": True,
         "n_positions": spec.max_positions,
