@@ -5,7 +5,8 @@
 
 The stack owns everything computed once per forward and shared by its layers: the self-attention masks
 (one per distinct attention pattern, `zoo.blocks.layer_masks`), the cross-attention mask, rotary angles or
-the relative/ALiBi bias. With ``share_layers`` (ALBERT) one layer's weights run ``num_layers`` times.
+the relative/ALiBi bias (umT5's per-layer tables: each layer's, as it runs). With ``share_layers`` (ALBERT)
+one layer's weights run ``num_layers`` times.
 Causality is a property of the stack, not of its layers.
 """
 
@@ -101,11 +102,14 @@ class Stack(nn.Module):
             head_dim=spec.attention.resolved_head_dim(d_model),
             num_heads=spec.attention.num_heads,
             causal=spec.causal,
+            num_layers=spec.num_layers,
         )
         # A relative bias beside absolute positions (MPNet), or None
         self.position_bias = build_position_bias(
             spec.position, num_heads=spec.attention.num_heads, causal=spec.causal
         )
+        # umT5: every layer its own relative bias table, else one bias for all layers
+        self.bias_per_layer = bool(getattr(self.positions, "per_layer", False))
         self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
         self.dropout = nn.Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
@@ -175,7 +179,7 @@ class Stack(nn.Module):
             grad=x.requires_grad,
             device=x.device,
         )
-        bias_module = self.positions if role == "bias" else self.position_bias
+        bias_module = self.positions if role == "bias" and not self.bias_per_layer else self.position_bias
         if bias_module is not None:
             bias = bias_module(T, offset + T)  # (1, H, T, offset + T)
             self_masks = with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
@@ -188,10 +192,14 @@ class Stack(nn.Module):
         self_weights, cross_weights = [], []
         for i in range(self.num_layers):
             layer = self.layers[i % len(self.layers)]
+            self_mask = self_masks[i]
+            if self.bias_per_layer:  # umT5: this layer's own table, folded as it runs (one held at a time)
+                bias = self.positions(T, offset + T, layer=i)
+                self_mask = with_position_bias([self_mask], bias, q_len=T, k_len=offset + T, dtype=x.dtype)[0]
             out = layer(
                 x,
-                self_mask=self_masks[i][0],
-                is_causal=self_masks[i][1],
+                self_mask=self_mask[0],
+                is_causal=self_mask[1],
                 rotary=rotary,
                 memory=memory,
                 cross_mask=cross_mask,

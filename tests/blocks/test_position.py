@@ -70,6 +70,35 @@ def test_t5_buckets_match_the_reference_layout():
     assert causal.bucket(torch.tensor([0, -1, 5, -15, -16, -1000])).tolist() == [0, 1, 0, 15, 16, 31]
 
 
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (12, 24), (64, 20), (32, 8)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_buckets_equal_transformers_at_every_distance(num_buckets, max_distance, bidirectional):
+    """(64, 20) and (32, 8) put max_distance below the exact range: the scaled log is negative there, and
+    only truncating it before adding max_exact (as transformers does) gives the same buckets."""
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket
+    relative = torch.arange(-700, 700)
+    theirs = reference(relative, bidirectional, num_buckets, max_distance)
+    bias = RelativeBias(
+        num_buckets=num_buckets, max_distance=max_distance, num_heads=1, bidirectional=bidirectional
+    )
+    assert torch.equal(bias.bucket(relative), theirs)
+
+
+def test_per_layer_bias_reads_each_layers_table():
+    shared = RelativeBias(num_buckets=8, max_distance=16, num_heads=2, bidirectional=False)
+    per_layer = RelativeBias(num_buckets=8, max_distance=16, num_heads=2, bidirectional=False, num_layers=3)
+    tables = torch.randn(3, 8, 2)
+    with torch.no_grad():
+        per_layer.weight.copy_(tables)
+        shared.weight.copy_(tables[1])
+    assert per_layer.weight.shape == (3, 8, 2) and per_layer.per_layer and not shared.per_layer
+    torch.testing.assert_close(per_layer(2, 5, layer=1), shared(2, 5), atol=0, rtol=0)
+    assert per_layer(2, 5, layer=0).shape == (1, 2, 2, 5)
+    with pytest.raises(ValueError, match="per-layer"):
+        per_layer(2, 5)
+
+
 def test_alibi_slopes_follow_the_paper():
     torch.testing.assert_close(
         alibi_slopes(8), torch.tensor([2 ** (-i) for i in range(1, 9)], dtype=torch.float32)

@@ -164,6 +164,37 @@ def test_to_hf_loads_in_transformers_with_nothing_missing_and_same_logits(name: 
     _assert_same_at_real_positions(ours.logits, theirs.logits, tgt_mask)
 
 
+@pytest.mark.parametrize("model_type", ["bart", "marian", "m2m_100"])
+def test_own_head_export_writes_each_stacks_table_so_nothing_is_missing(
+    model_type: str, tmp_path: Path
+) -> None:
+    # transformers 5.x unties encoder/decoder embed_tokens from shared too when tie_word_embeddings is false
+    spec = zoo.preset("bart-tiny").override(lm_head={"tied": False})
+    if model_type == "marian":
+        spec = spec.override(
+            embedding={"norm": False}, position={"kind": "sinusoidal", "layout": "half", "offset": 0}
+        )
+    elif model_type == "m2m_100":
+        spec = spec.override(
+            embedding={"norm": False},
+            norm={"placement": "pre"},
+            lm_head={"logits_bias": False},
+            position={"kind": "sinusoidal", "layout": "half", "frequencies": "fairseq", "offset": 2},
+        )
+    model = _randomise(zoo.build(spec))
+    zoo.to_hf(model, tmp_path, model_type=model_type)
+    hf_model, info = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert [sorted(info[kind]) for kind in ("missing_keys", "unexpected_keys")] == [[], []]
+    src, src_mask, tgt, tgt_mask = _batches(spec.vocab_size, spec.vocab_size)
+    with torch.no_grad():
+        theirs = hf_model.eval()(
+            input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask
+        )
+        ours = model(src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask)
+    _assert_same_at_real_positions(ours.logits, theirs.logits, tgt_mask)
+    assert zoo.from_hf(tmp_path).spec.lm_head.tied is False  # and it reads back
+
+
 def test_t5_tied_head_without_rescale_exports_and_loads_with_same_logits(tmp_path: Path) -> None:
     model = _randomise(
         zoo.build(zoo.preset("t5-tiny").override(lm_head={"tied": True, "rescale_tied": False}))

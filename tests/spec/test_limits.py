@@ -42,6 +42,7 @@ def test_parameter_count_of_every_preset_equals_the_built_model(name):
         {"lm_head": {"tied": False, "logits_bias": True}},
         {"family": "encoder-decoder", "source_vocab_size": 70, "decoder": {"num_layers": 2}},
         {"family": "encoder-decoder", "position": {"kind": "relative_bias"}, "decoder": {"cross_attention": {"num_heads": 2}}},
+        {"family": "encoder-decoder", "position": {"kind": "relative_bias", "per_layer": True}, "decoder": {"num_layers": 3}},
     ],
 )  # fmt: skip
 def test_parameter_count_equals_the_built_model_for_every_kind_of_block(changes):

@@ -107,3 +107,14 @@ def test_encoder_decoder_start_token_falls_back():
         vocab_size=10, d_model=8, attention={"num_heads": 2}, bos_token_id=None, pad_token_id=3
     )
     assert spec.start_token_id == 3
+
+
+def test_override_that_changes_a_kind_starts_the_sub_spec_afresh():
+    """learned -> sinusoidal keeps none of the learned variant's fields (its relative_bias, its offset)."""
+    spec = zoo.preset("bart-tiny")
+    assert spec.position.kind == "learned" and spec.position.offset == 2
+    changed = spec.override(position={"kind": "sinusoidal", "layout": "half"})
+    assert changed.position.model_dump() == {
+        "kind": "sinusoidal", "layout": "half", "offset": 0, "frequencies": "paper"
+    }  # fmt: skip
+    assert spec.override(position={"offset": 0}).position.kind == "learned"  # same kind: merged

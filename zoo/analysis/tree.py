@@ -188,8 +188,9 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (
         RelativeBias,
         lambda m, **_: (
-            f"T5 relative bias, {m.num_buckets} buckets × {m.weight.shape[1]} heads, "
-            f"{'bi' if m.bidirectional else 'uni'}directional, one table for all layers"
+            f"T5 relative bias, {m.num_buckets} buckets × {m.weight.shape[-1]} heads, "
+            f"{'bi' if m.bidirectional else 'uni'}directional, "
+            f"{f'one table per layer ({m.weight.shape[0]})' if m.per_layer else 'one table for all layers'}"
         ),
     ),
     (AlibiBias, lambda m, **_: f"ALiBi, {m.num_heads} fixed slopes"),

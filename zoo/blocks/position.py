@@ -174,7 +174,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class RelativeBias(nn.Module):
-    """T5's bucketed relative position bias (Raffel et al. 2020, section 2.1), one table per stack.
+    """T5's bucketed relative position bias (Raffel et al. 2020, section 2.1), one table per stack, or one
+    per layer (``num_layers``: umT5, Chung et al. 2023), all gathered from one (L, buckets, H) parameter.
 
     Half the buckets are exact small distances, the rest log-spaced up to ``max_distance``; a
     bidirectional (encoder) stack splits them between keys before and after the query.
@@ -182,10 +183,20 @@ class RelativeBias(nn.Module):
 
     role = "bias"
 
-    def __init__(self, *, num_buckets: int, max_distance: int, num_heads: int, bidirectional: bool) -> None:
+    def __init__(
+        self,
+        *,
+        num_buckets: int,
+        max_distance: int,
+        num_heads: int,
+        bidirectional: bool,
+        num_layers: int | None = None,
+    ) -> None:
         super().__init__()
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
-        self.weight = nn.Parameter(torch.empty(num_buckets, num_heads))
+        self.per_layer = num_layers is not None
+        shape = (num_buckets, num_heads) if num_layers is None else (num_layers, num_buckets, num_heads)
+        self.weight = nn.Parameter(torch.empty(shape))  # (buckets, H) or per layer (L, buckets, H)
 
     def bucket(self, relative: torch.Tensor) -> torch.Tensor:
         """Bucket index for each key-minus-query distance."""
@@ -200,13 +211,19 @@ class RelativeBias(nn.Module):
         log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(
             self.max_distance / max_exact
         )
-        large = (max_exact + log_ratio * (num_buckets - max_exact)).long().clamp(max=num_buckets - 1)
+        # truncated before max_exact is added, as in Mesh TensorFlow and transformers: the same bucket even
+        # where the scaled log is negative (a max_distance below max_exact) or a hair under an integer
+        large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
         return buckets + torch.where(distance < max_exact, distance, large)
 
-    def forward(self, q_len: int, k_len: int) -> torch.Tensor:
+    def forward(self, q_len: int, k_len: int, *, layer: int | None = None) -> torch.Tensor:
+        """(1, H, Tq, Tk) bias for the last ``q_len`` of ``k_len`` positions; per-layer tables need ``layer``."""
+        if self.per_layer == (layer is None):
+            raise ValueError(f"a {'per-layer' if self.per_layer else 'shared'} bias table: layer={layer}")
         q_pos = torch.arange(k_len - q_len, k_len, device=self.weight.device)[:, None]
         k_pos = torch.arange(k_len, device=self.weight.device)[None, :]
-        values = self.weight[self.bucket(k_pos - q_pos)]  # (Tq, Tk, H)
+        table = self.weight if layer is None else self.weight[layer]  # (buckets, H)
+        values = table[self.bucket(k_pos - q_pos)]  # (Tq, Tk, H)
         return values.permute(2, 0, 1)[None]  # (1, H, Tq, Tk)
 
 
@@ -214,6 +231,7 @@ class AlibiBias(FixedTables):
     """ALiBi (Press et al. 2022): logit penalty slope_h * distance, slopes a geometric sequence per head."""
 
     role = "bias"
+    per_layer = False  # one bias for every layer
     slopes: torch.Tensor  # buffer (H,)
 
     def __init__(self, *, num_heads: int, bidirectional: bool) -> None:
@@ -261,9 +279,17 @@ def build_position_bias(spec: PositionSpec, *, num_heads: int, causal: bool) -> 
 
 
 def build_positions(
-    spec: PositionSpec, *, max_positions: int, dim: int, head_dim: int, num_heads: int, causal: bool
+    spec: PositionSpec,
+    *,
+    max_positions: int,
+    dim: int,
+    head_dim: int,
+    num_heads: int,
+    causal: bool,
+    num_layers: int = 1,
 ) -> nn.Module:
-    """The position module for ``spec`` (one registry from kind to class, no name-based switches)."""
+    """The position module for ``spec`` (one registry from kind to class, no name-based switches);
+    ``num_layers``: the stack's depth, for tables kept per layer."""
     if spec.kind == "sinusoidal":
         return SinusoidalPositions(
             layout=spec.layout,
@@ -284,6 +310,7 @@ def build_positions(
             max_distance=spec.max_distance,
             num_heads=num_heads,
             bidirectional=not causal,
+            num_layers=num_layers if spec.per_layer else None,
         )
     if spec.kind == "alibi":
         return AlibiBias(num_heads=num_heads, bidirectional=not causal)

@@ -202,7 +202,8 @@ class RotaryPositions(Spec):
 
 
 class RelativeBiasPositions(Spec):
-    """T5's bucketed relative position bias, one table per stack, added to every layer's logits.
+    """T5's bucketed relative position bias, one table per stack, added to every layer's logits
+    (``per_layer``: one table per layer, as umT5).
 
     Bidirectional in an encoder, unidirectional in a causal decoder: that follows from the stack.
     """
@@ -210,6 +211,11 @@ class RelativeBiasPositions(Spec):
     kind: Literal["relative_bias"] = "relative_bias"
     num_buckets: PositiveInt = 32
     max_distance: PositiveInt = 128
+    per_layer: bool = Field(
+        False,
+        description="umT5: every layer its own (num_buckets, heads) table, rather than one table per stack "
+        "that every layer adds (T5).",
+    )
 
 
 class AlibiPositions(Spec):

@@ -527,8 +527,16 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         elif not isinstance(child, dict):
             raise ValueError(f"cannot override {key!r}: {part!r} is not a sub-spec")
         node = child
-    if isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
-        merged = dict(node[leaf])
+    current = node.get(leaf)
+    # A tagged sub-spec that changes its tag (position: learned -> sinusoidal) starts afresh: the old
+    # variant's fields mean nothing to the new one.
+    switches_kind = (
+        isinstance(current, dict) and "kind" in value and value["kind"] != current.get("kind")
+        if isinstance(value, Mapping)
+        else False
+    )
+    if isinstance(value, Mapping) and isinstance(current, dict) and not switches_kind:
+        merged = dict(current)
         for sub_key, sub_value in value.items():
             _set_dotted(merged, sub_key, sub_value)
         node[leaf] = merged

@@ -96,7 +96,8 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
         if position.relative_bias is not None:  # MPNet: a relative bias table beside the learned one
             total += position.relative_bias.num_buckets * stack.attention.num_heads
     elif position.kind == "relative_bias":
-        total += position.num_buckets * stack.attention.num_heads
+        tables = stack.num_layers if position.per_layer else 1
+        total += tables * position.num_buckets * stack.attention.num_heads
     if spec.embedding.norm:
         total += _norm(stack.norm, embed_dim)
     if spec.embedding.factorized_dim:

@@ -179,7 +179,7 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
         *([] if marian else [("source_vocab_size", spec.source_vocab_size, None)]),
     ])  # fmt: skip
     for stack in (encoder, decoder):  # after the fields: a spec far from this family says so first
-        _check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
+        check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
     config: dict[str, Any] = {
         "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
         "model_type": family,
@@ -223,7 +223,7 @@ def stack_config(spec: EncoderDecoderSpec) -> dict[str, Any]:
     }
 
 
-def _check_eps(family: str, field: str, eps: float) -> None:
+def check_eps(family: str, field: str, eps: float) -> None:
     """transformers builds BART's and Marian's norms as ``nn.LayerNorm(d_model)``: eps 1e-5, which
     config.json cannot change; another eps would give other logits, so it is refused, not rounded."""
     if eps != _LAYERNORM_EPS:
@@ -292,6 +292,15 @@ def drop_copies(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
             )
 
 
+def write_stack_copies(out: StateDict, spec: EncoderDecoderSpec) -> None:
+    """An own head (``tie_word_embeddings: false``) unties each stack's ``embed_tokens`` from ``shared`` too
+    in transformers 5.x: write them, copies of the one table, so that nothing is missing on load (4.x ties
+    them again). A separate source vocabulary writes both already."""
+    if not spec.lm_head.tied and not spec.source_vocab_size:
+        for side in spec.stacks():
+            out[f"model.{side}.embed_tokens.weight"] = out["model.shared.weight"].clone()
+
+
 def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
     # full names, also for a headless checkpoint (BartModel) saved without the ``model.`` prefix
@@ -313,6 +322,7 @@ def _zoo_to_hf(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDic
     out = rules_to_hf(tensor_rules(spec, marian=marian), tensors)
     table = out["model.decoder.embed_tokens.weight" if spec.source_vocab_size else "model.shared.weight"]
     out.setdefault("final_logits_bias", table.new_zeros(1, spec.vocab_size))  # HF's head always has one
+    write_stack_copies(out, spec)
     return out
 
 

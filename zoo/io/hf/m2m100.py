@@ -180,7 +180,9 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
-    return rules_to_hf(_rules(spec), tensors)
+    out = rules_to_hf(_rules(spec), tensors)
+    bart.write_stack_copies(out, spec)  # an own head: transformers 5.x unties the stacks' tables too
+    return out
 
 
 MAPPING = FamilyMapping(

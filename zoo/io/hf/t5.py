@@ -24,10 +24,28 @@ v1.1 has its own ``lm_head`` and no rescale. transformers 5.x always ties T5 in 
 rescale as ``scale_decoder_outputs`` (from ``tie_word_embeddings`` in older configs); whether the head is its
 own tensor is read from the checkpoint. T5 does not scale attention logits (``attention.scaled: false``) and
 its ``d_kv`` is independent of d_model / num_heads. Only layer 0 of each stack holds the relative bias table.
+
+mT5 (Xue et al. 2021, ``model_type: mt5``) is T5 v1.1's layout and wiring under another name, with larger
+defaults (a 250k vocabulary, gated GELU). transformers 5.x never rescales mT5's output, whatever the config
+says (4.x rescaled a tied one), so an mT5 import has ``rescale_tied: false`` and an export with the rescale is
+refused; its head is tied only when the checkpoint stores none (or an equal copy). umT5 (Chung et al. 2023,
+``model_type: umt5``) is mT5 with a relative bias table in every layer's self-attention, not only layer 0's
+(``position.per_layer: true``):
+
+    {s}.block.{i}.layer.0.SelfAttention.relative_attention_bias.weight (each i)
+                                                             {s}.positions.weight[i]       (L, buckets, H)
+
+The rows that differ:
+
+    model_type   defaults for fields left out                    tied head rescaled   bias tables   architecture
+    t5           32k vocab, relu, 6 layers, 8 heads, d_ff 2048   as the config says   one/stack     T5ForConditionalGeneration
+    mt5          250k vocab, gated-gelu, 8 layers, 6 heads, 1024 never                one/stack     MT5ForConditionalGeneration
+    umt5         as mt5                                          as the config says   one/layer     UMT5ForConditionalGeneration
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,6 +56,7 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
+    fused,
     fused_linear,
     layernorm,
     linear,
@@ -64,11 +83,33 @@ _EMBED_ALIASES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed
 _UNUSED = (r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",)
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One Hugging Face model type with T5's tensor layout (a row of the module docstring's table)."""
+
+    model_type: str
+    architecture: str
+    defaults: dict[str, Any]  # the config class's defaults, for the fields a config.json leaves out
+    rescales: bool  # the config decides whether a tied head is rescaled by d_model**-0.5 (else: never)
+    per_layer_bias: bool = False  # every layer's self-attention has its own relative bias table
+
+
+_T5_DEFAULTS = {
+    "vocab_size": 32128, "d_ff": 2048, "num_layers": 6, "num_heads": 8, "feed_forward_proj": "relu",
+}  # fmt: skip
+_MT5_DEFAULTS = {
+    "vocab_size": 250112, "d_ff": 1024, "num_layers": 8, "num_heads": 6, "feed_forward_proj": "gated-gelu",
+}  # fmt: skip
+T5 = Variant("t5", "T5ForConditionalGeneration", _T5_DEFAULTS, rescales=True)
+MT5 = Variant("mt5", "MT5ForConditionalGeneration", _MT5_DEFAULTS, rescales=False)
+UMT5 = Variant("umt5", "UMT5ForConditionalGeneration", _MT5_DEFAULTS, rescales=True, per_layer_bias=True)
+
+
 # -- config <-> spec ------------------------------------------------------------------------------------
 
 
-def _activation(config: dict[str, Any]) -> tuple[str, bool]:
-    proj = config.get("feed_forward_proj", "relu")
+def _activation(config: dict[str, Any], default: str) -> tuple[str, bool]:
+    proj = config.get("feed_forward_proj", default)
     parts = proj.split("-")
     gated = parts[0] == "gated"
     if len(parts) > 2 or (len(parts) == 2 and not gated):
@@ -77,14 +118,17 @@ def _activation(config: dict[str, Any]) -> tuple[str, bool]:
     return activation_from_hf(_ALIASES.get(name, name), field="feed_forward_proj"), gated
 
 
-def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    """A T5 ``config.json`` (v1.0 or v1.1) -> an encoder-decoder spec."""
-    activation, gated = _activation(config)
+def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T5) -> ModelSpec:
+    """A T5 ``config.json`` (v1.0 or v1.1, or another `Variant`'s) -> an encoder-decoder spec."""
+    defaults = variant.defaults
+    activation, gated = _activation(config, defaults["feed_forward_proj"])
     dropout = config.get("dropout_rate", 0.1)
-    vocab = config.get("vocab_size", 32128)
+    vocab = config.get("vocab_size", defaults["vocab_size"])
     # transformers: rescale unless the config says tie_word_embeddings=false (5.x saves the result).
-    rescale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False)
-    num_layers = config.get("num_layers", 6)
+    rescale = variant.rescales and config.get(
+        "scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False
+    )
+    num_layers = config.get("num_layers", defaults["num_layers"])
     decoder_layers = config.get("num_decoder_layers") or num_layers
     return parse_spec({
         "family": "encoder-decoder",
@@ -94,14 +138,14 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         "decoder": {"num_layers": decoder_layers} if decoder_layers != num_layers else {},
         "max_positions": config.get("n_positions", 512),
         "attention": {
-            "num_heads": config.get("num_heads", 8),
+            "num_heads": config.get("num_heads", defaults["num_heads"]),
             "head_dim": config.get("d_kv", 64),
             "bias": False,
             "scaled": False,
             "dropout": dropout,
         },
         "ffn": {
-            "d_ff": config.get("d_ff", 2048),
+            "d_ff": config.get("d_ff", defaults["d_ff"]),
             "activation": activation,
             "gated": gated,
             "bias": False,
@@ -112,6 +156,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "kind": "relative_bias",
             "num_buckets": config.get("relative_attention_num_buckets", 32),
             "max_distance": config.get("relative_attention_max_distance", 128),
+            "per_layer": variant.per_layer_bias,
         },
         # an lm_head tensor of its own means untied (v1.1); a v1.0 copy must equal shared (checked on load)
         "lm_head": {"tied": rescale or "lm_head.weight" not in names, "rescale_tied": rescale},
@@ -123,13 +168,19 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     })  # fmt: skip
 
 
-def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
+def _stack_checks(stack: ResolvedStack, d_model: int, variant: Variant) -> list[tuple[str, Any, Any]]:
     src, norm, attention = stack.sources, stack.norm, stack.attention
     checks = [
         (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
         (f"{src['norm']}.placement", norm.placement, "pre"),
         (f"{src['norm']}.final", norm.has_final, True),
         (f"{src['position']}.kind", stack.position.kind, "relative_bias"),
+        # another kind is refused above: its absent per_layer is not a second field
+        (
+            f"{src['position']}.per_layer",
+            getattr(stack.position, "per_layer", variant.per_layer_bias),
+            variant.per_layer_bias,
+        ),
         (f"{src['ffn']}.bias", stack.ffn.bias, False),
         (f"{stack.name}.share_layers", stack.share_layers, False),
     ]
@@ -152,20 +203,21 @@ def _stack_checks(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, An
     return checks
 
 
-def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-    """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` config.json dict.
+def spec_to_config(spec: ModelSpec, variant: Variant = T5) -> dict[str, Any]:
+    """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` (or the variant's) config.json dict.
 
-    Raises naming the first spec field T5 cannot express. HF T5 has one ``dropout_rate`` for everything:
-    the spec's top-level ``dropout`` is written.
+    Raises naming the first spec field the variant cannot express. HF T5 has one ``dropout_rate`` for
+    everything: the spec's top-level ``dropout`` is written.
     """
-    require("t5", [("family", spec.family, "encoder-decoder")])
+    family = variant.model_type
+    require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
     emb, head = spec.embedding, spec.lm_head
     no_dropout = {"dropout": 0.0}  # dropouts may differ between stacks: HF T5 has one rate anyway
-    require("t5", [
-        *_stack_checks(encoder, spec.d_model),
-        *_stack_checks(decoder, spec.d_model),
+    require(family, [
+        *_stack_checks(encoder, spec.d_model, variant),
+        *_stack_checks(decoder, spec.d_model, variant),
         ("decoder.attention", decoder.attention.model_copy(update=no_dropout),
          encoder.attention.model_copy(update=no_dropout)),
         ("decoder.ffn", decoder.ffn.model_copy(update=no_dropout), encoder.ffn.model_copy(update=no_dropout)),
@@ -177,12 +229,13 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
         ("embedding.factorized_dim", emb.factorized_dim, None),
         ("lm_head.logits_bias", head.logits_bias, False),
+        *([] if variant.rescales else [("lm_head.rescale_tied", head.rescale_tied, False)]),
     ])  # fmt: skip
     ffn, attention, position = encoder.ffn, encoder.attention, encoder.position
     assert isinstance(position, RelativeBiasPositions)  # `_stack_checks` required kind "relative_bias"
-    return {
-        "architectures": ["T5ForConditionalGeneration"],
-        "model_type": "t5",
+    config: dict[str, Any] = {
+        "architectures": [variant.architecture],
+        "model_type": family,
         "vocab_size": spec.vocab_size,
         "d_model": spec.d_model,
         "d_kv": attention.resolved_head_dim(spec.d_model),
@@ -195,15 +248,18 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "dropout_rate": spec.dropout,
         "layer_norm_epsilon": encoder.norm.eps,
         "feed_forward_proj": (_GATED_FFN if ffn.gated else _PLAIN_FFN)[ffn.activation],
-        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs.
+        # transformers 4.x reads the rescale from tie_word_embeddings, 5.x from scale_decoder_outputs. mT5
+        # writes false (its rescale is refused): 4.x then reads an own head, which `zoo_to_hf` always stores.
         "tie_word_embeddings": head.rescale_tied,
-        "scale_decoder_outputs": head.rescale_tied,
         "is_encoder_decoder": True,
         "n_positions": spec.max_positions,
         "pad_token_id": spec.pad_token_id,
         "eos_token_id": spec.eos_token_id,
         "decoder_start_token_id": spec.start_token_id,
     }
+    if variant.rescales:
+        config["scale_decoder_outputs"] = head.rescale_tied
+    return config
 
 
 # -- tensors ------------------------------------------------------------------------------------------
@@ -215,8 +271,14 @@ def _rules(spec: EncoderDecoderSpec) -> list[Rule]:
     for name, stack in spec.stacks().items():
         H, K = stack.attention.num_heads, stack.attention.kv_heads
         D, F = stack.attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
-        bias_table = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        rules += [rename(f"{name}.positions.weight", bias_table)]
+        bias_table = "{}.block.{}.layer.0.SelfAttention.relative_attention_bias.weight".format
+        position = stack.position
+        assert isinstance(position, RelativeBiasPositions)  # checked by the spec's own mapping
+        if position.per_layer:  # umT5: every layer's table, stacked as (L * buckets, H) rows
+            tables = [bias_table(name, i) for i in range(stack.num_layers)]
+            rules += [fused(f"{name}.positions.weight", tables, [position.num_buckets] * stack.num_layers)]
+        else:
+            rules += [rename(f"{name}.positions.weight", bias_table(name, 0))]
         rules += layernorm(f"{name}.final_norm", f"{name}.final_layer_norm", bias=False)
         for i in range(stack.num_layers):
             hf, zoo = f"{name}.block.{i}.layer", f"{name}.layers.{i}"
@@ -264,12 +326,21 @@ def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
                 f"{name} differs from {present[0]}, but config.json describes one shared table "
                 "(a v1.1 model with its own lm_head needs tie_word_embeddings: false)"
             )
-    return rules_to_zoo(_rules(spec), tensors, ignore=_UNUSED)
+    out = rules_to_zoo(_rules(spec), tensors, ignore=_UNUSED)
+    for name, stack in spec.stacks().items():  # per-layer tables: (L * buckets, H) -> (L, buckets, H)
+        table = out[f"{name}.positions.weight"]
+        if getattr(stack.position, "per_layer", False):
+            out[f"{name}.positions.weight"] = table.reshape(stack.num_layers, -1, table.shape[-1])
+    return out
 
 
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     """zoo's state dict -> what ``T5ForConditionalGeneration.from_pretrained`` loads with nothing missing."""
     assert isinstance(spec, EncoderDecoderSpec)
+    tensors = dict(tensors)
+    for name in spec.stacks():  # per-layer tables (L, buckets, H) -> (L * buckets, H), split by `_rules`
+        table = tensors[f"{name}.positions.weight"]
+        tensors[f"{name}.positions.weight"] = table.reshape(-1, table.shape[-1])
     out = rules_to_hf(_rules(spec), tensors)
     if spec.lm_head.tied and not spec.lm_head.rescale_tied:
         # A tied head without the rescale is tie_word_embeddings=false in the config, which transformers 4.x
@@ -278,12 +349,14 @@ def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     return out
 
 
-MAPPINGS: list[FamilyMapping] = [
-    FamilyMapping(
-        model_types=("t5",),
-        config_to_spec=config_to_spec,
-        spec_to_config=spec_to_config,
+def _mapping(variant: Variant) -> FamilyMapping:
+    return FamilyMapping(
+        model_types=(variant.model_type,),
+        config_to_spec=lambda config, names: config_to_spec(config, names, variant),
+        spec_to_config=lambda spec: spec_to_config(spec, variant),
         hf_to_zoo=hf_to_zoo,
         zoo_to_hf=zoo_to_hf,
     )
-]
+
+
+MAPPINGS: list[FamilyMapping] = [_mapping(T5), _mapping(MT5), _mapping(UMT5)]
