@@ -28,12 +28,16 @@ PUBLISHED_COUNTS = {
     # (M2M100ForConditionalGeneration) and google/bigbird-roberta-base's (BigBirdForMaskedLM: no NSP head)
     "m2m100-418m": 483_905_536,
     "bigbird-roberta-base": 128_111_286,
+    # GPTNeoXForCausalLM / Phi3ForCausalLM on the meta device from EleutherAI/pythia-160m's and
+    # microsoft/Phi-3-mini-4k-instruct's config.json
+    "pythia-160m": 162_322_944,
+    "phi-3-mini-4k": 3_821_079_552,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
-    "m2m100-418m", "bigbird-roberta-base",
+    "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k",
 }  # fmt: skip
 
 

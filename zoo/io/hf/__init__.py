@@ -4,8 +4,8 @@
     model*.safetensors ──hf_to_zoo──> zoo tensors ─────────────────────────┘
 
 Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta], albert, t5, bart [+ marian],
-m2m100, bigbird, opt, ctrl) holds declarative `FamilyMapping`s; this module only reads and writes files,
-picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
+m2m100, bigbird, opt, ctrl, gpt_neox, phi3) holds declarative `FamilyMapping`s; this module only reads and
+writes files, picks the mapping by ``model_type`` and reads every export back (`faithful`). Weights
 are read from safetensors only: zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
@@ -71,7 +71,10 @@ from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
 
-FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl")
+FAMILY_MODULES: tuple[str, ...] = (
+    "gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl",
+    "gpt_neox", "phi3",
+)  # fmt: skip
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(

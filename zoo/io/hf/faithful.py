@@ -45,6 +45,8 @@ def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[st
         f"{name}.position.scaling": _dump(getattr(position, "scaling", None)),
         f"{name}.position.offset": getattr(position, "offset", None),
         f"{name}.position.frequencies": getattr(position, "frequencies", None),
+        f"{name}.position.fraction": getattr(position, "fraction", None),
+        f"{name}.norm.residual": stack.norm.residual,
     }
 
 
