@@ -42,7 +42,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         rotary_pct=0.25, rotary_emb_base=2000, use_parallel_residual=False, attention_bias=False,
         hidden_act="gelu_new", tie_word_embeddings=True)),
     "phi3-window-partial": ("Phi3", dict(
-        num_key_value_heads=2, sliding_window=8, partial_rotary_factor=0.75, rms_norm_eps=0.1)),
+        num_key_value_heads=2, head_dim=24, sliding_window=8, partial_rotary_factor=0.75, rms_norm_eps=0.1)),
     "phi3-longrope": ("Phi3", dict(
         num_key_value_heads=1, rope_parameters=LONGROPE, original_max_position_embeddings=32,
         tie_word_embeddings=True)),
@@ -119,7 +119,8 @@ IMPORTED = {
     "neox-sequential": {"norm.residual": "sequential", "position.fraction": 0.25, "position.theta": 2000.0,
                         "attention.bias": False, "ffn.activation": "gelu_tanh", "lm_head.tied": True},
     "phi3-window-partial": {"decoder.pattern": {"kind": "sliding_window", "window": 8},
-                            "position.fraction": 0.75, "attention.num_kv_heads": 2, "norm.residual": "sequential"},
+                            "position.fraction": 0.75, "attention.num_kv_heads": 2, "attention.head_dim": 24,
+                            "norm.residual": "sequential"},
     "phi3-longrope": {"position.scaling": {"type": "longrope", "short_factor": LONGROPE["short_factor"],
                                            "long_factor": LONGROPE["long_factor"], "original_max_positions": 32,
                                            "attention_factor": None},
