@@ -58,6 +58,9 @@ STACKS = {  # every stack kind, with both options in every stack it has
     "encoder": lambda: with_options("bert-tiny"),
     "decoder": lambda: with_options("llama-tiny"),
     "decoder-longrope": lambda: with_options("llama-tiny", LONGROPE),
+    "decoder-longrope-window": lambda: with_options(  # a rolling KV cache of 5 slots
+        "llama-tiny", LONGROPE, decoder={"pattern": {"kind": "sliding_window", "window": 5}}
+    ),
     "encoder-decoder": lambda: with_options("bart-tiny"),
     "encoder-decoder-t5": lambda: with_options("t5-tiny"),
 }
@@ -114,10 +117,13 @@ def test_longrope_reads_the_long_tables_once_a_position_passes_the_original_cont
     assert positions.switch_length == 9
 
 
-@pytest.mark.parametrize("name", ["decoder", "decoder-longrope", "encoder-decoder"])
+@pytest.mark.parametrize(
+    "name", ["decoder", "decoder-longrope", "decoder-longrope-window", "encoder-decoder"]
+)
 def test_cached_greedy_and_beams_equal_full_recomputation(name) -> None:
-    """The longrope case crosses its original context (12) while decoding: the step that does recomputes
-    the cache with the long factors (`Session.refill_column`), so cached equals uncached."""
+    """The longrope cases cross their original context (12) while decoding: the step that does recomputes
+    the cache with the long factors (`Session.refill_column`; without it the tokens differ), so cached
+    equals uncached, with a full or a rolling cache."""
     model = lively(STACKS[name]())
     ids, mask = left_padded(model.spec.vocab_size, [9, 4, 7])
     for beams in (1, 3):

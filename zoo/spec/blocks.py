@@ -192,8 +192,9 @@ class LongRopeScaling(Spec):
     ``original_max_positions`` and from ``long_factor`` once any position passes it; cos and sin are
     multiplied by ``attention_factor`` (both sets).
 
-    The set is picked per forward from its largest position id, as transformers does, so with a KV cache
-    the keys cached before the switch keep their short-factor rotation (transformers' behaviour too).
+    The set is picked per forward from its largest position id, as transformers does. Keys cached by
+    shorter forwards keep their short-factor rotation, so ``generate`` recomputes the cache at the step that
+    switches, as transformers' Phi-3 generation does (docs/hf.md, LongRoPE and the KV cache).
     """
 
     type: Literal["longrope"] = "longrope"

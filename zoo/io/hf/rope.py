@@ -47,7 +47,6 @@ def rope_from_config(
     *,
     layer_types: list[str] | None = None,
     partial: bool = False,
-    partial_default: float = 1.0,
     kinds: tuple[str, ...] = SUPPORTED,
 ) -> dict[str, Any]:
     """The ``position`` sub-spec (a dict) for a config's rotary settings; HFError for what zoo cannot run.
@@ -55,7 +54,7 @@ def rope_from_config(
     ``layer_types``: the config's per-layer attention kinds; transformers 5 may key ``rope_parameters`` by
     them (one dict per kind), which zoo accepts when every kind has the same settings. ``partial``: the
     family's attention rotates only ``partial_rotary_factor`` of each head (Phi-3, GPT-NeoX), read into
-    ``fraction``; elsewhere a factor other than 1 is refused. ``partial_default``: the family's default.
+    ``fraction``; elsewhere a factor other than 1 is refused.
     ``kinds``: the rope types the family reads. ``longrope`` only where transformers' generation recomputes
     the cache when the factors switch, as zoo's does (Phi-3): elsewhere greedy decoding would differ.
     """
@@ -70,7 +69,7 @@ def rope_from_config(
             f"config.json rope_type={short_repr(kind)} is not supported{f' ({why})' if why else ''}; "
             f"supported: {', '.join(kinds)}"
         )
-    fraction = params.get("partial_rotary_factor", config.get("partial_rotary_factor", partial_default))
+    fraction = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
     if fraction != 1.0 and not partial:
         raise HFError(f"config.json partial_rotary_factor={fraction} is not supported; zoo rotates every dim")
     theta = params.get("rope_theta", config.get("rope_theta", 10000.0))  # the spec checks it is a number
