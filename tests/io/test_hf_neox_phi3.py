@@ -36,7 +36,8 @@ LONGROPE = {"rope_type": "longrope", "rope_theta": 500.0, "partial_rotary_factor
             "short_factor": [1.0, 1.2, 1.7, 2.3], "long_factor": [1.1, 2.0, 3.5, 6.0]}  # fmt: skip
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "neox-parallel": ("GPTNeoX", dict(
-        rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5},
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500.0, "partial_rotary_factor": 0.5, "factor": 4.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32},
         use_parallel_residual=True, attention_bias=True, layer_norm_eps=0.1)),
     "neox-sequential": ("GPTNeoX", dict(
         rotary_pct=0.25, rotary_emb_base=2000, use_parallel_residual=False, attention_bias=False,
@@ -115,6 +116,8 @@ def test_from_hf_logits_match_on_a_left_padded_batch(case) -> None:
 # What each case's config.json must become, as dotted spec fields.
 IMPORTED = {
     "neox-parallel": {"norm.residual": "parallel", "position.fraction": 0.5, "position.theta": 500.0,
+                      "position.scaling": dict(type="llama3", factor=4.0, low_freq_factor=1.0,
+                                               high_freq_factor=4.0, original_max_positions=32),
                       "attention.bias": True, "norm.eps": 0.1, "lm_head.tied": False, "ffn.activation": "gelu"},
     "neox-sequential": {"norm.residual": "sequential", "position.fraction": 0.25, "position.theta": 2000.0,
                         "attention.bias": False, "ffn.activation": "gelu_tanh", "lm_head.tied": True},
