@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 TINY_PRESETS = ["bert-tiny", "gpt2-tiny", "llama-tiny", "t5-tiny", "bart-tiny", "transformer-tiny"]
+TINY_PRESETS += ["pythia-tiny", "phi3-tiny"]  # partial rotary, the parallel residual, LongRoPE
 
 
 def padded_batch(vocab_size: int, lengths: list[int], *, low: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

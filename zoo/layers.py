@@ -7,6 +7,15 @@ Where the norm sits is the one real difference between the 2017 paper and most l
         x ──┬──> sublayer ──> dropout ──(+)──> norm ──>        x ──┬──> norm ──> sublayer ──> dropout ──(+)──>
             └──────────────────────────────┘                       └───────────────────────────────────┘
 
+Parallel residual (``norm.residual: parallel``; GPT-NeoX, GPT-J, PaLM): every branch reads the layer's
+input through its own norm, and their outputs are added to it at once, not one after the other:
+
+        x ──┬──> norm1 ──> self-attention ──> dropout ──(+)──>
+            ├──> norm2 ──> feed-forward   ──> dropout ───┤
+            └────────────────────────────────────────────┘
+
+(with cross-attention, it is a third branch reading the same x through its own norm).
+
 A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
 mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (Swapping
 these two masks is a common slip; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
@@ -51,6 +60,7 @@ class Layer(nn.Module):
     ) -> None:
         super().__init__()
         self.pre_norm = norm.placement == "pre"
+        self.parallel = norm.residual == "parallel"
         self.self_attn = Attention(attention, d_model=d_model)
         self.self_attn_norm = build_norm(norm, dim=d_model)
         self.cross_attn = Attention(cross_attention, d_model=d_model, cross=True) if cross_attention else None
@@ -72,23 +82,28 @@ class Layer(nn.Module):
         output_attentions: bool = False,
     ) -> LayerOutput:
         """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch."""
+        layer_input = x  # what each branch reads under the parallel residual
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
-        x, self_weights = self._branch(self.self_attn_norm, x, lambda h: self.self_attn(
+        x, self_weights = self._branch(self.self_attn_norm, x, layer_input, lambda h: self.self_attn(
             h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions
         ))  # fmt: skip
         cross_weights = None
         if self.cross_attn is not None:
             cross_attn = self.cross_attn  # a local: the lambda keeps its not-None type
             assert self.cross_attn_norm is not None  # built together with cross_attn in __init__
-            x, cross_weights = self._branch(self.cross_attn_norm, x, lambda h: cross_attn(
+            x, cross_weights = self._branch(self.cross_attn_norm, x, layer_input, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
             ))  # fmt: skip
-        x, _ = self._branch(self.ffn_norm, x, lambda h: (self.ffn(h), None))
+        x, _ = self._branch(self.ffn_norm, x, layer_input, lambda h: (self.ffn(h), None))
         return LayerOutput(x, self_weights, cross_weights)
 
     def _branch(
-        self, norm: nn.Module, x: torch.Tensor, sublayer: Branch
+        self, norm: nn.Module, x: torch.Tensor, layer_input: torch.Tensor, sublayer: Branch
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x plus one residual branch; the branch reads ``layer_input`` under the parallel residual."""
+        if self.parallel:
+            out, weights = sublayer(norm(layer_input))
+            return x + self.dropout(out), weights
         if self.pre_norm:
             out, weights = sublayer(norm(x))
             return x + self.dropout(out), weights

@@ -65,9 +65,11 @@ def test_missing_shard_named_in_the_error(gpt2, tmp_path) -> None:
 
 
 def test_unsupported_model_type_lists_the_supported_ones(gpt2, tmp_path) -> None:
-    config = {**json.loads((gpt2[1] / "config.json").read_text()), "model_type": "gpt_neox"}
+    config = {**json.loads((gpt2[1] / "config.json").read_text()), "model_type": "falcon"}
     path = copy_checkpoint(gpt2[1], tmp_path, config=config)
-    with pytest.raises(ValueError, match=r"'gpt_neox' is not supported; supported: .*gpt2.*llama.*bert"):
+    with pytest.raises(
+        ValueError, match=r"'falcon' is not supported; supported: .*gpt2.*llama.*bert.*gpt_neox.*phi3"
+    ):
         zoo.from_hf(path)
 
 

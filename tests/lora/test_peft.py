@@ -28,6 +28,8 @@ FAMILIES = {
     "bart-tiny": "BartForConditionalGeneration",
     "t5-tiny": "T5ForConditionalGeneration",
     "transformer-tiny": "MarianMTModel",  # the 2017 Transformer: Marian, with the residual stream permuted
+    "pythia-tiny": "GPTNeoXForCausalLM",  # query_key_value's rows regrouped per head: B's rows follow
+    "phi3-tiny": "Phi3ForCausalLM",  # fused qkv_proj and gate_up_proj exported as they are
 }
 
 

@@ -20,6 +20,7 @@ HEADER = "family: decoder\nvocab_size: 100\nd_model: 64\nattention: {num_heads: 
 # What a sub-spec needs besides the field under test, where it has required fields.
 REQUIRED: dict[str, dict[str, Any]] = {
     "LinearRopeScaling": {"factor": 2.0},
+    "LongRopeScaling": {"short_factor": [1.0], "long_factor": [1.0], "original_max_positions": 4},
     "SequenceClassifierSpec": {"num_labels": 2},
     "TokenClassifierSpec": {"num_labels": 2},
     **{name: {"vocab_size": 100} for name in ("EncoderSpec", "DecoderSpec", "EncoderDecoderSpec")},
@@ -60,10 +61,11 @@ def test_the_float_fields_are_found() -> None:
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 @pytest.mark.parametrize(("cls", "field"), FLOAT_FIELDS, ids=lambda x: getattr(x, "__name__", x))
 def test_every_float_field_refuses_infinity_and_nan_by_name(cls: type[BaseModel], field: str, value: float):
+    listed = str(cls.model_fields[field].annotation).startswith("list[")  # a list of floats: one bad entry
     with pytest.raises(ValidationError) as error:
-        cls.model_validate({**REQUIRED.get(cls.__name__, {}), field: value})
+        cls.model_validate({**REQUIRED.get(cls.__name__, {}), field: [value] if listed else value})
     problems = error.value.errors(include_url=False)
-    assert [problem["loc"] for problem in problems] == [(field,)]
+    assert [problem["loc"] for problem in problems] == [(field, 0) if listed else (field,)]
     assert "finite" in problems[0]["msg"]
 
 

@@ -39,12 +39,16 @@ PUBLISHED_COUNTS = {
     "electra-small-generator": 13_546_682,
     "mpnet-base": 109_518_527,
     "all-mpnet-base-v2": 109_486_464,
+    # GPTNeoXForCausalLM / Phi3ForCausalLM on the meta device from EleutherAI/pythia-160m's and
+    # microsoft/Phi-3-mini-4k-instruct's config.json
+    "pythia-160m": 162_322_944,
+    "phi-3-mini-4k": 3_821_079_552,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
-    "m2m100-418m", "bigbird-roberta-base",
+    "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k",
 }  # fmt: skip
 
 

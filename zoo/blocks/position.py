@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from zoo.spec import PositionSpec
-from zoo.spec.blocks import RopeScaling
+from zoo.spec.blocks import LongRopeScaling, RopeScaling
 
 
 def sinusoidal_table(
@@ -118,9 +118,13 @@ class LearnedPositions(nn.Module):
 def rotary_frequencies(theta: float, head_dim: int, scaling: RopeScaling | None = None) -> torch.Tensor:
     """(D/2,) float32 angle rates theta^(-2i/D), rescaled for long contexts as ``scaling`` says.
 
-    Computed in float32 in the order transformers' ``modeling_rope_utils`` uses, so the tables agree with a
-    Hugging Face model to the last bits.
+    ``head_dim`` is the number of dims that rotate (all of a head's, or its rotary fraction's). LongRoPE's
+    rates here are its short-context set (`longrope_frequencies` gives either). Computed in float32 in the
+    order transformers' ``modeling_rope_utils`` uses, so the tables agree with a Hugging Face model to the
+    last bits.
     """
+    if scaling is not None and scaling.type == "longrope":
+        return longrope_frequencies(theta, head_dim, scaling.short_factor)
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (D/2,)
     if scaling is None:
         return inv_freq
@@ -137,37 +141,89 @@ def rotary_frequencies(theta: float, head_dim: int, scaling: RopeScaling | None 
     return torch.where(in_band, blended, scaled)
 
 
+def longrope_frequencies(theta: float, head_dim: int, factors: list[float]) -> torch.Tensor:
+    """(D/2,) LongRoPE rates: rate i is theta^(-2i/D) divided by its own factor (as transformers divides)."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim  # (D/2,)
+    return 1.0 / (torch.tensor(factors, dtype=torch.float32) * theta**exponents)
+
+
+def longrope_attention_factor(scaling: LongRopeScaling, max_positions: int) -> float:
+    """The cos/sin scale: given, or transformers' default sqrt(1 + ln(s) / ln(original)), s = extension."""
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    extension = max_positions / scaling.original_max_positions
+    if extension <= 1.0:
+        return 1.0
+    return math.sqrt(1 + math.log(extension) / math.log(scaling.original_max_positions))
+
+
 class RotaryPositions(FixedTables):
-    """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair.
+    """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + R/2) form a rotating pair, for the
+    first R = ``rotary_dims`` dims of each head (all of them unless the spec's ``fraction`` < 1).
 
     ``scaling`` (Llama 3's or linear) only changes the angle rates; the tables stay fixed per position.
+    LongRoPE keeps two pairs of tables, short and long, and each forward reads the long pair when its
+    largest position id reaches past ``original_max_positions`` (transformers' rule, per call): a
+    ``torch.where`` on that one flag, so compiled and exported graphs keep both branches.
     """
 
     role = "rotary"
-    cos: torch.Tensor  # buffer (P, D)
-    sin: torch.Tensor  # buffer (P, D)
+    cos: torch.Tensor  # buffer (P, R)
+    sin: torch.Tensor  # buffer (P, R)
+    long_cos: torch.Tensor | None  # buffer (P, R), LongRoPE only
+    long_sin: torch.Tensor | None
 
     def __init__(
         self, *, theta: float, max_positions: int, head_dim: int, scaling: RopeScaling | None = None
     ) -> None:
         super().__init__()
         self.theta, self.max_positions, self.head_dim, self.scaling = theta, max_positions, head_dim, scaling
-        self.register_buffer("cos", torch.empty(max_positions, head_dim), persistent=False)
-        self.register_buffer("sin", torch.empty(max_positions, head_dim), persistent=False)
+        self.longrope = scaling if scaling is not None and scaling.type == "longrope" else None
+        for name in ("cos", "sin", "long_cos", "long_sin"):
+            table = torch.empty(max_positions, head_dim) if self.longrope or "long" not in name else None
+            self.register_buffer(name, table, persistent=False)
         self.reset_buffers()
 
+    @property
+    def switch_length(self) -> int | None:
+        """LongRoPE: a forward whose largest position reaches this length or past it reads the long tables,
+        so keys cached by earlier, shorter forwards were rotated the other way (`zoo.generation.session`
+        recomputes them); None when the tables never change."""
+        return self.longrope.original_max_positions + 1 if self.longrope is not None else None
+
     def reset_buffers(self) -> None:
-        inv_freq = rotary_frequencies(self.theta, self.head_dim, self.scaling)  # (D/2,)
-        angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, D/2)
-        angles = torch.cat([angles, angles], dim=-1)  # (P, D)
-        self.cos, self.sin = angles.cos().to(self.cos.device), angles.sin().to(self.sin.device)
+        inv_freq = rotary_frequencies(self.theta, self.head_dim, self.scaling)  # (R/2,)
+        self.cos, self.sin = self._tables(inv_freq)
+        if self.longrope is not None:
+            long = longrope_frequencies(self.theta, self.head_dim, self.longrope.long_factor)
+            self.long_cos, self.long_sin = self._tables(long)
+
+    def _tables(self, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, R/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (P, R)
+        cos, sin = angles.cos(), angles.sin()
+        if self.longrope is not None:  # transformers scales both sets, short contexts included
+            scale = longrope_attention_factor(self.longrope, self.max_positions)
+            cos, sin = cos * scale, sin * scale
+        return cos.to(self.cos.device), sin.to(self.sin.device)
 
     def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # (B, 1, T, D) each
+        cos, sin = self.cos[position_ids], self.sin[position_ids]  # (B, T, R) each
+        if self.longrope is not None:
+            assert self.long_cos is not None and self.long_sin is not None  # built with self.longrope
+            long = position_ids.max() + 1 > self.longrope.original_max_positions  # () bool, no sync
+            cos = torch.where(long, self.long_cos[position_ids], cos)
+            sin = torch.where(long, self.long_sin[position_ids], sin)
+        return cos[:, None], sin[:, None]  # (B, 1, T, R) each
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, H, T, D) queries or keys by their positions' angles."""
+    """Rotate (B, H, T, D) queries or keys by their positions' angles; with (.., R) tables, R < D, only the
+    first R dims of each head rotate and the rest pass through (partial rotary)."""
+    rotary = cos.shape[-1]
+    if rotary < x.shape[-1]:
+        turned, kept = x[..., :rotary], x[..., rotary:]  # (B, H, T, R), (B, H, T, D - R)
+        return torch.cat([apply_rotary(turned, cos, sin), kept], dim=-1)
     first, second = x.chunk(2, dim=-1)
     rotated = torch.cat([-second, first], dim=-1)
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
@@ -302,7 +358,10 @@ def build_positions(
         return LearnedPositions(offset=spec.offset, max_positions=max_positions, dim=dim)
     if spec.kind == "rotary":
         return RotaryPositions(
-            theta=spec.theta, max_positions=max_positions, head_dim=head_dim, scaling=spec.scaling
+            theta=spec.theta,
+            max_positions=max_positions,
+            head_dim=spec.rotary_dims(head_dim),
+            scaling=spec.scaling,
         )
     if spec.kind == "relative_bias":
         return RelativeBias(

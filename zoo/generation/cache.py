@@ -237,6 +237,11 @@ class KVCache:
         """Called by the stack after every layer wrote its ``steps`` new positions."""
         self.cursor.length += steps
 
+    def clear(self) -> None:
+        """Forget every cached self-attention key and value (the next forward starts at position slot 0);
+        cross-attention's encoder keys stay, as the encoder output does."""
+        self.length = 0
+
     def reorder(self, rows: torch.Tensor) -> None:
         """Beam search: row i of the cache becomes old row ``rows[i]`` (B,). Cross-attention keys need no
         reordering: beams only move within their own sentence, whose encoder output they all share."""

@@ -96,6 +96,22 @@ class Session:
         # L - 1 positions would do (the last new token is never fed back); one spare keeps every view of the
         # buffer non-contiguous, so torch.compile does not recompile for the step that would fill it.
         self.cache = KVCache.for_stack(self.state.stack, batch_size=B, max_length=L) if use_cache else None
+        self.refill_column = self._refill_column() if self.cache is not None else None
+
+    def _refill_column(self) -> int | None:
+        """The first token column whose forward switches the stack's rotary tables (LongRoPE, `switch_length`:
+        a forward reads the long tables once any of its positions reaches past the original context).
+
+        Keys cached before that column were rotated with the short tables, so the step that first feeds it
+        recomputes the whole sequence instead (transformers' Phi-3 drops its cache at that step too): every
+        step's logits then equal an uncached forward over the sequence so far. None: nothing switches.
+        """
+        switch = getattr(self.state.stack.positions, "switch_length", None)
+        if switch is None:
+            return None
+        longest = self.positions.amax(dim=0)  # (L,) the largest position of each column (non-decreasing)
+        past = (longest + 1 >= switch).nonzero()  # one host sync per run, for LongRoPE models only
+        return int(past[0, 0]) if len(past) else None
 
     @property
     def batch_size(self) -> int:
@@ -115,6 +131,13 @@ class Session:
         """Next-token logits (B, V) after the current sequences, in the model's dtype."""
         start = self.cache.length if self.cache is not None else 0  # without a cache: the whole sequence
         end = self.length
+        if (
+            self.cache is not None
+            and self.refill_column is not None
+            and 0 < start <= self.refill_column < end
+        ):
+            self.cache.clear()  # the cached keys were rotated with the tables this forward no longer uses
+            start = 0
         # The prompt is prefilled eagerly: a compiled step would compile a second graph for it (torch.compile
         # specialises one token against many), and a frozen graph holds its own copy of the weights. Prefill
         # is a few large matmuls that eager runs at full speed; the per-token steps are where compile pays.

@@ -90,10 +90,25 @@ class NormSpec(Spec):
         description="post: x = norm(x + f(x)) as in the paper; pre: x = x + f(norm(x)) as in GPT-2/T5.",
     )
     final: bool | None = Field(None, description="A norm after the last layer; default: yes for pre-norm.")
+    residual: Literal["sequential", "parallel"] = Field(
+        "sequential",
+        description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX, GPT-J): "
+        "every branch reads the layer's input through its own norm and the outputs are summed, "
+        "x + attn(norm1(x)) + ffn(norm2(x)); pre-norm only.",
+    )
 
     @property
     def has_final(self) -> bool:
         return self.placement == "pre" if self.final is None else self.final
+
+    @model_validator(mode="after")
+    def _parallel_is_pre(self) -> NormSpec:
+        if self.residual == "parallel" and self.placement != "pre":
+            raise ValueError(
+                f"residual 'parallel' needs placement 'pre' (each branch normalises the layer's input), "
+                f"got placement {self.placement!r}"
+            )
+        return self
 
 
 class SinusoidalPositions(Spec):
@@ -188,7 +203,44 @@ class LinearRopeScaling(Spec):
     factor: PositiveFloat = Field(description="Positions are divided by this (2.0 doubles the context).")
 
 
-RopeScaling = Annotated[Llama3RopeScaling | LinearRopeScaling, Field(discriminator="type")]
+class LongRopeScaling(Spec):
+    """LongRoPE (Ding et al. 2024; Phi-3's ``rope_type: longrope``, formerly ``su``): each rotary frequency
+    i divided by its own factor, from ``short_factor`` while a forward's positions stay within
+    ``original_max_positions`` and from ``long_factor`` once any position passes it; cos and sin are
+    multiplied by ``attention_factor`` (both sets).
+
+    The set is picked per forward from its largest position id, as transformers does. Keys cached by
+    shorter forwards keep their short-factor rotation, so ``generate`` recomputes the cache at the step that
+    switches, as transformers' Phi-3 generation does (docs/hf.md, LongRoPE and the KV cache).
+    """
+
+    type: Literal["longrope"] = "longrope"
+    short_factor: list[PositiveFloat] = Field(
+        min_length=1, description="One divisor per rotary frequency (rotary dims / 2) for short contexts."
+    )
+    long_factor: list[PositiveFloat] = Field(
+        min_length=1, description="One divisor per rotary frequency for contexts past original_max_positions."
+    )
+    original_max_positions: PositiveInt = Field(
+        description="The pretraining context: a forward whose positions reach past it uses long_factor."
+    )
+    attention_factor: PositiveFloat | None = Field(
+        None,
+        description="Scale of cos and sin; default: sqrt(1 + ln(s) / ln(original_max_positions)) with "
+        "s = max_positions / original_max_positions, or 1 when s <= 1 (transformers' default).",
+    )
+
+    @model_validator(mode="after")
+    def _same_lengths(self) -> LongRopeScaling:
+        if len(self.short_factor) != len(self.long_factor):
+            raise ValueError(
+                f"short_factor ({len(self.short_factor)} values) and long_factor ({len(self.long_factor)}) "
+                "must both hold one value per rotary frequency"
+            )
+        return self
+
+
+RopeScaling = Annotated[Llama3RopeScaling | LinearRopeScaling | LongRopeScaling, Field(discriminator="type")]
 
 
 class RotaryPositions(Spec):
@@ -197,8 +249,18 @@ class RotaryPositions(Spec):
     kind: Literal["rotary"] = "rotary"
     theta: PositiveFloat = 10000.0
     scaling: RopeScaling | None = Field(
-        None, description="Frequency scaling for long contexts (llama3, linear); default: none, plain RoPE."
+        None,
+        description="Frequency scaling for long contexts (llama3, linear, longrope); default: none, plain RoPE.",
     )
+    fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        1.0,
+        description="Partial rotary (GPT-NeoX's rotary_pct, partial_rotary_factor): rotate the first "
+        "int(head_dim * fraction) dims of each head, pass the rest through unrotated.",
+    )
+
+    def rotary_dims(self, head_dim: int) -> int:
+        """How many leading dims of each head rotate (transformers' ``int(head_dim * factor)``)."""
+        return int(head_dim * self.fraction)
 
 
 class RelativeBiasPositions(Spec):

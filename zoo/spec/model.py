@@ -32,6 +32,7 @@ from zoo.spec.blocks import (
     NormSpec,
     PositionSpec,
     Probability,
+    RotaryPositions,
     SinusoidalPositions,
     Spec,
 )
@@ -299,6 +300,8 @@ class _ModelSpecBase(Spec):
                 f"{position_path}: rotary positions need an even head_dim, got {head_dim} "
                 f"({stack.sources['attention']}.head_dim)"
             )
+        if position.kind == "rotary":
+            _check_rotary(position, head_dim=head_dim, path=position_path)
         width = self.embedding.stack_dim(self.d_model)  # where positions are added
         if position.kind == "sinusoidal" and width % 2:
             raise ValueError(
@@ -470,6 +473,22 @@ def _check_patterns(stack: ResolvedStack, *, cross: bool) -> None:
                 f"{path}.window_blocks ({pattern.window_blocks}) must be odd: the query's own block and "
                 "as many blocks on each side"
             )
+
+
+def _check_rotary(position: RotaryPositions, *, head_dim: int, path: str) -> None:
+    """Partial rotary needs an even, non-empty number of dims; LongRoPE one factor per frequency."""
+    dims = position.rotary_dims(head_dim)
+    if dims < 2 or dims % 2:
+        raise ValueError(
+            f"{path}.fraction ({position.fraction}) rotates int({head_dim} * {position.fraction}) = {dims} "
+            "dims of each head; rotary pairs need an even number, at least 2"
+        )
+    scaling = position.scaling
+    if scaling is not None and scaling.type == "longrope" and len(scaling.short_factor) != dims // 2:
+        raise ValueError(
+            f"{path}.scaling: longrope needs one factor per rotary frequency ({dims // 2} = rotary dims / 2), "
+            f"got {len(scaling.short_factor)}"
+        )
 
 
 def _check_lm_head(head: LMHeadSpec | None) -> None:

@@ -74,8 +74,10 @@ def buffer_count(spec: SizedSpec) -> int:
         kind = stack.position.kind
         if stack.position.kind == "sinusoidal":  # (not `kind`: mypy narrows the union for ``offset``)
             total += (spec.max_positions + stack.position.offset) * spec.embedding.stack_dim(spec.d_model)
-        elif kind == "rotary":
-            total += 2 * spec.max_positions * stack.attention.resolved_head_dim(spec.d_model)  # cos, sin
+        elif stack.position.kind == "rotary":
+            dims = stack.position.rotary_dims(stack.attention.resolved_head_dim(spec.d_model))
+            tables = 4 if stack.position.scaling and stack.position.scaling.type == "longrope" else 2
+            total += tables * spec.max_positions * dims  # cos, sin (and LongRoPE's long-context pair)
         elif kind == "alibi":
             total += stack.attention.num_heads
     lm_head: Any = getattr(spec, "lm_head", None)

@@ -5,9 +5,9 @@
 
 Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta, xlm-roberta, xlm-roberta-xl],
 albert, t5 [+ mt5, umt5], bart [+ marian], m2m100, bigbird, opt, ctrl, distilbert, electra, mpnet, mbart
-[+ pegasus]) holds declarative `FamilyMapping`s; this module only reads and writes files, picks the mapping by
-``model_type`` and reads every export back (`faithful`). Weights are read from safetensors only: zoo never
-unpickles a ``pytorch_model.bin``.
+[+ pegasus], gpt_neox, phi3) holds declarative `FamilyMapping`s; this module only reads and writes files, picks
+the mapping by ``model_type`` and reads every export back (`faithful`). Weights are read from safetensors only:
+zoo never unpickles a ``pytorch_model.bin``.
 
 Reading checks before it builds: every file an index names is a plain name in the folder (checked before
 any file is opened), every header parses, the spec that config.json gives asks for no more layers, widths
@@ -72,7 +72,7 @@ from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
 
-FAMILY_MODULES = (
+FAMILY_MODULES: tuple[str, ...] = (
     "gpt2",
     "llama",
     "bert",
@@ -87,6 +87,8 @@ FAMILY_MODULES = (
     "electra",
     "mpnet",
     "mbart",
+    "gpt_neox",
+    "phi3",
 )
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.

@@ -249,12 +249,16 @@ class Rule:
     hf: one name, or several whose rows are concatenated (fused) in this order, e.g. q, k, v.
     transpose: HF stores the matrix as (in, out) (GPT-2's Conv1D); zoo's nn.Linear wants (out, in).
     sizes: rows of each fused part, to split the zoo tensor on export (one entry per ``hf`` name).
+    interleave: ``(groups, parts)`` when the one HF tensor's rows are ``groups`` blocks each holding a slice
+        of every part (GPT-NeoX's query_key_value: per head [q k v]) while zoo keeps each part whole
+        ([q of all heads; k; v]): rows are regrouped both ways, (G, P, n) <-> (P, G, n).
     """
 
     zoo: str
     hf: tuple[str, ...]
     transpose: bool = False
     sizes: tuple[int, ...] | None = None
+    interleave: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.hf) > 1 and (self.sizes is None or len(self.sizes) != len(self.hf)):
@@ -286,6 +290,21 @@ def fused_linear(zoo: str, hf: Sequence[str], sizes: Sequence[int], *, bias: boo
     """zoo's fused linear ``zoo`` from the separate HF linears ``hf`` (module paths), rows in that order."""
     params = ("weight", "bias") if bias else ("weight",)
     return [fused(f"{zoo}.{p}", [f"{module}.{p}" for module in hf], sizes) for p in params]
+
+
+def interleaved_linear(zoo: str, hf: str, *, groups: int, parts: int, bias: bool = True) -> list[Rule]:
+    """One linear whose HF rows interleave ``parts`` fused projections per group (`Rule.interleave`)."""
+    params = ("weight", "bias") if bias else ("weight",)
+    return [Rule(f"{zoo}.{p}", (f"{hf}.{p}",), interleave=(groups, parts)) for p in params]
+
+
+def regroup(tensor: torch.Tensor, outer: int, inner: int) -> torch.Tensor:
+    """Rows seen as (outer, inner, n) blocks, returned as (inner, outer, n): swap the two block levels."""
+    rows = tensor.shape[0]
+    if rows % (outer * inner):
+        raise HFError(f"cannot regroup {rows} rows into {outer} x {inner} blocks")
+    blocks = tensor.reshape(outer, inner, rows // (outer * inner), *tensor.shape[1:])  # (O, I, n, ...)
+    return blocks.transpose(0, 1).reshape(tensor.shape)  # (I, O, n, ...) flattened back
 
 
 def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
@@ -356,6 +375,8 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             tensor = torch.cat(parts, dim=0)
         else:
             tensor = parts[0]
+        if rule.interleave is not None:  # HF (groups, parts, n) rows -> zoo (parts, groups, n)
+            tensor = regroup(tensor, *rule.interleave)
         out[rule.zoo] = tensor.t().contiguous() if rule.transpose else tensor
         used.update(rule.hf)
     if missing:
@@ -378,6 +399,9 @@ def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
         if rule.zoo not in tensors:
             raise HFError(f"the model has no tensor {rule.zoo}")
         tensor = tensors[rule.zoo].detach()
+        if rule.interleave is not None:  # zoo (parts, groups, n) rows -> HF (groups, parts, n)
+            groups, count = rule.interleave
+            tensor = regroup(tensor, count, groups)
         if rule.sizes is not None:
             if sum(rule.sizes) != tensor.shape[0]:
                 raise HFError(

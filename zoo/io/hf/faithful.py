@@ -49,6 +49,8 @@ def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[st
         f"{name}.position.frequencies": getattr(position, "frequencies", None),
         f"{name}.position.relative_bias": _dump(getattr(position, "relative_bias", None)),
         f"{name}.position.per_layer": getattr(position, "per_layer", None),
+        f"{name}.position.fraction": getattr(position, "fraction", None),
+        f"{name}.norm.residual": stack.norm.residual,
     }
 
 

@@ -38,7 +38,7 @@ from zoo.io.hf.common import (
     require,
     token_id,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import rope_from_config, rope_to_config, scaling_type
 from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
 from zoo.spec.limits import LAYERS
 
@@ -228,6 +228,8 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
         (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
         (f"{src['position']}.kind", position.kind, "rotary"),
+        (f"{src['position']}.fraction", getattr(position, "fraction", 1.0), 1.0),  # phi3 rotates a fraction
+        (f"{src['position']}.scaling.type", scaling_type(position), (None, "llama3", "linear")),
         ("embedding.scale", spec.embedding.scale, False),
         ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
         ("embedding.norm", spec.embedding.norm, False),

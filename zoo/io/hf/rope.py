@@ -10,15 +10,22 @@ reads either; `rope_to_config` writes both, so either version loads the export.
     {type: llama3, ...}                  llama3                   factor, low_freq_factor, high_freq_factor,
                                                                   original_max_position_embeddings
     {type: linear, factor}               linear                   factor
+    {type: longrope, short_factor,       longrope (Phi-3's su)    short_factor, long_factor,
+     long_factor, original_max_positions,                         original_max_position_embeddings,
+     attention_factor}                                            attention_factor (or factor: derived)
+    fraction (partial rotary)            partial_rotary_factor    read only where the family's attention
+                                                                  slices it (``partial=True``: Phi-3, GPT-NeoX)
 
 ``dynamic`` (NTK) is refused: transformers recomputes its frequencies from the longest sequence a model
 has seen since it was built, so the angles of a position depend on earlier calls, and no fixed table (nor
-any stateless function of the current batch) reproduces that. YaRN, LongRoPE and partial rotary factors have
-no zoo field either.
+any stateless function of the current batch) reproduces that. YaRN has no zoo field either. LongRoPE's
+switch between its two factor sets depends only on the current call's position ids, so zoo makes the same
+choice (`zoo.blocks.position.RotaryPositions`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +33,8 @@ from zoo.io.hf.common import HFError
 from zoo.spec import RotaryPositions
 from zoo.spec.errors import short_repr
 
-SUPPORTED = ("default", "llama3", "linear")
+SUPPORTED = ("default", "llama3", "linear")  # what a family reads unless it says otherwise (`kinds`)
+_ALIASES = {"su": "longrope"}  # Phi-3's first releases; transformers reads it as longrope
 _LLAMA3 = ("factor", "low_freq_factor", "high_freq_factor")
 _WHY_NOT = {
     "dynamic": "transformers recomputes dynamic-NTK frequencies from the longest sequence the model has seen "
@@ -34,25 +42,40 @@ _WHY_NOT = {
 }
 
 
-def rope_from_config(config: Mapping[str, Any], *, layer_types: list[str] | None = None) -> dict[str, Any]:
+def rope_from_config(
+    config: Mapping[str, Any],
+    *,
+    layer_types: list[str] | None = None,
+    partial: bool = False,
+    kinds: tuple[str, ...] = SUPPORTED,
+) -> dict[str, Any]:
     """The ``position`` sub-spec (a dict) for a config's rotary settings; HFError for what zoo cannot run.
 
     ``layer_types``: the config's per-layer attention kinds; transformers 5 may key ``rope_parameters`` by
-    them (one dict per kind), which zoo accepts when every kind has the same settings.
+    them (one dict per kind), which zoo accepts when every kind has the same settings. ``partial``: the
+    family's attention rotates only ``partial_rotary_factor`` of each head (Phi-3, GPT-NeoX), read into
+    ``fraction``; elsewhere a factor other than 1 is refused.
+    ``kinds``: the rope types the family reads. ``longrope`` only where transformers' generation recomputes
+    the cache when the factors switch, as zoo's does (Phi-3): elsewhere greedy decoding would differ.
     """
     params = _flat(config.get("rope_scaling") or config.get("rope_parameters") or {}, layer_types)
     kind = params.get("rope_type", params.get("type", "default"))
-    if not isinstance(kind, str) or kind not in SUPPORTED:
+    kind = _ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+    if not isinstance(kind, str) or kind not in kinds:
         why = _WHY_NOT.get(kind, "zoo's RotaryPositions has no field for it") if isinstance(kind, str) else ""
+        if kind == "longrope":
+            why = "this family's transformers generation keeps keys cached before the factors switch"
         raise HFError(
             f"config.json rope_type={short_repr(kind)} is not supported{f' ({why})' if why else ''}; "
-            f"supported: {', '.join(SUPPORTED)}"
+            f"supported: {', '.join(kinds)}"
         )
-    partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
-        raise HFError(f"config.json partial_rotary_factor={partial} is not supported; zoo rotates every dim")
+    fraction = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    if fraction != 1.0 and not partial:
+        raise HFError(f"config.json partial_rotary_factor={fraction} is not supported; zoo rotates every dim")
     theta = params.get("rope_theta", config.get("rope_theta", 10000.0))  # the spec checks it is a number
     position: dict[str, Any] = {"kind": "rotary", "theta": theta}
+    if fraction != 1.0:
+        position["fraction"] = fraction
     if kind == "linear":
         position["scaling"] = {"type": "linear", "factor": _field(params, "factor", kind)}
     elif kind == "llama3":
@@ -67,7 +90,38 @@ def rope_from_config(config: Mapping[str, Any], *, layer_types: list[str] | None
             **{name: _field(params, name, kind) for name in _LLAMA3},
             "original_max_positions": original,
         }
+    elif kind == "longrope":
+        position["scaling"] = _longrope_from_config(config, params)
     return position
+
+
+def _longrope_from_config(config: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """LongRoPE's fields, with transformers' defaults: the original context from the top level (Phi-3)
+    or the rotary dict, and the attention factor from ``attention_factor``, else from ``factor`` (else the
+    spec derives it from max_positions, as transformers derives it from max_position_embeddings)."""
+    original = config.get(
+        "original_max_position_embeddings",
+        params.get("original_max_position_embeddings", config.get("max_position_embeddings")),
+    )
+    if not isinstance(original, int) or isinstance(original, bool) or original < 2:
+        raise HFError(
+            "config.json rope_type='longrope' needs original_max_position_embeddings (an integer > 1), "
+            f"got {short_repr(original)}"
+        )
+    scaling = {
+        "type": "longrope",
+        "short_factor": _field(params, "short_factor", "longrope"),
+        "long_factor": _field(params, "long_factor", "longrope"),
+        "original_max_positions": original,
+    }
+    attention_factor, factor = params.get("attention_factor"), params.get("factor")
+    if attention_factor is None and factor is not None:
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not math.isfinite(factor):
+            raise HFError(f"config.json longrope factor: expected a number, got {short_repr(factor)}")
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    if attention_factor is not None:
+        scaling["attention_factor"] = attention_factor
+    return scaling
 
 
 def rope_to_config(position: RotaryPositions) -> dict[str, Any]:
@@ -76,6 +130,15 @@ def rope_to_config(position: RotaryPositions) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if scaling is not None and scaling.type == "linear":
         fields = {"rope_type": "linear", "factor": scaling.factor}
+    elif scaling is not None and scaling.type == "longrope":
+        fields = {
+            "rope_type": "longrope",
+            "short_factor": list(scaling.short_factor),
+            "long_factor": list(scaling.long_factor),
+            "original_max_position_embeddings": scaling.original_max_positions,
+        }
+        if scaling.attention_factor is not None:
+            fields["attention_factor"] = scaling.attention_factor
     elif scaling is not None:
         fields = {
             "rope_type": "llama3",
@@ -84,11 +147,20 @@ def rope_to_config(position: RotaryPositions) -> dict[str, Any]:
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": scaling.original_max_positions,
         }
+    partial = {"partial_rotary_factor": position.fraction} if position.fraction != 1.0 else {}
     return {
         "rope_theta": position.theta,
         "rope_scaling": fields or None,
-        "rope_parameters": {"rope_type": "default", **fields, "rope_theta": position.theta},
+        "rope_parameters": {"rope_type": "default", **fields, "rope_theta": position.theta, **partial},
+        **partial,
     }
+
+
+def scaling_type(position: Any) -> str | None:
+    """A position spec's rotary scaling type (``llama3``, ``linear``, ``longrope``), None for none: what
+    `require` checks against the types a family writes."""
+    scaling = getattr(position, "scaling", None)
+    return scaling.type if scaling is not None else None
 
 
 def _flat(params: Any, layer_types: list[str] | None) -> dict[str, Any]:
