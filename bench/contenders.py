@@ -62,6 +62,14 @@ def hf_model(spec: dict[str, Any]) -> nn.Module:
             decoder_start_token_id=0, **common,
         )  # fmt: skip
         return tf.T5ForConditionalGeneration(config)
+    if spec["embedding"].get("norm"):  # BART: learned positions, an embedding LayerNorm, GELU
+        config = tf.BartConfig(
+            vocab_size=V, d_model=C, encoder_layers=L, decoder_layers=L, encoder_attention_heads=H,
+            decoder_attention_heads=H, encoder_ffn_dim=F_, decoder_ffn_dim=F_, max_position_embeddings=spec["max_positions"],
+            activation_function="gelu", scale_embedding=False, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None, **common,
+        )  # fmt: skip
+        return tf.BartForConditionalGeneration(config)
     config = tf.MarianConfig(
         vocab_size=V, d_model=C, encoder_layers=L, decoder_layers=L, encoder_attention_heads=H,
         decoder_attention_heads=H, encoder_ffn_dim=F_, decoder_ffn_dim=F_, max_position_embeddings=spec["max_positions"],

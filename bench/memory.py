@@ -3,8 +3,15 @@
 On CPU, glibc keeps freed memory resident (its mmap threshold grows with use), so a resident-set high-water
 mark taken inside the timing process reads near zero for whoever runs second. Here a child process fixes the
 threshold (MALLOC_MMAP_THRESHOLD_) so large tensors are returned on free, runs one warm-up unit, resets the
-high-water mark through /proc/self/clear_refs and reports the peak resident set of the next unit over the
-resident set before it. On CUDA the allocator's own peak counter does the same in-process.
+high-water mark through /proc/self/clear_refs and measures the peak resident set of the next unit. On CUDA
+the allocator's own peak counter does the same in-process.
+
+What is reported: for a train step, its peak over the resident set just before it (activations, gradients
+and the step's temporaries; the optimizer's states exist from the warm-up on). For generation, the peak over
+the resident set right after the model was built, before the warm-up call: what serving a call costs on top
+of the loaded weights, including whatever a call leaves behind for the next one (compiled graphs, frozen
+copies of the weights, a cache not yet freed) but not the one-off peak of compiling. Generation also
+reports the process's whole peak resident set (interpreter, libraries, weights and the call), ``process_mib``.
 
     python -m bench.memory train "gpt2-shaped train step" zoo
 """
@@ -22,8 +29,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(kind: str, workload: str, contender: str, *, device: str = "cpu") -> float | None:
-    """Peak MiB of one train step or one generation call of ``contender`` on ``workload`` (None if unknown)."""
+def measure(kind: str, workload: str, contender: str, *, device: str = "cpu") -> dict[str, float] | None:
+    """``{"peak_mib": ...}`` of one train step or one generation call of ``contender`` on ``workload`` (and, for
+    generation on CPU, ``process_mib``); None if the child failed."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
         [sys.executable, "-m", "bench.memory", kind, workload, contender, device],
@@ -31,10 +39,10 @@ def measure(kind: str, workload: str, contender: str, *, device: str = "cpu") ->
     )  # fmt: skip
     if result.returncode != 0:
         return None
-    return json.loads(result.stdout.strip().splitlines()[-1])["peak_mib"]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _child(kind: str, name: str, contender: str, device: str) -> float:
+def _child(kind: str, name: str, contender: str, device: str) -> dict[str, float]:
     from bench import contenders
     from bench.timing import PeakMemory
     from bench.workloads import suite
@@ -50,13 +58,19 @@ def _child(kind: str, name: str, contender: str, device: str) -> float:
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[workload.dtype]
         model = contenders.build(contender, workload.spec, device, dtype)
         run = contenders.generate_fn(contender, workload, model, device)
+    loaded = PeakMemory(device).resident()  # generation: measured from the loaded model on
     with torch.inference_mode(kind != "train"):
-        run()  # warm-up: optimizer states and lazily built buffers exist from here on
+        run()  # warm-up: optimizer states, lazily built buffers and compiled graphs exist from here on
         with PeakMemory(device) as memory:
             run()
-    return memory.peak / 2**20
+    if kind == "train":
+        return {"peak_mib": memory.peak / 2**20}
+    result = {"peak_mib": (memory.peak + memory.base - loaded) / 2**20}
+    if memory.process is not None:
+        result["process_mib"] = memory.process / 2**20
+    return result
 
 
 if __name__ == "__main__":
     kind, name, contender, device = (*sys.argv[1:4], sys.argv[4] if len(sys.argv) > 4 else "cpu")
-    print(json.dumps({"peak_mib": _child(kind, name, contender, device)}))
+    print(json.dumps(_child(kind, name, contender, device)))

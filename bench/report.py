@@ -97,20 +97,24 @@ def markdown(record: dict[str, Any]) -> str:
             else "Greedy generation, 128 new tokens, KV cache"
         )
         mfu = any("mfu" in r for r in rows)  # GPU bf16 training rows: model TFLOP/s and MFU columns
+        process = any("process_mib" in r for r in rows)  # generation on CPU: the whole process's peak too
+        memory_title = "peak memory over the model" if section == "generate" else "peak memory"
         lines += [
             f"**{title}**",
             "",
-            f"| workload | contender | {unit} | vs HF |{' TFLOP/s | MFU |' if mfu else ''} peak memory | parameters |",
-            f"|---|---|---:|---:|{'---:|---:|' if mfu else ''}---:|---:|",
+            f"| workload | contender | {unit} | vs HF |{' TFLOP/s | MFU |' if mfu else ''} {memory_title} |"
+            f"{' process peak |' if process else ''} parameters |",
+            f"|---|---|---:|---:|{'---:|---:|' if mfu else ''}---:|{'---:|' if process else ''}---:|",
         ]
         for r in rows:
             ratio = f"{r['vs_hf']:.2f}x" if r.get("vs_hf") else "–"
             memory = f"{r['peak_mib']:.0f} MiB" if r.get("peak_mib") else "–"
             params = f"{r['parameters']:,}" if r.get("parameters") else "–"
             flops = f" {r['tflops']:,.1f} | {mfu_text(r)} |" if "tflops" in r else (" – | – |" if mfu else "")
+            whole = (f" {r['process_mib']:.0f} MiB |" if r.get("process_mib") else " – |") if process else ""
             lines.append(
                 f"| {r['workload']} | {r['contender']} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
-                f"| {ratio} |{flops} {memory} | {params} |"
+                f"| {ratio} |{flops} {memory} |{whole} {params} |"
             )
         lines.append("")
     return "\n".join(lines)

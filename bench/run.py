@@ -48,7 +48,7 @@ def run_train(workload: TrainWorkload, args: argparse.Namespace) -> list[dict[st
         _add_mfu(rows, workload, args.peak_tflops)
     if not args.no_memory:
         for row in rows:
-            row["peak_mib"] = measure("train", workload.name, row["contender"], device=args.device)
+            row.update(measure("train", workload.name, row["contender"], device=args.device) or {})
     return rows
 
 
@@ -81,7 +81,12 @@ def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[d
     runs["floor"] = contenders.floor_fn(workload, args.device, dtype)
     with torch.inference_mode():
         timings = alternate(runs, device=args.device, warmup=1, repeats=args.repeats)
-    return _rows("generate", workload.name, timings, workload.batch * workload.new_tokens, parameters)
+    rows = _rows("generate", workload.name, timings, workload.batch * workload.new_tokens, parameters)
+    if not args.no_memory:
+        for row in rows:
+            if row["contender"] != "floor":
+                row.update(measure("generate", workload.name, row["contender"], device=args.device) or {})
+    return rows
 
 
 def _rows(kind: str, workload: str, timings: dict, units: int, parameters: int) -> list[dict[str, Any]]:

@@ -37,6 +37,13 @@ class PeakMemory:
 
     def __init__(self, device: str) -> None:
         self.device = device
+        self.process: int | None = None  # CPU: the process's whole peak resident set during the call
+
+    def resident(self) -> int:
+        """Bytes in use now: the CUDA allocator's, or the process's resident set."""
+        if self.device.startswith("cuda"):
+            return torch.cuda.memory_allocated()
+        return _status_bytes("VmRSS")
 
     def __enter__(self) -> PeakMemory:
         if self.device.startswith("cuda"):
@@ -54,7 +61,8 @@ class PeakMemory:
         if self.device.startswith("cuda"):
             self.peak = torch.cuda.max_memory_allocated() - self.base
         else:
-            self.peak = _status_bytes("VmHWM") - self.base if self.base is not None else 0
+            self.process = _status_bytes("VmHWM") if self.base is not None else None
+            self.peak = self.process - self.base if self.process is not None and self.base is not None else 0
 
 
 def _status_bytes(key: str) -> int:

@@ -1,7 +1,7 @@
 """The benchmark workloads, defined once: model shapes and batch shapes every contender runs.
 
-Shapes: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, a Vaswani/Marian-shaped
-encoder-decoder and a T5-small-shaped model, all 6 layers (T5: 6+6), width 512, 8 heads, vocab 8192.
+Shapes: a GPT-2-shaped decoder, a BERT-shaped MLM encoder, Vaswani/Marian-, BART- and T5-small-shaped
+encoder-decoders, all 6 layers (encoder-decoders: 6+6), width 512, 8 heads, vocab 8192.
 The MLM workload scores 15% of the positions, as BERT's recipe does; every other one scores every position.
 
 On CUDA two training workloads are added, both in bf16 mixed precision (float32 weights, bf16 autocast, as
@@ -98,6 +98,24 @@ MARIAN = {
     "eos_token_id": 2,
     "decoder_start_token_id": 0,
 }
+BART = {
+    "family": "encoder-decoder",
+    "vocab_size": VOCAB,
+    "d_model": 512,
+    "num_layers": 6,
+    "max_positions": 512,
+    "attention": {"num_heads": 8},
+    "ffn": {"d_ff": 2048, "activation": "gelu"},
+    "norm": {"kind": "layernorm", "eps": 1e-5, "placement": "post"},
+    "position": {"kind": "learned", "offset": 2},
+    "embedding": {"norm": True},
+    "lm_head": {"tied": True, "logits_bias": True},
+    "dropout": 0.0,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "decoder_start_token_id": 2,
+}
 T5 = {
     "family": "encoder-decoder",
     "vocab_size": VOCAB,
@@ -154,6 +172,9 @@ def suite(*, quick: bool, device: str) -> Suite:
             seq=128,
             source=128,
             contenders=("zoo", "hf", "torch"),
+        ),
+        TrainWorkload(
+            "bart-shaped seq2seq train step", "encoder-decoder", BART, batch=8, seq=128, source=128
         ),
         TrainWorkload("t5-small-shaped train step", "encoder-decoder", T5, batch=8, seq=128, source=128),
     ]

@@ -56,4 +56,4 @@ def test_quick_suite_leaves_out_compiling_and_the_encoder_decoders(bench_modules
     assert [w.family for w in quick.train] == ["decoder", "encoder"]
     assert all("zoo-compiled" not in w.contenders for w in quick.generate)
     assert any("zoo-compiled" in w.contenders for w in full.generate)
-    assert len(full.train) == 4 and any(w.family == "encoder-decoder" for w in full.generate)
+    assert len(full.train) == 5 and any(w.family == "encoder-decoder" for w in full.generate)
