@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from zoo.blocks import Attention, FeedForward, build_norm
+from zoo.blocks.dropout import Dropout
 from zoo.blocks.flex import BlockMask
 from zoo.spec import AttentionSpec, FFNSpec, NormSpec
 
@@ -67,7 +68,7 @@ class Layer(nn.Module):
         self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
         self.ffn = FeedForward(ffn, d_model=d_model)
         self.ffn_norm = build_norm(norm, dim=d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self,

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from zoo.blocks import build_norm, build_positions, masks
+from zoo.blocks.dropout import Dropout
 from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
@@ -111,7 +112,7 @@ class Stack(nn.Module):
         # umT5: every layer its own relative bias table, else one bias for all layers
         self.bias_per_layer = bool(getattr(self.positions, "per_layer", False))
         self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
         unique_layers = 1 if spec.share_layers else spec.num_layers
         self.layers = nn.ModuleList(

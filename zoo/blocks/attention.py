@@ -113,7 +113,9 @@ class Attention(nn.Module):
         (B, H, T, S), or a flex `BlockMask`. Returns the output (B, T, C) and, when asked, the weights
         (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
-        dtype, q = q.dtype, q.to(k.dtype)  # a KV cache may keep k/v in float32 (zoo.generation.cache)
+        dtype = q.dtype
+        if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
+            q = q.to(k.dtype)
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
             out, weights = flex_attend(q, k, v, mask, scale=self.scale), None
         elif output_attentions:
@@ -127,7 +129,7 @@ class Attention(nn.Module):
             # lowering (ONNX) may pick an SDPA kernel with another layout: copy, so the view always holds.
             out = out.clone(memory_format=torch.contiguous_format)
         out = out.reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
-        return self.out_proj(out.to(dtype)), weights
+        return self.out_proj(out if out.dtype == dtype else out.to(dtype)), weights
 
     def _project(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoo.blocks.dropout import Dropout
 from zoo.spec import FFNSpec
 
 ACTIVATIONS: dict[str, nn.Module] = {
@@ -32,7 +33,7 @@ class FeedForward(nn.Module):
         self.up_proj = nn.Linear(d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)
         self.down_proj = nn.Linear(spec.d_ff, d_model, bias=spec.bias)
         self.act = ACTIVATIONS[spec.activation]
-        self.dropout = nn.Dropout(spec.dropout)
+        self.dropout = Dropout(spec.dropout)
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None) -> None:
