@@ -15,6 +15,7 @@ when there is an end-of-sequence token to look for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -286,7 +287,9 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
     )
     for step in range(config.max_new_tokens):
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
-        check_finite(scores, step)
+        if config.do_sample:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
+            check_finite(scores, step)
+        finite = (scores < math.inf).all()  # NaN / +inf: argmax would pick token 0 silently (-inf is a ban)
         if processors.active:
             scores = processors(scores, session.sequences, session.valid, step)
         tokens = sample(scores, generator) if config.do_sample else scores.argmax(dim=-1)  # (B,)
@@ -294,10 +297,16 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
             assert eos is not None  # rows can finish only when there is an eos id (``unfinished`` above)
             tokens = torch.where(unfinished, tokens, run.pad)
             unfinished &= ~torch.isin(tokens, eos)
+            # One host read a step, for both questions (on a GPU each read waits for the queue to drain).
+            finite_now, going = torch.stack([finite, unfinished.any()]).tolist()
+        else:
+            finite_now, going = bool(finite), True
+        if not finite_now:
+            check_finite(scores.new_full((1,), math.nan), step)  # raises, naming the step
         session.append(tokens)
         processors.observe(tokens)
         yield tokens
-        if unfinished is not None and not bool(unfinished.any()):
+        if not going:
             return
 
 
