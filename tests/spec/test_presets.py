@@ -28,12 +28,17 @@ PUBLISHED_COUNTS = {
     # (M2M100ForConditionalGeneration) and google/bigbird-roberta-base's (BigBirdForMaskedLM: no NSP head)
     "m2m100-418m": 483_905_536,
     "bigbird-roberta-base": 128_111_286,
+    # *ForCausalLM on the meta device from google/gemma-2b's, google/gemma-2-2b's and google/gemma-3-1b-pt's
+    # config.json (tied heads)
+    "gemma-2b": 2_506_172_416,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
-    "m2m100-418m", "bigbird-roberta-base",
+    "m2m100-418m", "bigbird-roberta-base", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny",
 }  # fmt: skip
 
 

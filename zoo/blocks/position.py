@@ -138,28 +138,52 @@ class RotaryPositions(FixedTables):
     """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + D/2) form a rotating pair.
 
     ``scaling`` (Llama 3's or linear) only changes the angle rates; the tables stay fixed per position.
+    ``local_theta`` adds a second pair of tables, plain RoPE with that base, for the sliding-window layers
+    (Gemma 3, ModernBERT): the stack asks for them with ``local=True``.
     """
 
     role = "rotary"
     cos: torch.Tensor  # buffer (P, D)
     sin: torch.Tensor  # buffer (P, D)
+    local_cos: torch.Tensor | None  # buffer (P, D) with local_theta
+    local_sin: torch.Tensor | None
 
     def __init__(
-        self, *, theta: float, max_positions: int, head_dim: int, scaling: RopeScaling | None = None
+        self,
+        *,
+        theta: float,
+        max_positions: int,
+        head_dim: int,
+        scaling: RopeScaling | None = None,
+        local_theta: float | None = None,
     ) -> None:
         super().__init__()
         self.theta, self.max_positions, self.head_dim, self.scaling = theta, max_positions, head_dim, scaling
+        self.local_theta = local_theta
         self.register_buffer("cos", torch.empty(max_positions, head_dim), persistent=False)
         self.register_buffer("sin", torch.empty(max_positions, head_dim), persistent=False)
+        local = torch.empty(max_positions, head_dim) if local_theta is not None else None
+        self.register_buffer("local_cos", local, persistent=False)
+        self.register_buffer("local_sin", None if local is None else local.clone(), persistent=False)
         self.reset_buffers()
 
-    def reset_buffers(self) -> None:
-        inv_freq = rotary_frequencies(self.theta, self.head_dim, self.scaling)  # (D/2,)
+    def _tables(self, theta: float, scaling: RopeScaling | None) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq = rotary_frequencies(theta, self.head_dim, scaling)  # (D/2,)
         angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (P, D)
-        self.cos, self.sin = angles.cos().to(self.cos.device), angles.sin().to(self.sin.device)
+        return angles.cos().to(self.cos.device), angles.sin().to(self.sin.device)
 
-    def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def reset_buffers(self) -> None:
+        self.cos, self.sin = self._tables(self.theta, self.scaling)
+        if self.local_theta is not None:
+            self.local_cos, self.local_sin = self._tables(self.local_theta, None)
+
+    def forward(
+        self, position_ids: torch.Tensor, *, local: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) positions -> (cos, sin), (B, 1, T, D) each; ``local``: the sliding layers' tables."""
+        if local and self.local_cos is not None and self.local_sin is not None:
+            return self.local_cos[position_ids][:, None], self.local_sin[position_ids][:, None]
         return self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # (B, 1, T, D) each
 
 
@@ -260,7 +284,11 @@ def build_positions(
         return LearnedPositions(offset=spec.offset, max_positions=max_positions, dim=dim)
     if spec.kind == "rotary":
         return RotaryPositions(
-            theta=spec.theta, max_positions=max_positions, head_dim=head_dim, scaling=spec.scaling
+            theta=spec.theta,
+            max_positions=max_positions,
+            head_dim=head_dim,
+            scaling=spec.scaling,
+            local_theta=spec.local_theta,
         )
     if spec.kind == "relative_bias":
         return RelativeBias(

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    PositiveFloat,
     PositiveInt,
     Strict,
     TypeAdapter,
@@ -69,6 +70,11 @@ class LMHeadSpec(Spec):
         False,
         description="A learned output bias added to logits, tied or untied (CTRL's lm_head.bias); "
         "unlike logits_bias, a trained parameter.",
+    )
+    softcap: PositiveFloat | None = Field(
+        None,
+        description="Soft-cap the logits to (-softcap, softcap) as softcap * tanh(logits / softcap) (Gemma 2's "
+        "final_logit_softcapping).",
     )
 
 
@@ -276,6 +282,11 @@ class _ModelSpecBase(Spec):
                 f"{position_path}: sinusoidal positions need an even embedding width, got {width}"
             )
         _check_patterns(stack, cross=stack.cross_attention is not None)
+        if not stack.norm.first_attention_norm and stack.share_layers:
+            raise ValueError(
+                f"{stack.sources['norm']}.first_attention_norm: false cannot go with {stack.name}.share_layers: "
+                "the shared layer would skip its attention norm everywhere"
+            )
 
 
 class EncoderSpec(_ModelSpecBase):

@@ -72,8 +72,9 @@ def buffer_count(spec: SizedSpec) -> int:
         kind = stack.position.kind
         if stack.position.kind == "sinusoidal":  # (not `kind`: mypy narrows the union for ``offset``)
             total += (spec.max_positions + stack.position.offset) * spec.embedding.stack_dim(spec.d_model)
-        elif kind == "rotary":
-            total += 2 * spec.max_positions * stack.attention.resolved_head_dim(spec.d_model)  # cos, sin
+        elif stack.position.kind == "rotary":
+            tables = 4 if stack.position.local_theta is not None else 2  # cos, sin (and the local pair)
+            total += tables * spec.max_positions * stack.attention.resolved_head_dim(spec.d_model)
         elif kind == "alibi":
             total += stack.attention.num_heads
     lm_head: Any = getattr(spec, "lm_head", None)
@@ -97,11 +98,14 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
         total += _norm(stack.norm, embed_dim)
     if spec.embedding.factorized_dim:
         total += _linear(embed_dim, d_model, bias=True)
-    layer = _attention(stack.attention, d_model) + _norm(stack.norm, d_model)
+    norms = 2 if stack.norm.placement == "sandwich" else 1  # per sub-layer: before it, and after it
+    layer = _attention(stack.attention, d_model) + norms * _norm(stack.norm, d_model)
     if stack.cross_attention is not None:
-        layer += _attention(stack.cross_attention, d_model) + _norm(stack.norm, d_model)
-    layer += _ffn(stack.ffn, d_model) + _norm(stack.norm, d_model)
+        layer += _attention(stack.cross_attention, d_model) + norms * _norm(stack.norm, d_model)
+    layer += _ffn(stack.ffn, d_model) + norms * _norm(stack.norm, d_model)
     total += layer * (1 if stack.share_layers else stack.num_layers)
+    if not stack.norm.first_attention_norm:  # the first layer's attention input is not normalised
+        total -= _norm(stack.norm, d_model)
     if stack.norm.has_final:
         total += _norm(stack.norm, d_model)
     return total
