@@ -58,6 +58,19 @@ def test_each_cached_step_matches_the_full_forward(tiny, prompts):
     assert cache.buffer.shape[-2] == WINDOW
 
 
+def test_a_gemma_stack_of_sliding_layers_decodes_through_the_rolling_buffer(tiny, prompts, caches):
+    """Soft-capped attention (the math path), sandwich norms and the local rope base, all layers local."""
+    model = tiny(
+        "gemma-tiny",
+        decoder={"layer_patterns": None, "pattern": {"kind": "sliding_window", "window": WINDOW}},
+    )
+    assert model.decoder.local_rotary == (True,) * 4
+    ids, mask = prompts(model.spec.vocab_size, [7, 4, 6])
+    kwargs = dict(attention_mask=mask, max_new_tokens=16, eos_token_id=[])
+    assert torch.equal(model.generate(ids, **kwargs), model.generate(ids, **kwargs, use_cache=False))
+    assert caches[0].window == WINDOW and caches[0].buffer.shape[-2] == WINDOW
+
+
 def test_layers_with_different_windows_share_a_buffer_of_the_largest(tiny, prompts, caches):
     local, wider = {"kind": "sliding_window", "window": 2}, {"kind": "sliding_window", "window": WINDOW}
     model = _windowed(tiny, layer_patterns=[local, wider])

@@ -107,3 +107,25 @@ def test_encoder_decoder_start_token_falls_back():
         vocab_size=10, d_model=8, attention={"num_heads": 2}, bos_token_id=None, pad_token_id=3
     )
     assert spec.start_token_id == 3
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"norm.unit_offset": True}, r"unit_offset is an RMSNorm option .*kind is 'layernorm'"),
+        ({"norm.first_attention_norm": False, "norm.placement": "post"}, r"first_attention_norm: false needs placement 'pre'"),
+        ({"norm.first_attention_norm": False, "norm.placement": "pre", "decoder.share_layers": True},
+         r"norm\.first_attention_norm: false cannot go with decoder\.share_layers"),
+    ],
+)  # fmt: skip
+def test_gemma_and_modernbert_norm_options_refuse_what_they_cannot_mean(changes, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.preset("gpt2-tiny").override(**changes)
+
+
+def test_sandwich_norms_have_a_final_norm_and_twice_the_layer_norms():
+    pre = zoo.build(zoo.preset("llama-tiny"), device="meta")
+    sandwich = zoo.build(zoo.preset("llama-tiny").override(**{"norm.placement": "sandwich"}), device="meta")
+    assert sandwich.decoder.final_norm is not None
+    extra = sandwich.num_parameters() - pre.num_parameters()
+    assert extra == 2 * 2 * 64  # two more norms of width 64 in each of the two layers
