@@ -33,12 +33,15 @@ PUBLISHED_COUNTS = {
     "gemma-2b": 2_506_172_416,
     "gemma-2-2b": 2_614_341_888,
     "gemma-3-1b": 999_885_952,
+    # ModernBertForMaskedLM on the meta device from answerdotai/ModernBERT-base's config.json (the body,
+    # ModernBertModel, is 149_014_272: + the head's dense and norm and the decoder bias)
+    "modernbert-base": 149_655_232,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
-    "m2m100-418m", "bigbird-roberta-base", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny",
+    "m2m100-418m", "bigbird-roberta-base", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny",
 }  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec
-from zoo.spec.model import ClassifierSpec
+from zoo.spec.model import ClassifierSpec, HeadTransformSpec
 
 
 class TiedOutput:
@@ -81,11 +81,11 @@ class MLMHead(TiedOutput, nn.Module):
         tied_to: nn.Embedding | None,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.dense = nn.Linear(d_model, embed_dim)
+        self.dense = nn.Linear(d_model, embed_dim, bias=spec.dense_bias)
         self.act = ACTIVATIONS[spec.activation]
         self.norm = build_norm(norm, dim=embed_dim)
         self._init_output(vocab_size=vocab_size, dim=embed_dim, tied_to=tied_to)
-        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self.norm(self.act(self.dense(hidden)))  # (B, T, E)
@@ -103,6 +103,19 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))  # (B, C)
 
 
+class HeadTransform(nn.Module):
+    """dense -> activation -> norm, (..., C) -> (..., C): ModernBERT's prediction head under a classifier."""
+
+    def __init__(self, spec: HeadTransformSpec, *, norm: NormSpec, d_model: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model, bias=spec.bias)
+        self.act = ACTIVATIONS[spec.activation]
+        self.norm = build_norm(norm, dim=d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
 class ClassificationHead(nn.Module):
     """Sequence or token classification, as transformers' ``*ForSequenceClassification`` and
     ``*ForTokenClassification`` heads compute it (``L`` = num_labels):
@@ -110,32 +123,57 @@ class ClassificationHead(nn.Module):
         sequence, pooler       pooler output (B, C) -> dropout -> out_proj             BERT, ALBERT
         sequence, dense        hidden[:, 0] -> dropout -> dense -> tanh -> dropout     RoBERTa
                                  -> out_proj
-        sequence, first_token  hidden[:, 0] -> dropout -> out_proj
-        token                  hidden (B, T, C) or the selected rows (N, C) -> dropout -> out_proj
+        sequence, first_token  hidden[:, 0] -> [transform] -> dropout -> out_proj      ModernBERT (cls)
+        sequence, mean         mean of the real tokens -> [transform] -> dropout       ModernBERT (mean)
+                                 -> out_proj
+        token                  hidden (B, T, C) or the selected rows (N, C) -> [transform] -> dropout
+                                 -> out_proj
     """
 
-    def __init__(self, spec: ClassifierSpec, *, d_model: int, dropout: float) -> None:
+    def __init__(
+        self, spec: ClassifierSpec, *, d_model: int, dropout: float, norm: NormSpec | None = None
+    ) -> None:
+        """``norm``: the model's norm, for a ``transform`` (required with one)."""
         super().__init__()
         self.per_token = spec.task == "token"
         self.pooling = getattr(spec, "pooling", None)  # sequence heads only
         self.dropout = nn.Dropout(spec.dropout if spec.dropout is not None else dropout)
         self.dense = nn.Linear(d_model, d_model) if self.pooling == "dense" else None
+        self.transform = None
+        if spec.transform is not None:
+            assert norm is not None, "a classifier transform needs the model's norm"
+            self.transform = HeadTransform(spec.transform, norm=norm, d_model=d_model)
         self.out_proj = nn.Linear(d_model, spec.num_labels)
 
-    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
-        """hidden (B, T, C) (or (N, C) rows for a token head); pooled (B, C), the pooler's output.
+    def forward(
+        self, hidden: torch.Tensor, pooled: torch.Tensor | None = None, padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """hidden (B, T, C) (or (N, C) rows for a token head); pooled (B, C), the pooler's output; padding
+        (B, T), 1 = token, for mean pooling (None: every position is real).
         -> logits (B, L) for a sequence head, (B, T, L) / (N, L) for a token head."""
         if self.per_token:
             x = hidden
         elif self.pooling == "pooler":
             assert pooled is not None  # the spec refuses pooling: pooler without heads.pooler
             x = pooled  # (B, C)
+        elif self.pooling == "mean":
+            x = mean_over_tokens(hidden, padding)  # (B, C)
         else:
             x = hidden[:, 0]  # (B, C): [CLS] / <s>
+        if self.transform is not None:
+            x = self.transform(x)
         x = self.dropout(x)
         if self.dense is not None:
             x = self.dropout(torch.tanh(self.dense(x)))
         return self.out_proj(x)
+
+
+def mean_over_tokens(hidden: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, C) -> (B, C): the mean over each row's real tokens (``padding`` (B, T), 1 = token)."""
+    if padding is None:
+        return hidden.mean(dim=1)
+    weights = padding.to(hidden.dtype)[:, :, None]  # (B, T, 1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 def resolve_problem_type(problem_type: str | None, *, num_labels: int, labels: torch.Tensor) -> str:

@@ -83,6 +83,16 @@ class MLMHeadSpec(Spec):
 
     activation: Activation = "gelu"
     tied: bool = True
+    dense_bias: bool = Field(True, description="A bias on the dense layer (ModernBERT: classifier_bias).")
+    bias: bool = Field(True, description="An output bias over the vocabulary (ModernBERT: decoder_bias).")
+
+
+class HeadTransformSpec(Spec):
+    """dense (C -> C) -> activation -> norm (the model's norm kind), before a classifier's dropout and
+    projection: BERT's "prediction head transform", ModernBERT's ModernBertPredictionHead."""
+
+    activation: Activation = "gelu"
+    bias: bool = Field(True, description="A bias on the dense layer (ModernBERT: classifier_bias).")
 
 
 class _ClassifierBase(Spec):
@@ -94,21 +104,28 @@ class _ClassifierBase(Spec):
     dropout: Probability | None = Field(
         None, description="Dropout before the projection (classifier_dropout); null: the model's dropout."
     )
+    transform: HeadTransformSpec | None = Field(
+        None,
+        description="dense -> activation -> norm on the pooled state (sequence) or every token (token), "
+        "before dropout and the projection (ModernBERT's head); null: none.",
+    )
 
 
 class SequenceClassifierSpec(_ClassifierBase):
-    """One label per sequence, read from the first token ([CLS] / <s>).
+    """One label per sequence, read from the first token ([CLS] / <s>) or the mean of the real tokens.
 
     pooling: ``pooler`` -> dropout -> out_proj (BERT, ALBERT: the pooler is ``heads.pooler``);
     ``dense``: dropout -> dense -> tanh -> dropout -> out_proj (RoBERTa's head, no pooler);
-    ``first_token``: dropout -> out_proj on the first token's hidden state.
+    ``first_token``: dropout -> out_proj on the first token's hidden state; ``mean``: the same on the
+    mean over the real (unpadded) tokens. A ``transform`` runs on the pooled state before the dropout.
     """
 
     task: Literal["sequence"] = "sequence"
-    pooling: Literal["pooler", "dense", "first_token"] = Field(
+    pooling: Literal["pooler", "dense", "first_token", "mean"] = Field(
         "pooler",
         description="pooler: heads.pooler's output (BERT, ALBERT); dense: the head's own dense + tanh over "
-        "the first token (RoBERTa); first_token: the first token's hidden state as it is.",
+        "the first token (RoBERTa); first_token: the first token's hidden state as it is; mean: the mean "
+        "of the real tokens' hidden states (ModernBERT's classifier_pooling: mean).",
     )
     problem_type: (
         Literal["single_label_classification", "multi_label_classification", "regression"] | None
@@ -308,6 +325,11 @@ class EncoderSpec(_ModelSpecBase):
             raise ValueError("heads.mlm and heads.classifier exclude each other: a model has one output head")
         if classifier is None:
             return self
+        if classifier.transform is not None and getattr(classifier, "pooling", None) in ("pooler", "dense"):
+            raise ValueError(
+                f"heads.classifier.transform needs pooling first_token or mean (got "
+                f"{getattr(classifier, 'pooling', None)!r}): the pooler and the dense head are transforms already"
+            )
         if (
             isinstance(classifier, SequenceClassifierSpec)
             and classifier.pooling == "pooler"

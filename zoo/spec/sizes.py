@@ -51,13 +51,16 @@ def parameter_count(spec: SizedSpec) -> int:
         if heads.pooler:
             total += _linear(C, C, bias=True)
         if heads.mlm is not None:
-            total += _linear(C, E, bias=True) + _norm(spec.norm, E) + spec.vocab_size  # + output bias
+            total += _linear(C, E, bias=heads.mlm.dense_bias) + _norm(spec.norm, E)
+            total += spec.vocab_size if heads.mlm.bias else 0  # the output bias
             total += 0 if heads.mlm.tied else spec.vocab_size * E
         classifier = heads.classifier
         if classifier is not None:
             total += _linear(C, classifier.num_labels, bias=True)
             if getattr(classifier, "pooling", None) == "dense":  # RoBERTa's head: its own dense C -> C
                 total += _linear(C, C, bias=True)
+            if classifier.transform is not None:  # ModernBERT's head: dense C -> C and a norm
+                total += _linear(C, C, bias=classifier.transform.bias) + _norm(spec.norm, C)
     if lm_head is not None and not lm_head.tied:
         total += spec.vocab_size * (spec.embedding.projection_dim or C)  # a projected model's head reads E
     if lm_head is not None and lm_head.bias:

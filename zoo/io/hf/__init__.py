@@ -71,7 +71,7 @@ from zoo.spec.presets import format_validation_error
 
 __all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
 
-FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl", "gemma")  # fmt: skip
+FAMILY_MODULES = ("gpt2", "llama", "bert", "albert", "t5", "bart", "m2m100", "bigbird", "opt", "ctrl", "gemma", "modernbert")  # fmt: skip
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(

@@ -30,6 +30,9 @@ def features(spec: ModelSpec) -> dict[str, Any]:
     heads = getattr(spec, "heads", None)
     classifier = getattr(heads, "classifier", None)
     found["heads.classifier"] = classifier.model_dump(exclude={"dropout"}) if classifier else None
+    mlm = getattr(heads, "mlm", None)
+    found["heads.mlm.dense_bias"] = mlm.dense_bias if mlm is not None else None
+    found["heads.mlm.bias"] = mlm.bias if mlm is not None else None
     return found
 
 
