@@ -19,6 +19,7 @@ import torch
 
 import zoo
 from zoo.io.hf import HFError
+from zoo.spec import EncoderSpec
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -70,11 +71,28 @@ def right_padded() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randint(3, V, (len(LENGTHS), T), generator=g).masked_fill(mask == 0, 0), mask
 
 
+def labels_for(model: zoo.ZooModel, mask: torch.Tensor) -> torch.Tensor | None:
+    """Labels the head takes: per token (-100 on padding) for MLM and token heads, one per row otherwise."""
+    spec = model.spec
+    assert isinstance(spec, EncoderSpec)
+    classifier, g = spec.heads.classifier, torch.Generator().manual_seed(5)
+    if spec.heads.mlm is None and classifier is None:
+        return None
+    classes = spec.vocab_size if classifier is None else classifier.num_labels
+    if classifier is not None and classifier.task == "sequence":
+        return torch.randint(0, classes, (mask.shape[0],), generator=g)
+    return torch.randint(0, classes, mask.shape, generator=g).masked_fill(mask == 0, -100)
+
+
 @torch.no_grad()
 def assert_outputs_match(model: zoo.ZooModel, hf: torch.nn.Module) -> None:
+    """Logits (or the last hidden state, headless) and the loss equal transformers'."""
     ids, mask = right_padded()
-    ours = model(ids, attention_mask=mask)
-    theirs = hf(input_ids=ids, attention_mask=mask)
+    labels = labels_for(model, mask)
+    ours = model(ids, attention_mask=mask, labels=labels)
+    theirs = hf(input_ids=ids, attention_mask=mask, **({"labels": labels} if labels is not None else {}))
+    if labels is not None:
+        torch.testing.assert_close(ours.loss, theirs.loss, atol=1e-4, rtol=1e-4)
     mine, other = (
         (ours.logits, theirs.logits) if ours.logits is not None else (ours.last_hidden_state, theirs[0])
     )
