@@ -274,3 +274,27 @@ def test_exports_that_would_drop_a_gemma_option_are_refused_naming_the_field(tmp
     unscaled = zoo.build(zoo.preset("gemma-tiny").override(**{"norm.unit_offset": False}))
     with pytest.raises(HFError, match=r"cannot express norm\.unit_offset=False"):
         zoo.to_hf(unscaled, tmp_path, model_type="gemma3_text")
+
+
+def test_gemma3_without_a_local_base_exports_its_scaling_for_the_local_layers_too(tmp_path) -> None:
+    """position.local_theta null: every layer rotates alike, scaling included; gemma3_text says so per type."""
+    spec = zoo.preset("gemma-3-1b").override(
+        vocab_size=V, d_model=64, num_layers=2, max_positions=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attention={"num_heads": 4, "num_kv_heads": 2, "head_dim": 24, "qk_norm_eps": 1e-6},
+        ffn={"d_ff": 96}, position={"kind": "rotary", "theta": 700.0, "scaling": {"type": "linear", "factor": 3.0},
+                                    "local_theta": None},
+        decoder={"layer_patterns": [{"kind": "sliding_window", "window": 8}, {"kind": "causal"}]},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = zoo.build(spec).eval()
+    with torch.no_grad():  # lively weights, every norm perturbed
+        for name, param in model.named_parameters():
+            if param.dim() >= 2:
+                param.normal_(0.0, 0.3 if "embed" in name else 0.25)
+            else:
+                param.add_(torch.randn_like(param) * 0.1)
+    zoo.to_hf(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["rope_parameters"]["sliding_attention"] == config["rope_parameters"]["full_attention"]
+    assert_logits_match(model, reload_hf(tmp_path))
+    assert zoo.from_hf(tmp_path).spec.position == spec.position

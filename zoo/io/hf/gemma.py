@@ -22,7 +22,8 @@ base (``rope_parameters.sliding_attention.rope_theta``, 4.x's ``rope_local_base_
 transformers 5 computes no attention soft-capping in Gemma 3 (``attn_logit_softcapping`` is read into the
 config and never applied), so zoo ignores that key for ``gemma3_text`` as transformers does, and exports
 none. Refused: ``use_bidirectional_attention`` (the embedding models), Gemma 3's multimodal ``gemma3``
-(only its text model, ``gemma3_text`` / Gemma3ForCausalLM, is in scope) and local rotary scaling.
+(only its text model, ``gemma3_text`` / Gemma3ForCausalLM, is in scope) and a scaled local rotary other
+than the global one.
 """
 
 from __future__ import annotations
@@ -241,18 +242,18 @@ def _rope_from_config(variant: Variant, config: dict[str, Any]) -> dict[str, Any
     params = params or {}
     full, local = dict(params.get(FULL) or {}), dict(params.get(SLIDING) or {})
     full = {"rope_type": "default", **(config.get("rope_scaling") or {}), **full}  # as transformers merges
+    local = {"rope_type": "default", **local}
     full.setdefault("rope_theta", config.get("rope_theta", _GEMMA3_THETA["global"]))
     local.setdefault("rope_theta", config.get("rope_local_base_freq", _GEMMA3_THETA["local"]))
-    if local.get("rope_type", "default") != "default" or set(local) - {"rope_type", "rope_theta"}:
+    position = rope_from_config({"rope_parameters": full})
+    if local == full:
+        return position  # the local layers rotate as the global ones
+    if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
         raise HFError(
             f"config.json rope_parameters.{SLIDING}={short_repr(local)}: zoo's local layers use plain rotary "
-            "(position.local_theta), with no scaling"
+            "(position.local_theta), with no scaling, or the global layers' settings"
         )
-    position = rope_from_config({"rope_parameters": full})
-    local_theta = local["rope_theta"]
-    if local_theta != position["theta"] or "scaling" in position:  # else: the same tables
-        position["local_theta"] = local_theta
-    return position
+    return position | {"local_theta": local["rope_theta"]}
 
 
 # -- spec -> config ----------------------------------------------------------------------------------------
@@ -347,21 +348,17 @@ def _rope_to_config(variant: Variant, position: RotaryPositions) -> dict[str, An
             )
         return rope_to_config(position)
     fields = rope_to_config(position)
-    local_theta = position.local_theta if position.local_theta is not None else position.theta
-    if position.local_theta is None and position.scaling is not None:
-        raise HFError(
-            f"gemma3_text cannot express position.scaling={position.scaling.type!r} on sliding layers "
-            "(position.local_theta=None): Hugging Face gemma3_text's local layers take plain rotary; "
-            "set position.local_theta"
-        )
-    return {
+    full = fields["rope_parameters"]
+    local = (
+        dict(full)  # no local base: the local layers rotate as the global ones, scaling included
+        if position.local_theta is None
+        else {"rope_type": "default", "rope_theta": position.local_theta}
+    )
+    return {  # 5.x's rope_parameters by layer type; 4.x's top-level keys agree with them
         "rope_theta": position.theta,
-        "rope_local_base_freq": local_theta,
+        "rope_local_base_freq": local["rope_theta"],
         "rope_scaling": fields["rope_scaling"],
-        "rope_parameters": {
-            FULL: fields["rope_parameters"],
-            SLIDING: {"rope_type": "default", "rope_theta": local_theta},
-        },
+        "rope_parameters": {FULL: full, SLIDING: local},
     }
 
 
