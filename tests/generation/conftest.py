@@ -25,8 +25,11 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "alibi": lambda: _with_position("gpt2-tiny", {"kind": "alibi"}),
     "sinusoidal": lambda: _with_position("gpt2-tiny", {"kind": "sinusoidal"}),
     "shared-layers": lambda: zoo.preset("llama-tiny").override(num_layers=3, decoder={"share_layers": True}),
-    # sandwich (1 + w) norms, soft-capped attention (the math path) and logits, local/global rope bases
-    "gemma-tiny": lambda: zoo.preset("gemma-tiny"),
+    # every Gemma block at once: sandwich (1 + w) norms, soft-capped attention (the math path) and logits,
+    # (1 + w) q/k norms, local and global layers with their own rope bases (no one HF Gemma has all of them)
+    "gemma-tiny": lambda: zoo.preset("gemma-tiny").override(
+        **{"attention.qk_norm": True, "position.local_theta": 1000.0}
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

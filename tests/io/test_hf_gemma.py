@@ -256,7 +256,10 @@ def test_configs_zoo_cannot_run_exactly_are_refused_naming_the_key(
 
 
 def test_exports_that_would_drop_a_gemma_option_are_refused_naming_the_field(tmp_path) -> None:
-    tiny = zoo.build(zoo.preset("gemma-tiny"))  # soft-capped attention AND q/k norms: no Gemma has both
+    both = zoo.preset("gemma-tiny").override(
+        **{"attention.qk_norm": True}
+    )  # no Gemma has softcap and q/k norms
+    tiny = zoo.build(both)
     with pytest.raises(HFError, match=r"gemma2 cannot express attention\.qk_norm=True"):
         zoo.to_hf(tiny, tmp_path, model_type="gemma2")
     with pytest.raises(HFError, match=r"gemma3_text cannot express attention\.softcap=20\.0"):
@@ -273,7 +276,19 @@ def test_exports_that_would_drop_a_gemma_option_are_refused_naming_the_field(tmp
         zoo.to_hf(local, tmp_path, model_type="gemma2")
     unscaled = zoo.build(zoo.preset("gemma-tiny").override(**{"norm.unit_offset": False}))
     with pytest.raises(HFError, match=r"cannot express norm\.unit_offset=False"):
-        zoo.to_hf(unscaled, tmp_path, model_type="gemma3_text")
+        zoo.to_hf(unscaled, tmp_path, model_type="gemma2")
+    assert not any(tmp_path.iterdir())  # refused before a file is written
+
+
+def test_the_tiny_preset_exports_as_gemma2_and_loads_in_transformers(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = zoo.build("gemma-tiny").eval()
+    zoo.to_hf(model, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "gemma2"
+    reloaded = reload_hf(tmp_path)
+    ids = torch.randint(3, 512, (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, reloaded(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
 
 
 def test_gemma3_without_a_local_base_exports_its_scaling_for_the_local_layers_too(tmp_path) -> None:
