@@ -7,6 +7,11 @@ Where the norm sits is the one real difference between the 2017 paper and most l
         x ──┬──> sublayer ──> dropout ──(+)──> norm ──>        x ──┬──> norm ──> sublayer ──> dropout ──(+)──>
             └──────────────────────────────┘                       └───────────────────────────────────┘
 
+Sandwich norms (Gemma 2/3) put a norm on both sides of each sub-layer, inside the residual branch:
+
+    x ──┬──> norm ──> sublayer ──> post_norm ──> dropout ──(+)──>
+        └─────────────────────────────────────────────────┘
+
 Parallel residual (``norm.residual: parallel``; GPT-NeoX, GPT-J, PaLM): every branch reads the layer's
 input through its own norm, and their outputs are added to it at once, not one after the other:
 
@@ -58,16 +63,28 @@ class Layer(nn.Module):
         cross_attention: AttentionSpec | None,
         d_model: int,
         dropout: float,
+        attention_norm: bool = True,
     ) -> None:
+        """``attention_norm``: false leaves the self-attention input un-normalised (the stack's first layer
+        under ``norm.first_attention_norm: false``, ModernBERT)."""
         super().__init__()
-        self.pre_norm = norm.placement == "pre"
+        self.pre_norm = norm.placement != "post"
         self.parallel = norm.residual == "parallel"
-        self.self_attn = Attention(attention, d_model=d_model)
-        self.self_attn_norm = build_norm(norm, dim=d_model)
-        self.cross_attn = Attention(cross_attention, d_model=d_model, cross=True) if cross_attention else None
+        sandwich = norm.placement == "sandwich"
+        unit_offset = norm.unit_offset
+        self.self_attn = Attention(attention, d_model=d_model, qk_unit_offset=unit_offset)
+        self.self_attn_norm = build_norm(norm, dim=d_model) if attention_norm else nn.Identity()
+        self.self_attn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
+        self.cross_attn = (
+            Attention(cross_attention, d_model=d_model, cross=True, qk_unit_offset=unit_offset)
+            if cross_attention
+            else None
+        )
         self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
+        self.cross_attn_post_norm = build_norm(norm, dim=d_model) if cross_attention and sandwich else None
         self.ffn = FeedForward(ffn, d_model=d_model)
         self.ffn_norm = build_norm(norm, dim=d_model)
+        self.ffn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
         self.dropout = Dropout(dropout)
 
     def forward(
@@ -87,26 +104,30 @@ class Layer(nn.Module):
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
         x, self_weights = self._branch(self.self_attn_norm, x, layer_input, lambda h: self.self_attn(
             h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions
-        ))  # fmt: skip
+        ), self.self_attn_post_norm)  # fmt: skip
         cross_weights = None
         if self.cross_attn is not None:
             cross_attn = self.cross_attn  # a local: the lambda keeps its not-None type
             assert self.cross_attn_norm is not None  # built together with cross_attn in __init__
             x, cross_weights = self._branch(self.cross_attn_norm, x, layer_input, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
-            ))  # fmt: skip
-        x, _ = self._branch(self.ffn_norm, x, layer_input, lambda h: (self.ffn(h), None))
+            ), self.cross_attn_post_norm)  # fmt: skip
+        x, _ = self._branch(self.ffn_norm, x, layer_input, lambda h: (self.ffn(h), None), self.ffn_post_norm)
         return LayerOutput(x, self_weights, cross_weights)
 
     def _branch(
-        self, norm: nn.Module, x: torch.Tensor, layer_input: torch.Tensor, sublayer: Branch
+        self,
+        norm: nn.Module,
+        x: torch.Tensor,
+        layer_input: torch.Tensor,
+        sublayer: Branch,
+        post_norm: nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x plus one residual branch; the branch reads ``layer_input`` under the parallel residual."""
-        if self.parallel:
-            out, weights = sublayer(norm(layer_input))
-            return x + self.dropout(out), weights
-        if self.pre_norm:
-            out, weights = sublayer(norm(x))
+        if self.pre_norm:  # pre-norm, or sandwich with its post_norm
+            out, weights = sublayer(norm(layer_input if self.parallel else x))
+            if post_norm is not None:
+                out = post_norm(out)
             return x + self.dropout(out), weights
         out, weights = sublayer(x)
         return norm(x + self.dropout(out)), weights

@@ -6,7 +6,8 @@
 The stack owns everything computed once per forward and shared by its layers: the self-attention masks
 (one per distinct attention pattern, `zoo.blocks.layer_masks`), the cross-attention mask, rotary angles or
 the relative/ALiBi bias (umT5's per-layer tables: each layer's, as it runs). With ``share_layers`` (ALBERT)
-one layer's weights run ``num_layers`` times.
+one layer's weights run ``num_layers`` times. With ``position.local_theta`` (Gemma 3, ModernBERT) the
+sliding-window layers rotate by their own tables.
 Causality is a property of the stack, not of its layers.
 """
 
@@ -123,9 +124,13 @@ class Stack(nn.Module):
                 cross_attention=spec.cross_attention,
                 d_model=d_model,
                 dropout=dropout,
+                attention_norm=i > 0 or spec.norm.first_attention_norm,
             )
-            for _ in range(unique_layers)
+            for i in range(unique_layers)
         )
+        # Per layer application: rotate by the local tables (a sliding layer with position.local_theta)
+        local = getattr(spec.position, "local_theta", None) is not None
+        self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
         self.final_norm = build_norm(spec.norm, dim=d_model) if spec.norm.has_final else None
 
     def forward(
@@ -184,10 +189,13 @@ class Stack(nn.Module):
         if bias_module is not None:
             bias = bias_module(T, offset + T)  # (1, H, T, offset + T)
             self_masks = with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
-        rotary = None
+        rotary = rotary_local = None
         if role == "rotary":  # float32 tables (`zoo.blocks.position`), cast once here rather than per layer
             cos, sin = self.positions(position_ids)
             rotary = cos.to(x.dtype), sin.to(x.dtype)
+            if any(self.local_rotary):
+                cos, sin = self.positions(position_ids, local=True)
+                rotary_local = cos.to(x.dtype), sin.to(x.dtype)
         cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
 
         self_weights, cross_weights = [], []
@@ -201,7 +209,7 @@ class Stack(nn.Module):
                 x,
                 self_mask=self_mask[0],
                 is_causal=self_mask[1],
-                rotary=rotary,
+                rotary=rotary_local if self.local_rotary[i] else rotary,
                 memory=memory,
                 cross_mask=cross_mask,
                 cache=cache.layers[i] if cache is not None else None,

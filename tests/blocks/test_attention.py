@@ -98,3 +98,62 @@ def test_cross_attention_uses_memory_for_keys_and_values():
     assert out.shape == (2, 3, 32) and weights.shape == (2, 4, 3, 7)
     changed, _ = cross(x, memory=memory + 1.0)
     assert not torch.allclose(out, changed)
+
+
+def _reference(q, k, v, *, scale: float, softcap: float | None, mask: torch.Tensor) -> torch.Tensor:
+    """Soft-capped attention written out (transformers' eager Gemma 2): scale, cap, mask, softmax."""
+    scores = q @ k.transpose(-2, -1) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+
+
+def test_soft_capped_attention_takes_the_math_path_and_caps_the_scaled_logits():
+    torch.manual_seed(0)
+    spec = AttentionSpec(num_heads=2, bias=False, scale=0.7, softcap=2.0)
+    attn = Attention(spec, d_model=8).eval()
+    x = torch.randn(2, 5, 8) * 3
+    with torch.no_grad():
+        out, weights = attn(x, is_causal=True)
+        qkv = attn.qkv_proj(x).view(2, 5, 6, 4).transpose(1, 2)  # (B, 3H, T, D)
+        q, k, v = qkv.split(2, dim=1)
+        expected = _reference(q, k, v, scale=0.7, softcap=2.0, mask=masks.causal_mask(5, 5))
+        expected = attn.out_proj(expected.transpose(1, 2).reshape(2, 5, 8))
+        uncapped = Attention(spec.model_copy(update={"softcap": None}), d_model=8).eval()
+        uncapped.load_state_dict(attn.state_dict())
+        plain, _ = uncapped(x, is_causal=True)
+    assert weights is None  # not asked for
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert (plain - out).abs().max() > 1e-2  # the cap bites at these logits
+
+
+def test_a_scale_without_scaled_logits_is_refused():
+    with pytest.raises(ValueError, match=r"scale \(0\.5\) is given but scaled is false"):
+        AttentionSpec(scale=0.5, scaled=False)
+
+
+@pytest.mark.slow  # flex_attention compiles on first use (~25 s on a CPU)
+def test_soft_capping_through_flex_score_mod_equals_the_math_path():
+    from zoo.blocks import flex
+    from zoo.blocks.layer_masks import StackPatterns, self_attention_masks
+    from zoo.spec import SlidingWindowPattern
+
+    torch.manual_seed(0)
+    attn = Attention(AttentionSpec(num_heads=4, num_kv_heads=2, bias=False, softcap=3.0), d_model=32).eval()
+    x = torch.randn(2, 20, 32) * 3
+    padding = torch.ones(2, 20, dtype=torch.long)
+    padding[1, :6] = 0
+    patterns = StackPatterns.of([SlidingWindowPattern(window=5)])
+
+    def run(kernel):
+        with flex.attention_kernel(kernel), torch.no_grad():
+            [(mask, is_causal)] = self_attention_masks(
+                patterns, causal=True, attention_mask=padding, q_len=20, device=torch.device("cpu")
+            )
+            return mask, attn(x, mask=mask, is_causal=is_causal)[0]
+
+    flex_mask, flexed = run("flex")
+    dense_mask, dense = run("sdpa")
+    assert isinstance(flex_mask, flex.BlockMask) and isinstance(dense_mask, torch.Tensor)
+    real = padding.bool()
+    torch.testing.assert_close(flexed[real], dense[real], atol=1e-5, rtol=1e-5)

@@ -105,3 +105,29 @@ def _two_input_graph(path) -> None:
         [helper.make_node("Add", ["input_ids", "token_type_ids"], ["logits"])], "g", inputs, [output]
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+# Gemma's blocks (soft-capping on the math path, sandwich (1 + w) norms, local rope base, q/k norms) and
+# ModernBERT's (no first attention norm, bidirectional local window with its own rope base), one local and
+# one global layer each
+PATTERNED = {
+    "gemma": lambda: zoo.preset("gemma-tiny").override(
+        num_layers=2,
+        decoder={"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]},
+        **{"attention.qk_norm": True, "position.local_theta": 1000.0},
+    ),
+    "modernbert": lambda: zoo.preset("modernbert-tiny").override(
+        num_layers=2, encoder={"layer_patterns": [{"kind": "full"}, {"kind": "sliding_window", "window": 3}]}
+    ),
+}
+
+
+@pytest.mark.slow  # torch.onnx's lowering: ~10 s each
+@pytest.mark.parametrize("case", list(PATTERNED))
+def test_gemma_and_modernbert_blocks_export_to_onnx_equal_to_eager(case: str, tmp_path) -> None:
+    model = zoo.build(PATTERNED[case]())
+    info = export_onnx(model, tmp_path / "model.onnx")
+    for batch, T in [(3, 11), (1, 1)]:  # past the window of 3, and a single token
+        example = example_inputs(model, batch=batch, length=T, seed=batch)
+        differences = compare_onnx(model, info.path, example)
+        assert max(differences.values()) <= TOLERANCE, (batch, T, differences)

@@ -44,8 +44,16 @@ SPECS = {
     "t5": lambda: zoo.preset("t5-tiny", num_layers=1),  # relative position bias (an additive mask)
     "bart": lambda: zoo.preset("bart-tiny", num_layers=1),  # learned positions offset 2, embedding norm
     "alibi": lambda: _swap("llama-tiny", "position", {"kind": "alibi"}),
+    # soft-capped attention (the math path) and logits, sandwich (1 + w) norms, a local and a global layer
+    # with their own rope bases
+    "gemma": lambda: zoo.preset("gemma-tiny").override(
+        num_layers=2,
+        decoder={"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]},
+        **{"attention.qk_norm": True, "position.local_theta": 1000.0},
+    ),
 }
-SLOW = {"t5", "bart", "alibi"}  # 2-4 s each on a loaded 2-core machine; the default suite keeps the rest
+# 2-6 s each on a loaded 2-core machine; the default suite keeps the rest
+SLOW = {"t5", "bart", "alibi", "gemma"}
 OUTPUTS = {
     "encoder": ["logits", "last_hidden_state", "pooler_output"],
     "decoder": ["logits", "last_hidden_state"],

@@ -18,13 +18,18 @@ def _with_position(name: str, position: dict) -> zoo.ModelSpec:
     return zoo.parse_spec(data)
 
 
-# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, and ALBERT-style shared layers.
+# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, and Gemma's.
 DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "gpt2-tiny": lambda: zoo.preset("gpt2-tiny"),
     "llama-tiny": lambda: zoo.preset("llama-tiny"),
     "alibi": lambda: _with_position("gpt2-tiny", {"kind": "alibi"}),
     "sinusoidal": lambda: _with_position("gpt2-tiny", {"kind": "sinusoidal"}),
     "shared-layers": lambda: zoo.preset("llama-tiny").override(num_layers=3, decoder={"share_layers": True}),
+    # every Gemma block at once: sandwich (1 + w) norms, soft-capped attention (the math path) and logits,
+    # (1 + w) q/k norms, local and global layers with their own rope bases (no one HF Gemma has all of them)
+    "gemma-tiny": lambda: zoo.preset("gemma-tiny").override(
+        **{"attention.qk_norm": True, "position.local_theta": 1000.0}
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

@@ -40,9 +40,11 @@ def test_cached_greedy_equals_uncached_far_past_the_window_in_bounded_memory(tin
     assert cache.buffer.shape[-2] == WINDOW  # (layers, k|v, B, K, W, D): the window, not the 27 positions
 
 
-def test_each_cached_step_matches_the_full_forward(tiny, prompts):
+@pytest.mark.parametrize("alternating", [False, True], ids=["all-local", "local-global"])
+def test_each_cached_step_matches_the_full_forward(tiny, prompts, alternating):
     """Prefill longer than the window, a chunk of 3 after it, then single tokens: logits as without a cache."""
-    model = _windowed(tiny)
+    local = {"kind": "sliding_window", "window": WINDOW}
+    model = _windowed(tiny, layer_patterns=[local, {"kind": "causal"}]) if alternating else _windowed(tiny)
     ids, mask = prompts(model.spec.vocab_size, [7, 5])
     more = torch.randint(3, model.spec.vocab_size, (2, 9))
     sequence = torch.cat([ids, more], dim=1)
@@ -55,7 +57,20 @@ def test_each_cached_step_matches_the_full_forward(tiny, prompts):
             steps.append(model(sequence[:, start:end], attention_mask=full_mask[:, :end], cache=cache).logits)
     real = full_mask.bool()
     torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-4, rtol=1e-4)
-    assert cache.buffer.shape[-2] == WINDOW
+    assert cache.local_buffer is not None and cache.local_buffer.shape[-2] == WINDOW
+
+
+def test_a_gemma_stack_of_sliding_layers_decodes_through_the_rolling_buffer(tiny, prompts, caches):
+    """Soft-capped attention (the math path), sandwich norms and the local rope base, all layers local."""
+    model = tiny(
+        "gemma-tiny",
+        decoder={"layer_patterns": None, "pattern": {"kind": "sliding_window", "window": WINDOW}},
+    )
+    assert model.decoder.local_rotary == (True,) * 4
+    ids, mask = prompts(model.spec.vocab_size, [7, 4, 6])
+    kwargs = dict(attention_mask=mask, max_new_tokens=16, eos_token_id=[])
+    assert torch.equal(model.generate(ids, **kwargs), model.generate(ids, **kwargs, use_cache=False))
+    assert caches[0].window == WINDOW and caches[0].buffer.shape[-2] == WINDOW
 
 
 def test_layers_with_different_windows_share_a_buffer_of_the_largest(tiny, prompts, caches):
@@ -69,12 +84,32 @@ def test_layers_with_different_windows_share_a_buffer_of_the_largest(tiny, promp
     assert caches[0].window == WINDOW
 
 
+@pytest.mark.parametrize("name", ["llama-tiny", "gemma-tiny"])
+def test_alternating_layers_roll_the_local_ones_and_keep_every_key_for_the_global_ones(
+    tiny, prompts, caches, name
+):
+    """Gemma-style alternation: the sliding layers decode through W slots, the full ones the whole run."""
+    local = {"kind": "sliding_window", "window": 3}
+    model = tiny(name, num_layers=4, decoder={"layer_patterns": [local, {"kind": "causal"}] * 2})
+    ids, mask = prompts(model.spec.vocab_size, [6, 3, 5])
+    kwargs = dict(attention_mask=mask, max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(model.generate(ids, **kwargs), model.generate(ids, **kwargs, use_cache=False))
+    beams = dict(kwargs, num_beams=3)  # beam search reorders both buffers
+    assert torch.equal(model.generate(ids, **beams), model.generate(ids, **beams, use_cache=False))
+    cache = caches[0]
+    assert cache.rolling_layers == (True, False, True, False)
+    assert (
+        cache.local_buffer is not None
+        and cache.local_buffer.shape[0] == 2
+        and cache.local_buffer.shape[-2] == 3
+    )
+    assert cache.buffer.shape[0] == 2 and cache.buffer.shape[-2] == 18  # prompt 6 + 12 new
+
+
 @pytest.mark.parametrize(
     ("name", "stack"),
     [
-        # Gemma-style alternation: a full layer needs every key, so every layer keeps the full buffer
-        ("llama-tiny", {"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]}),
-        # ALiBi is a bias over keys in order: the full buffer too
+        # ALiBi is a bias over keys in order: the full buffer
         ("alibi", {"pattern": {"kind": "sliding_window", "window": 3}}),
     ],
 )
@@ -118,3 +153,21 @@ def test_compiled_decoding_with_a_rolling_cache_equals_eager(tiny, prompts):
     ids, mask = prompts(model.spec.vocab_size, [7, 4, 6])
     kwargs = dict(attention_mask=mask, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(model.generate(ids, **kwargs, compile=True), model.generate(ids, **kwargs))
+
+
+@pytest.mark.slow  # a dynamo trace of the decode step: ~8 s on a small CPU
+def test_a_decode_step_with_local_and_global_caches_compiles_to_one_graph(tiny, prompts):
+    """The rolling slots' key positions and the full layers' plain mask, both traced in one graph."""
+    from zoo.generation.session import Session, decode_step
+
+    local = {"kind": "sliding_window", "window": 3}
+    model = tiny("gemma-tiny", decoder={"layer_patterns": [local, {"kind": "causal"}] * 2})
+    ids, mask = prompts(model.spec.vocab_size, [3, 6])
+    reports = []
+    with torch.no_grad():
+        session = Session(model, ids, mask, max_new_tokens=4)
+        assert session.cache is not None and session.cache.rolling_layers == (True, False, True, False)
+        session.append(session.logits().argmax(dim=-1))  # the prefill, eagerly
+        session.step = lambda *args: reports.append(torch._dynamo.explain(decode_step)(*args))
+        session.logits()  # one decode step, traced
+    assert (reports[0].graph_count, reports[0].graph_break_count) == (1, 0), reports[0].break_reasons

@@ -15,7 +15,7 @@ from torch import nn
 import zoo
 from zoo.lora import LoraError, LoraLinear, LoraSpec
 
-FAMILIES = ["bert-tiny", "gpt2-tiny", "llama-tiny", "t5-tiny", "bart-tiny"]
+FAMILIES = ["bert-tiny", "gpt2-tiny", "llama-tiny", "t5-tiny", "bart-tiny", "gemma-tiny"]
 ALL_TARGETS = ["qkv", "out", "ffn_in", "ffn_out"]
 
 

@@ -43,12 +43,20 @@ PUBLISHED_COUNTS = {
     # microsoft/Phi-3-mini-4k-instruct's config.json
     "pythia-160m": 162_322_944,
     "phi-3-mini-4k": 3_821_079_552,
+    # *ForCausalLM on the meta device from google/gemma-2b's, google/gemma-2-2b's and google/gemma-3-1b-pt's
+    # config.json (tied heads)
+    "gemma-2b": 2_506_172_416,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
+    # ModernBertForMaskedLM on the meta device from answerdotai/ModernBERT-base's config.json (the body,
+    # ModernBertModel, is 149_014_272: + the head's dense and norm and the decoder bias)
+    "modernbert-base": 149_655_232,
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
-    "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k",
+    "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny",
 }  # fmt: skip
 
 

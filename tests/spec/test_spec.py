@@ -118,3 +118,25 @@ def test_override_that_changes_a_kind_starts_the_sub_spec_afresh():
         "kind": "sinusoidal", "layout": "half", "offset": 0, "frequencies": "paper"
     }  # fmt: skip
     assert spec.override(position={"offset": 0}).position.kind == "learned"  # same kind: merged
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"norm.unit_offset": True}, r"unit_offset is an RMSNorm option .*kind is 'layernorm'"),
+        ({"norm.first_attention_norm": False, "norm.placement": "post"}, r"first_attention_norm: false needs placement 'pre'"),
+        ({"norm.first_attention_norm": False, "norm.placement": "pre", "decoder.share_layers": True},
+         r"norm\.first_attention_norm: false cannot go with decoder\.share_layers"),
+    ],
+)  # fmt: skip
+def test_gemma_and_modernbert_norm_options_refuse_what_they_cannot_mean(changes, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.preset("gpt2-tiny").override(**changes)
+
+
+def test_sandwich_norms_have_a_final_norm_and_twice_the_layer_norms():
+    pre = zoo.build(zoo.preset("llama-tiny"), device="meta")
+    sandwich = zoo.build(zoo.preset("llama-tiny").override(**{"norm.placement": "sandwich"}), device="meta")
+    assert sandwich.decoder.final_norm is not None
+    extra = sandwich.num_parameters() - pre.num_parameters()
+    assert extra == 2 * 2 * 64  # two more norms of width 64 in each of the two layers

@@ -114,6 +114,8 @@ def _attention(m: Attention, **_: Any) -> str:
         parts.append("multi-query (1 kv head)" if m.num_kv_heads == 1 else f"{m.num_kv_heads} kv heads (GQA)")
     parts += [] if proj.bias is not None else ["no bias"]
     parts += [] if m.scale != 1.0 else ["unscaled logits"]
+    parts += [f"logits × {m.scale:.4g}"] if m.scale not in (1.0, m.head_dim**-0.5) else []
+    parts += [f"logits soft-capped at {m.softcap:g}"] if m.softcap is not None else []
     parts += ["qk-norm"] if m.q_norm is not None else []
     parts += [f"dropout {m.dropout}"] if m.dropout else []
     if not m.cross:
@@ -151,11 +153,20 @@ def _head(m: LMHead | MLMHead, *, paths: dict[int, str], **_: Any) -> str:
         text += f", hidden × {m.rescale:.4g} before the tied matrix"
     if getattr(m, "final_logits_bias", None) is not None:
         text += ", final_logits_bias buffer (not trained)"
+    if getattr(m, "softcap", None) is not None:
+        text += f", logits soft-capped at {m.softcap:g}"
     return text
 
 
 def _stack(m: Stack, **_: Any) -> str:
-    norm = "pre-norm" if m.layers[0].pre_norm else "post-norm"
+    first = m.layers[0]
+    norm = (
+        "post-norm"
+        if not first.pre_norm
+        else "sandwich-norm"
+        if first.ffn_post_norm is not None
+        else "pre-norm"
+    )
     return f"{m.num_layers} layers, {'causal' if m.causal else 'bidirectional'}, {norm}"
 
 
@@ -166,7 +177,8 @@ def _layer(m: Layer, **_: Any) -> str:
 
 def _norm(m: nn.LayerNorm | RMSNorm, **_: Any) -> str:
     dim = m.weight.shape[0] if m.weight is not None else m.normalized_shape[0]
-    return f"{'RMSNorm' if isinstance(m, RMSNorm) else 'LayerNorm'}({dim}), eps {m.eps:g}"
+    offset = " × (1 + weight)" if getattr(m, "unit_offset", False) else ""
+    return f"{'RMSNorm' if isinstance(m, RMSNorm) else 'LayerNorm'}({dim}), eps {m.eps:g}{offset}"
 
 
 DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
@@ -184,7 +196,14 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
         LearnedPositions,
         lambda m, **_: f"learned, {m.weight.shape[0]} × {m.weight.shape[1]} (offset {m.offset})",
     ),
-    (RotaryPositions, lambda m, **_: f"rotary, θ {m.theta:g}, head_dim {m.head_dim}, applied to q and k"),
+    (
+        RotaryPositions,
+        lambda m, **_: (
+            f"rotary, θ {m.theta:g}"
+            + (f" (sliding-window layers: θ {m.local_theta:g})" if m.local_theta is not None else "")
+            + f", head_dim {m.head_dim}, applied to q and k"
+        ),
+    ),
     (
         RelativeBias,
         lambda m, **_: (

@@ -17,6 +17,11 @@ so a masked GQA call with ``enable_gqa`` would fall back to the O(T²)-memory ma
 Eager path (``output_attentions=True``): the same math written out, returning the (B, H, T, S) weights.
 Block-sparse path: a flex_attention ``BlockMask`` as the mask (an attention pattern, `zoo.blocks.flex`).
 
+Soft-capped logits (``softcap``, Gemma 2: ``logits = cap * tanh(logits / cap)`` after scaling, before the
+mask) have no SDPA form: with a flex ``BlockMask`` they run as flex_attention's ``score_mod``; otherwise
+the math path (the eager one, weights not returned) computes them. It holds (B, H, T, S) scores, as
+transformers' eager Gemma 2 does; the flex path is the fused one (``attention_kernel("flex")``).
+
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
 encoder's keys/values are projected once, stored with ``update`` and reused).
@@ -66,12 +71,17 @@ class KVSlot(Protocol):
 class Attention(nn.Module):
     """Self-attention (``cross=False``) or cross-attention over a ``memory`` (``cross=True``)."""
 
-    def __init__(self, spec: AttentionSpec, *, d_model: int, cross: bool = False) -> None:
+    def __init__(
+        self, spec: AttentionSpec, *, d_model: int, cross: bool = False, qk_unit_offset: bool = False
+    ) -> None:
+        """``qk_unit_offset``: the stack's RMSNorms scale by (1 + weight) (`NormSpec.unit_offset`), and so
+        do the q/k norms here."""
         super().__init__()
         self.num_heads, self.num_kv_heads = spec.num_heads, spec.kv_heads
         self.head_dim = spec.resolved_head_dim(d_model)
         self.cross = cross
-        self.scale = self.head_dim**-0.5 if spec.scaled else 1.0
+        self.scale = spec.resolved_scale(d_model)
+        self.softcap = spec.softcap
         self.dropout = spec.dropout
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         if cross:
@@ -80,8 +90,9 @@ class Attention(nn.Module):
         else:
             self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
         self.out_proj = nn.Linear(q_width, d_model, bias=spec.has_out_bias)
-        self.q_norm = RMSNorm(self.head_dim, eps=spec.qk_norm_eps) if spec.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps=spec.qk_norm_eps) if spec.qk_norm else None
+        eps = spec.qk_norm_eps
+        self.q_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -117,9 +128,10 @@ class Attention(nn.Module):
         if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
             q = q.to(k.dtype)
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
-            out, weights = flex_attend(q, k, v, mask, scale=self.scale), None
-        elif output_attentions:
+            out, weights = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap), None
+        elif output_attentions or self.softcap is not None:  # SDPA cannot soft-cap: the math path
             out, weights = self._eager(q, k, v, mask, is_causal)
+            weights = weights if output_attentions else None
         else:
             out, weights = self._sdpa(q, k, v, mask, is_causal), None
         B, _, T, _ = q.shape
@@ -200,6 +212,8 @@ class Attention(nn.Module):
             groups = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
         scores = (q @ k.transpose(-2, -1)).float() * self.scale  # (B, H, T, S)
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
         if is_causal and mask is None:
             mask = causal_mask(*scores.shape[-2:], device=q.device)
         if mask is not None:

@@ -22,6 +22,9 @@ Flex cannot run a call that asks for the attention weights (``output_attentions`
 no CPU backward for it); those take SDPA whatever the setting. flex_attention is compiled
 (``torch.compile``) on first use per shape; a query row with no visible key gives zeros (SDPA's path opens
 such rows instead): both are rows nobody reads.
+
+Soft-capped attention (`AttentionSpec.softcap`, Gemma 2) runs here with `softcap_score_mod` as the
+``score_mod``; on the dense path, where SDPA has no soft-capping, `zoo.blocks.attention` takes the math path.
 """
 
 from __future__ import annotations
@@ -144,11 +147,32 @@ def _ordered(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return counts[:, None], indices[:, None]
 
 
+@functools.cache  # one function per cap: the compiled flex_attention is not retraced for a new closure
+def softcap_score_mod(cap: float) -> Any:
+    """flex_attention's ``score_mod`` for Gemma 2's logit soft-capping: score -> cap * tanh(score / cap),
+    applied to the scaled score before the mask, as the math path (`zoo.blocks.attention`) does."""
+
+    def score_mod(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        return torch.tanh(score / cap) * cap
+
+    return score_mod
+
+
 def flex_attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: BlockMask, *, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: BlockMask,
+    *,
+    scale: float,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """q (B, H, T, D), k/v (B, K, S, D) with K dividing H -> (B, H, T, D), through compiled flex_attention."""
-    out = _compiled()(q, k, v, block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+    """q (B, H, T, D), k/v (B, K, S, D) with K dividing H -> (B, H, T, D), through compiled flex_attention;
+    ``softcap``: soft-capped scores (`softcap_score_mod`)."""
+    score_mod = softcap_score_mod(softcap) if softcap is not None else None
+    out = _compiled()(
+        q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
+    )
     assert isinstance(out, torch.Tensor)  # no return_lse: a tensor, not a tuple
     return out
 

@@ -76,7 +76,8 @@ def self_attention_masks(
     """One (mask, is_causal) per layer application, for ``q_len`` queries after ``offset`` cached positions.
 
     ``attention_mask``: None, the (B, offset + q_len) padding or a (B, q_len, offset + q_len) bool user mask.
-    ``key_positions`` (Tk,): a rolling KV cache's key positions in slot order (-1 = empty), else None.
+    ``key_positions`` (Tk,): a rolling KV cache's key positions in slot order (-1 = empty), else None; they
+    apply to the sliding-window layers (the ones that roll), the others' keys being in order.
     ``prefix_lengths`` (B,): prefix_lm's prefixes in real tokens. ``document_ids`` (B, q_len): the document
     of each token of packed rows (no cache), which no query looks out of. ``dense_only``: the call needs the dense
     mask (weights returned, a position bias, attention dropout); ``grad``: gradients flow through it.
@@ -84,10 +85,11 @@ def self_attention_masks(
     """
     length = offset + q_len
     plain = attention_mask is None or attention_mask.dim() == 2  # padding, not a 3-D user mask
-    frame: masks.Frame | None = None
+    frames: dict[bool, masks.Frame] = {}  # by whether the keys come from rolling slots
     built: list[LayerMask] = []
     for pattern, seed in zip(patterns.distinct, patterns.seeds):
         kind = pattern.kind
+        rolled = key_positions if isinstance(pattern, SlidingWindowPattern) else None
         if (
             isinstance(pattern, SlidingWindowPattern)
             and not torch.compiler.is_exporting()  # exported: the window mask, right for every length
@@ -103,7 +105,7 @@ def self_attention_masks(
             dense_only=dense_only or (grad and device.type == "cpu"),
             documents=document_ids is not None,
         )
-        simple = plain and key_positions is None and document_ids is None
+        simple = plain and rolled is None and document_ids is None
         if not use_flex and simple and kind in ("full", "causal"):
             built.append(
                 masks.self_attention_mask(
@@ -111,9 +113,10 @@ def self_attention_masks(
                 )
             )
             continue
+        frame = frames.get(rolled is not None)
         if frame is None:
-            frame = masks.make_frame(
-                attention_mask, q_len=q_len, offset=offset, key_positions=key_positions, device=device
+            frame = frames[rolled is not None] = masks.make_frame(
+                attention_mask, q_len=q_len, offset=offset, key_positions=rolled, device=device
             )
         prefix, framed = None, frame
         if kind == "prefix_lm" and prefix_lengths is not None:

@@ -1,7 +1,9 @@
 """LayerNorm and RMSNorm, built from a `NormSpec`.
 
 RMSNorm (Zhang & Sennrich 2019) as in T5 and Llama: no mean subtraction, no bias, and the statistic is
-computed in float32 so bfloat16 activations do not lose the small-variance tail.
+computed in float32 so bfloat16 activations do not lose the small-variance tail. Gemma's variant
+(``unit_offset``) scales by (1 + weight), weights starting at zero, and multiplies in float32 before
+casting back, as transformers' GemmaRMSNorm does (Llama's casts first).
 """
 
 from __future__ import annotations
@@ -13,19 +15,27 @@ from zoo.spec import NormSpec
 
 
 class RMSNorm(nn.Module):
-    """y = x / rms(x) * weight, with rms over the last dimension."""
+    """y = x / rms(x) * weight (or * (1 + weight) with ``unit_offset``), with rms over the last dimension."""
 
-    def __init__(self, dim: int, *, eps: float) -> None:
+    def __init__(self, dim: int, *, eps: float, unit_offset: bool = False) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype) * self.weight
+        normed = nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        if self.unit_offset:
+            return (normed * (1.0 + self.weight.float())).to(x.dtype)
+        return normed.to(x.dtype) * self.weight
+
+    def reset_parameters(self) -> None:
+        """The identity: weights at one, or at zero under ``unit_offset``."""
+        nn.init.constant_(self.weight, 0.0 if self.unit_offset else 1.0)
 
 
 def build_norm(spec: NormSpec, *, dim: int) -> nn.Module:
     """The norm ``spec`` describes, over the last ``dim`` features."""
     if spec.kind == "rmsnorm":
-        return RMSNorm(dim, eps=spec.eps)
+        return RMSNorm(dim, eps=spec.eps, unit_offset=spec.unit_offset)
     return nn.LayerNorm(dim, eps=spec.eps, bias=spec.bias)

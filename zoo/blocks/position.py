@@ -165,6 +165,8 @@ class RotaryPositions(FixedTables):
     LongRoPE keeps two pairs of tables, short and long, and each forward reads the long pair when its
     largest position id reaches past ``original_max_positions`` (transformers' rule, per call): a
     ``torch.where`` on that one flag, so compiled and exported graphs keep both branches.
+    ``local_theta`` adds a second pair of tables, plain RoPE with that base, for the sliding-window layers
+    (Gemma 3, ModernBERT): the stack asks for them with ``local=True``.
     """
 
     role = "rotary"
@@ -172,15 +174,26 @@ class RotaryPositions(FixedTables):
     sin: torch.Tensor  # buffer (P, R)
     long_cos: torch.Tensor | None  # buffer (P, R), LongRoPE only
     long_sin: torch.Tensor | None
+    local_cos: torch.Tensor | None  # buffer (P, R) with local_theta
+    local_sin: torch.Tensor | None
 
     def __init__(
-        self, *, theta: float, max_positions: int, head_dim: int, scaling: RopeScaling | None = None
+        self,
+        *,
+        theta: float,
+        max_positions: int,
+        head_dim: int,
+        scaling: RopeScaling | None = None,
+        local_theta: float | None = None,
     ) -> None:
         super().__init__()
         self.theta, self.max_positions, self.head_dim, self.scaling = theta, max_positions, head_dim, scaling
         self.longrope = scaling if scaling is not None and scaling.type == "longrope" else None
-        for name in ("cos", "sin", "long_cos", "long_sin"):
-            table = torch.empty(max_positions, head_dim) if self.longrope or "long" not in name else None
+        self.local_theta = local_theta
+        wanted = {"long": self.longrope is not None, "local": local_theta is not None}
+        for name in ("cos", "sin", "long_cos", "long_sin", "local_cos", "local_sin"):
+            kind = name.split("_")[0] if "_" in name else None
+            table = torch.empty(max_positions, head_dim) if kind is None or wanted[kind] else None
             self.register_buffer(name, table, persistent=False)
         self.reset_buffers()
 
@@ -193,21 +206,29 @@ class RotaryPositions(FixedTables):
 
     def reset_buffers(self) -> None:
         inv_freq = rotary_frequencies(self.theta, self.head_dim, self.scaling)  # (R/2,)
-        self.cos, self.sin = self._tables(inv_freq)
+        self.cos, self.sin = self._tables(inv_freq, scaled=True)
         if self.longrope is not None:
             long = longrope_frequencies(self.theta, self.head_dim, self.longrope.long_factor)
-            self.long_cos, self.long_sin = self._tables(long)
+            self.long_cos, self.long_sin = self._tables(long, scaled=True)
+        if self.local_theta is not None:
+            local = rotary_frequencies(self.local_theta, self.head_dim, None)
+            self.local_cos, self.local_sin = self._tables(local, scaled=False)
 
-    def _tables(self, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tables(self, inv_freq: torch.Tensor, *, scaled: bool) -> tuple[torch.Tensor, torch.Tensor]:
         angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, R/2)
         angles = torch.cat([angles, angles], dim=-1)  # (P, R)
         cos, sin = angles.cos(), angles.sin()
-        if self.longrope is not None:  # transformers scales both sets, short contexts included
+        if scaled and self.longrope is not None:  # transformers scales both sets, short contexts included
             scale = longrope_attention_factor(self.longrope, self.max_positions)
             cos, sin = cos * scale, sin * scale
         return cos.to(self.cos.device), sin.to(self.sin.device)
 
-    def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, position_ids: torch.Tensor, *, local: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) positions -> (cos, sin), (B, 1, T, R) each; ``local``: the sliding layers' tables."""
+        if local and self.local_cos is not None and self.local_sin is not None:
+            return self.local_cos[position_ids][:, None], self.local_sin[position_ids][:, None]
         cos, sin = self.cos[position_ids], self.sin[position_ids]  # (B, T, R) each
         if self.longrope is not None:
             assert self.long_cos is not None and self.long_sin is not None  # built with self.longrope
@@ -362,6 +383,7 @@ def build_positions(
             max_positions=max_positions,
             head_dim=spec.rotary_dims(head_dim),
             scaling=spec.scaling,
+            local_theta=spec.local_theta,
         )
     if spec.kind == "relative_bias":
         return RelativeBias(

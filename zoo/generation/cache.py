@@ -8,14 +8,17 @@ N attention applications in the stack (``num_layers``, also with ALBERT-style sh
                      no torch.cat, no reallocation, the prompt is never recomputed.
     cross-attention  the encoder output's keys/values, projected once at the first decoder step and
                      reused by every later step (and shared by every beam of a sentence).
-    rolling          a stack whose every layer is a causal sliding window (Mistral) keeps only W = the
-                     largest window: an (N, 2, B, K, W, D) buffer written cyclically, position p in slot
-                     p % W, so memory is bounded by the window, not by max_length (`RollingSlot`).
+    rolling          the causal sliding-window layers of a stack (all of Mistral's, Gemma 2/3's local
+                     ones) keep only W = the largest window: an (N_local, 2, B, K, W, D) buffer written
+                     cyclically, position p in slot p % W, so their memory is bounded by the window, not by
+                     max_length (`RollingSlot`); the stack's other layers keep the full (N_full, ..., L, D)
+                     buffer beside it.
 
-A rolling cache hands attention its keys in slot order; ``key_positions`` tells the stack where each one
-sits, and the mask is built from those positions (`zoo.blocks.masks.make_frame`). Keys are stored already
-rotated (rotary), so a slot's key needs no position of its own. A stack that mixes windowed and full layers,
-or adds a position bias (ALiBi, T5) that expects keys in order, keeps the full buffer for every layer.
+A rolling slot hands attention its keys in slot order; ``key_positions`` tells the stack where each one
+sits, and the sliding-window layers' mask is built from those positions (`zoo.blocks.masks.make_frame`);
+the full layers' keys are in order. Keys are stored already rotated (rotary), so a slot's key needs no
+position of its own. A stack that adds a position bias (ALiBi, T5) that expects keys in order keeps the full
+buffer for every layer.
 
 The stack reads ``length`` (keys cached before this forward), hands ``layers[i]`` to application i and
 calls ``advance(T)`` once all layers have written their T new positions (`zoo.stacks.StackCache`).
@@ -23,6 +26,7 @@ calls ``advance(T)`` once all layers have written their T new positions (`zoo.st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -167,29 +171,52 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
         window: int | None = None,
+        rolling_layers: Sequence[bool] | None = None,
     ) -> None:
+        """``window``: the slots of the rolling layers (None, or at least ``max_length``: none roll);
+        ``rolling_layers``: which layers roll, one flag per application (default: all, given a window)."""
         self.cursor = Cursor()
         self.max_length = max_length
         self.window = window if window is not None and window < max_length else None  # None: not rolling
-        slots = self.window or max_length
-        self.buffer = torch.empty(
-            num_layers, 2, batch_size, num_kv_heads, slots, head_dim, dtype=dtype, device=device
-        )  # (N, 2, B, K, L or W, D); only positions < length are ever read
-        slot = SelfAttentionSlot if self.window is None else RollingSlot
-        self.layers = [
-            LayerSlots(
-                slot(self.cursor, self.buffer[i, 0], self.buffer[i, 1]),
-                CrossAttentionSlot(dtype) if cross_attention else None,
-            )
-            for i in range(num_layers)
-        ]
+        if self.window is None:
+            rolls = [False] * num_layers
+        else:
+            rolls = list(rolling_layers) if rolling_layers is not None else [True] * num_layers
+        if len(rolls) != num_layers:
+            raise ValueError(f"rolling_layers has {len(rolls)} flags for {num_layers} layers")
+        self.rolling_layers = tuple(rolls)
+        num_local = sum(rolls)
+        shape = (2, batch_size, num_kv_heads)
+        # (N, 2, B, K, L or W, D); only positions < length are ever read
+        full = (
+            torch.empty(num_layers - num_local, *shape, max_length, head_dim, dtype=dtype, device=device)
+            if num_local < num_layers
+            else None
+        )
+        self.local_buffer = (
+            torch.empty(num_local, *shape, self.window or 0, head_dim, dtype=dtype, device=device)
+            if num_local
+            else None
+        )
+        buffer = full if full is not None else self.local_buffer
+        assert buffer is not None  # num_layers >= 1
+        self.buffer = buffer  # the full layers' buffer, or the rolling one when every layer rolls
+        self._buffers = [b for b in (full, self.local_buffer) if b is not None]
+        index = {True: 0, False: 0}  # the next row of each buffer
+        self.layers = []
+        for rolling in rolls:
+            own = self.local_buffer if rolling else full
+            assert own is not None
+            row, index[rolling] = index[rolling], index[rolling] + 1
+            slot = (RollingSlot if rolling else SelfAttentionSlot)(self.cursor, own[row, 0], own[row, 1])
+            self.layers.append(LayerSlots(slot, CrossAttentionSlot(dtype) if cross_attention else None))
 
     @classmethod
     def for_stack(
         cls, stack: Stack, *, batch_size: int, max_length: int, dtype: torch.dtype | None = None
     ) -> KVCache:
-        """A cache sized for ``stack``: its heads, width and device; rolling (W slots) when every layer of
-        the stack is a causal sliding window of at most W and no position bias needs the keys in order.
+        """A cache sized for ``stack``: its heads, width and device; its causal sliding-window layers
+        rolling (W slots, the largest window) unless a position bias needs the keys in order.
 
         ``dtype`` defaults to `cache_dtype` of the stack's weights.
         """
@@ -206,6 +233,7 @@ class KVCache:
             dtype=dtype or cache_dtype(weight.dtype, weight.device),
             device=weight.device,
             window=rolling_window(stack),
+            rolling_layers=[isinstance(pattern, SlidingWindowPattern) for pattern in stack.patterns.all],
         )
 
     @property
@@ -218,8 +246,9 @@ class KVCache:
         self.cursor.length = value
 
     def key_positions(self, new: int) -> torch.Tensor | None:
-        """Where the keys attention sees in the next forward of ``new`` tokens sit ((Tk,), -1 = an empty slot),
-        in the order the slots hand them over; None for a full cache (0 .. length + new - 1)."""
+        """Where the keys a rolling layer sees in the next forward of ``new`` tokens sit ((Tk,), -1 = an empty
+        slot), in the order the slots hand them over; None when no layer rolls. The stack applies them to its
+        sliding-window layers, the ones that roll; the others see 0 .. length + new - 1."""
         if self.window is None:
             return None
         device, W, start = self.buffer.device, self.window, self.length
@@ -245,16 +274,15 @@ class KVCache:
     def reorder(self, rows: torch.Tensor) -> None:
         """Beam search: row i of the cache becomes old row ``rows[i]`` (B,). Cross-attention keys need no
         reordering: beams only move within their own sentence, whose encoder output they all share."""
-        filled = self.buffer[:, :, :, :, : self.length]  # (N, 2, B, K, length, D)
-        filled.copy_(filled.index_select(2, rows))
+        for buffer in self._buffers:
+            filled = buffer[:, :, :, :, : self.length]  # (N, 2, B, K, length or W, D)
+            filled.copy_(filled.index_select(2, rows))
 
 
 def rolling_window(stack: Stack) -> int | None:
-    """The window a rolling cache for ``stack`` keeps: the largest of its layers' windows, when every layer
-    is a causal sliding window and positions are not a bias over ordered keys; else None (a full cache)."""
-    patterns = stack.patterns.all
-    if not stack.causal or stack.positions.role == "bias" or stack.position_bias is not None:
+    """The slots the rolling layers of ``stack`` keep: the largest of its sliding windows, in a causal stack
+    whose positions are not a bias over ordered keys; else None (a full cache for every layer)."""
+    windows = [p.window for p in stack.patterns.all if isinstance(p, SlidingWindowPattern)]
+    if not stack.causal or stack.positions.role == "bias" or stack.position_bias is not None or not windows:
         return None
-    if not all(isinstance(pattern, SlidingWindowPattern) for pattern in patterns):
-        return None
-    return max(pattern.window for pattern in patterns if isinstance(pattern, SlidingWindowPattern))
+    return max(windows)

@@ -55,7 +55,7 @@ class EncoderModel(ZooModel):
             else None
         )
         self.classifier = (
-            ClassificationHead(heads.classifier, d_model=spec.d_model, dropout=spec.dropout)
+            ClassificationHead(heads.classifier, d_model=spec.d_model, dropout=spec.dropout, norm=spec.norm)
             if heads.classifier is not None
             else None
         )
@@ -160,7 +160,8 @@ class EncoderModel(ZooModel):
             if labels is not None:
                 loss = token_cross_entropy(logits, select_labels(labels, logits_mask))
         elif isinstance(classifier, SequenceClassifierSpec) and self.classifier is not None:
-            logits = self.classifier(out.hidden, pooled)  # (B, L)
+            padding = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+            logits = self.classifier(out.hidden, pooled, padding)  # (B, L)
             if labels is not None:
                 loss = classification_loss(logits, labels, problem_type=classifier.problem_type)
         elif self.replaced_token_head is not None:

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec, ReplacedTokenHeadSpec
-from zoo.spec.model import ClassifierSpec
+from zoo.spec.model import ClassifierSpec, HeadTransformSpec
 
 
 class TiedOutput:
@@ -42,7 +42,7 @@ class LMHead(TiedOutput, nn.Module):
     E is d_model, or ``input_dim`` where the model projects its last hidden state back to a narrower
     embedding width first (OPT's project_out). T5 v1.0 scales the hidden state by d_model**-0.5 before a tied
     head (its embeddings are unscaled and large); BART and Marian add a fixed ``final_logits_bias``; CTRL
-    a learned ``bias``.
+    a learned ``bias``; Gemma 2 soft-caps the logits (``softcap * tanh(logits / softcap)``).
     """
 
     def __init__(
@@ -53,6 +53,7 @@ class LMHead(TiedOutput, nn.Module):
         self._init_output(vocab_size=vocab_size, dim=input_dim or d_model, tied_to=tied_to)
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
+        self.softcap = spec.softcap
         if spec.logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
         else:
@@ -64,6 +65,8 @@ class LMHead(TiedOutput, nn.Module):
         logits = F.linear(hidden, self.output_weight, self.bias)  # (B, T, V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
 
@@ -78,11 +81,11 @@ class MLMHead(TiedOutput, nn.Module):
         tied_to: nn.Embedding | None,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.dense = nn.Linear(d_model, embed_dim)
+        self.dense = nn.Linear(d_model, embed_dim, bias=spec.dense_bias)
         self.act = ACTIVATIONS[spec.activation]
         self.norm = build_norm(norm, dim=embed_dim)
         self._init_output(vocab_size=vocab_size, dim=embed_dim, tied_to=tied_to)
-        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         h = self.norm(self.act(self.dense(hidden)))  # (B, T, E)
@@ -129,6 +132,19 @@ def replaced_token_loss(
 CLASSIFIER_ACTIVATIONS = {"tanh": nn.Tanh(), "gelu": nn.GELU(), "relu": nn.ReLU()}
 
 
+class HeadTransform(nn.Module):
+    """dense -> activation -> norm, (..., C) -> (..., C): ModernBERT's prediction head under a classifier."""
+
+    def __init__(self, spec: HeadTransformSpec, *, norm: NormSpec, d_model: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model, bias=spec.bias)
+        self.act = ACTIVATIONS[spec.activation]
+        self.norm = build_norm(norm, dim=d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(x)))
+
+
 class ClassificationHead(nn.Module):
     """Sequence or token classification, as transformers' ``*ForSequenceClassification`` and
     ``*ForTokenClassification`` heads compute it (``L`` = num_labels, ``act`` the spec's activation):
@@ -137,11 +153,17 @@ class ClassificationHead(nn.Module):
         sequence, dense           hidden[:, 0] -> dropout -> dense -> act -> dropout      RoBERTa (tanh),
                                     -> out_proj                                          ELECTRA (gelu)
         sequence, pre_classifier  hidden[:, 0] -> dense -> act -> dropout -> out_proj     DistilBERT (relu)
-        sequence, first_token     hidden[:, 0] -> dropout -> out_proj
-        token                     hidden (B, T, C) or the selected rows (N, C) -> dropout -> out_proj
+        sequence, first_token     hidden[:, 0] -> [transform] -> dropout -> out_proj      ModernBERT (cls)
+        sequence, mean            mean of the real tokens -> [transform] -> dropout       ModernBERT (mean)
+                                    -> out_proj
+        token                     hidden (B, T, C) or the selected rows (N, C) -> [transform] -> dropout
+                                    -> out_proj
     """
 
-    def __init__(self, spec: ClassifierSpec, *, d_model: int, dropout: float) -> None:
+    def __init__(
+        self, spec: ClassifierSpec, *, d_model: int, dropout: float, norm: NormSpec | None = None
+    ) -> None:
+        """``norm``: the model's norm, for a ``transform`` (required with one)."""
         super().__init__()
         self.per_token = spec.task == "token"
         self.pooling = getattr(spec, "pooling", None)  # sequence heads only
@@ -149,23 +171,42 @@ class ClassificationHead(nn.Module):
         own_dense = self.pooling in ("dense", "pre_classifier")
         self.dense = nn.Linear(d_model, d_model) if own_dense else None
         self.act = CLASSIFIER_ACTIVATIONS[getattr(spec, "activation", "tanh")]
+        self.transform = None
+        if spec.transform is not None:
+            assert norm is not None, "a classifier transform needs the model's norm"
+            self.transform = HeadTransform(spec.transform, norm=norm, d_model=d_model)
         self.out_proj = nn.Linear(d_model, spec.num_labels)
 
-    def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
-        """hidden (B, T, C) (or (N, C) rows for a token head); pooled (B, C), the pooler's output.
+    def forward(
+        self, hidden: torch.Tensor, pooled: torch.Tensor | None = None, padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """hidden (B, T, C) (or (N, C) rows for a token head); pooled (B, C), the pooler's output; padding
+        (B, T), 1 = token, for mean pooling (None: every position is real).
         -> logits (B, L) for a sequence head, (B, T, L) / (N, L) for a token head."""
         if self.per_token:
             x = hidden
         elif self.pooling == "pooler":
             assert pooled is not None  # the spec refuses pooling: pooler without heads.pooler
             x = pooled  # (B, C)
+        elif self.pooling == "mean":
+            x = mean_over_tokens(hidden, padding)  # (B, C)
         else:
             x = hidden[:, 0]  # (B, C): [CLS] / <s>
+        if self.transform is not None:
+            x = self.transform(x)
         if self.pooling != "pre_classifier":  # DistilBERT's head drops out only after its dense layer
             x = self.dropout(x)
         if self.dense is not None:
             x = self.dropout(self.act(self.dense(x)))
         return self.out_proj(x)
+
+
+def mean_over_tokens(hidden: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, C) -> (B, C): the mean over each row's real tokens (``padding`` (B, T), 1 = token)."""
+    if padding is None:
+        return hidden.mean(dim=1)
+    weights = padding.to(hidden.dtype)[:, :, None]  # (B, T, 1)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 def resolve_problem_type(problem_type: str | None, *, num_labels: int, labels: torch.Tensor) -> str:

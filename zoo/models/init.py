@@ -35,7 +35,8 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
             std = {"normal": spec.std, "xavier": d_model**-0.5, "t5": 1.0}[spec.scheme]
             module.weight.normal_(0.0, std)
         elif isinstance(module, nn.LayerNorm | RMSNorm):
-            module.weight.fill_(1.0)
+            identity = 0.0 if getattr(module, "unit_offset", False) else 1.0  # Gemma's norms scale by 1 + w
+            module.weight.fill_(identity)
             if isinstance(module, nn.LayerNorm) and module.bias is not None:  # RMSNorm has no bias
                 module.bias.zero_()
         elif isinstance(module, LearnedPositions | RelativeBias):

@@ -56,6 +56,30 @@ class AttentionSpec(Spec):
         1e-6, description="Epsilon of the q/k RMS norms (Qwen3 uses its rms_norm_eps); only with qk_norm."
     )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
+    scale: PositiveFloat | None = Field(
+        None,
+        description="Multiply logits by this instead of 1/sqrt(head_dim) (Gemma 2/3: query_pre_attn_scalar**-0.5); "
+        "only with scaled.",
+    )
+    softcap: PositiveFloat | None = Field(
+        None,
+        description="Soft-cap the scaled logits to (-softcap, softcap) as softcap * tanh(logits / softcap), "
+        "before the mask (Gemma 2's attn_logit_softcapping); takes flex_attention or the math path, not SDPA.",
+    )
+
+    @model_validator(mode="after")
+    def _scale_needs_scaled(self) -> AttentionSpec:
+        if self.scale is not None and not self.scaled:
+            raise ValueError(
+                f"scale ({self.scale}) is given but scaled is false: unscaled logits take no scale"
+            )
+        return self
+
+    def resolved_scale(self, d_model: int) -> float:
+        """What the q·k logits are multiplied by: ``scale``, else 1/sqrt(head_dim) when scaled, else 1."""
+        if not self.scaled:
+            return 1.0
+        return self.scale if self.scale is not None else self.resolved_head_dim(d_model) ** -0.5
 
     @property
     def kv_heads(self) -> int:
@@ -85,9 +109,23 @@ class NormSpec(Spec):
     kind: Literal["layernorm", "rmsnorm"] = "layernorm"
     eps: Epsilon = 1e-5
     bias: bool = Field(True, description="LayerNorm has a bias; ignored by RMSNorm, which never has one.")
-    placement: Literal["pre", "post"] = Field(
+    placement: Literal["pre", "post", "sandwich"] = Field(
         "post",
-        description="post: x = norm(x + f(x)) as in the paper; pre: x = x + f(norm(x)) as in GPT-2/T5.",
+        description="post: x = norm(x + f(x)) as in the paper; pre: x = x + f(norm(x)) as in GPT-2/T5; "
+        "sandwich: x = x + norm2(f(norm1(x))), a norm before and after each sub-layer (Gemma 2/3).",
+    )
+    final: bool | None = Field(
+        None, description="A norm after the last layer; default: yes for pre-norm and sandwich."
+    )
+    unit_offset: bool = Field(
+        False,
+        description="RMSNorm only: scale by (1 + weight), weights starting at zero (Gemma); the stack's q/k "
+        "norms (attention.qk_norm) too.",
+    )
+    first_attention_norm: bool = Field(
+        True,
+        description="Pre-norm only: false leaves the first layer's self-attention input un-normalised, the "
+        "embedding norm standing in for it (ModernBERT).",
     )
     final: bool | None = Field(None, description="A norm after the last layer; default: yes for pre-norm.")
     residual: Literal["sequential", "parallel"] = Field(
@@ -99,7 +137,18 @@ class NormSpec(Spec):
 
     @property
     def has_final(self) -> bool:
-        return self.placement == "pre" if self.final is None else self.final
+        return self.placement != "post" if self.final is None else self.final
+
+    @model_validator(mode="after")
+    def _check_options(self) -> NormSpec:
+        if self.unit_offset and self.kind != "rmsnorm":
+            raise ValueError(f"unit_offset is an RMSNorm option (Gemma's 1 + weight); kind is {self.kind!r}")
+        if not self.first_attention_norm and self.placement != "pre":
+            raise ValueError(
+                f"first_attention_norm: false needs placement 'pre' (got {self.placement!r}): only a pre-norm "
+                "layer has a norm on the attention input to leave out"
+            )
+        return self
 
     @model_validator(mode="after")
     def _parallel_is_pre(self) -> NormSpec:
@@ -261,6 +310,11 @@ class RotaryPositions(Spec):
     def rotary_dims(self, head_dim: int) -> int:
         """How many leading dims of each head rotate (transformers' ``int(head_dim * factor)``)."""
         return int(head_dim * self.fraction)
+    local_theta: PositiveFloat | None = Field(
+        None,
+        description="The base of layers whose self-attention pattern is sliding_window, plain RoPE without "
+        "scaling (Gemma 3's rope_local_base_freq, ModernBERT's local_rope_theta); default: theta for all.",
+    )
 
 
 class RelativeBiasPositions(Spec):

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    PositiveFloat,
     PositiveInt,
     Strict,
     TypeAdapter,
@@ -71,6 +72,11 @@ class LMHeadSpec(Spec):
         description="A learned output bias added to logits, tied or untied (CTRL's lm_head.bias); "
         "unlike logits_bias, a trained parameter.",
     )
+    softcap: PositiveFloat | None = Field(
+        None,
+        description="Soft-cap the logits to (-softcap, softcap) as softcap * tanh(logits / softcap) (Gemma 2's "
+        "final_logit_softcapping).",
+    )
 
 
 class MLMHeadSpec(Spec):
@@ -78,6 +84,16 @@ class MLMHeadSpec(Spec):
 
     activation: Activation = "gelu"
     tied: bool = True
+    dense_bias: bool = Field(True, description="A bias on the dense layer (ModernBERT: classifier_bias).")
+    bias: bool = Field(True, description="An output bias over the vocabulary (ModernBERT: decoder_bias).")
+
+
+class HeadTransformSpec(Spec):
+    """dense (C -> C) -> activation -> norm (the model's norm kind), before a classifier's dropout and
+    projection: BERT's "prediction head transform", ModernBERT's ModernBertPredictionHead."""
+
+    activation: Activation = "gelu"
+    bias: bool = Field(True, description="A bias on the dense layer (ModernBERT: classifier_bias).")
 
 
 class ReplacedTokenHeadSpec(Spec):
@@ -96,25 +112,32 @@ class _ClassifierBase(Spec):
     dropout: Probability | None = Field(
         None, description="Dropout before the projection (classifier_dropout); null: the model's dropout."
     )
+    transform: HeadTransformSpec | None = Field(
+        None,
+        description="dense -> activation -> norm on the pooled state (sequence) or every token (token), "
+        "before dropout and the projection (ModernBERT's head); null: none.",
+    )
 
 
 class SequenceClassifierSpec(_ClassifierBase):
-    """One label per sequence, read from the first token ([CLS] / <s>).
+    """One label per sequence, read from the first token ([CLS] / <s>) or the mean of the real tokens.
 
     pooling: ``pooler`` -> dropout -> out_proj (BERT, ALBERT: the pooler is ``heads.pooler``);
     ``dense``: dropout -> dense -> activation -> dropout -> out_proj (RoBERTa's head, no pooler);
-    ``first_token``: dropout -> out_proj on the first token's hidden state;
-    ``pre_classifier``: dense -> activation -> dropout -> out_proj over the first token (DistilBERT's
-    pre_classifier, with ReLU). ``activation`` is the dense layer's, in ``dense`` and ``pre_classifier``
-    (tanh in RoBERTa, gelu in ELECTRA).
+    ``first_token``: dropout -> out_proj on the first token's hidden state; ``mean``: the same on the
+    mean over the real (unpadded) tokens; ``pre_classifier``: dense -> activation -> dropout -> out_proj
+    over the first token (DistilBERT's pre_classifier, with ReLU). ``activation`` is the dense layer's, in
+    ``dense`` and ``pre_classifier`` (tanh in RoBERTa, gelu in ELECTRA). A ``transform`` runs on the pooled
+    state before the dropout (ModernBERT).
     """
 
     task: Literal["sequence"] = "sequence"
-    pooling: Literal["pooler", "dense", "first_token", "pre_classifier"] = Field(
+    pooling: Literal["pooler", "dense", "first_token", "mean", "pre_classifier"] = Field(
         "pooler",
         description="pooler: heads.pooler's output (BERT, ALBERT); dense: dropout, the head's own dense + "
         "activation, dropout over the first token (RoBERTa, ELECTRA); first_token: the first token's hidden "
-        "state as it is; pre_classifier: dense + activation, then dropout (DistilBERT).",
+        "state as it is; mean: the mean of the real tokens' hidden states (ModernBERT's classifier_pooling: "
+        "mean); pre_classifier: dense + activation, then dropout (DistilBERT).",
     )
     activation: Literal["tanh", "gelu", "relu"] = Field(
         "tanh",
@@ -308,6 +331,11 @@ class _ModelSpecBase(Spec):
                 f"{position_path}: sinusoidal positions need an even embedding width, got {width}"
             )
         _check_patterns(stack, cross=stack.cross_attention is not None)
+        if not stack.norm.first_attention_norm and stack.share_layers:
+            raise ValueError(
+                f"{stack.sources['norm']}.first_attention_norm: false cannot go with {stack.name}.share_layers: "
+                "the shared layer would skip its attention norm everywhere"
+            )
 
 
 class EncoderSpec(_ModelSpecBase):
@@ -334,6 +362,11 @@ class EncoderSpec(_ModelSpecBase):
             )
         if classifier is None:
             return self
+        if classifier.transform is not None and getattr(classifier, "pooling", None) in ("pooler", "dense"):
+            raise ValueError(
+                f"heads.classifier.transform needs pooling first_token or mean (got "
+                f"{getattr(classifier, 'pooling', None)!r}): the pooler and the dense head are transforms already"
+            )
         if (
             isinstance(classifier, SequenceClassifierSpec)
             and classifier.pooling == "pooler"

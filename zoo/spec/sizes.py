@@ -51,13 +51,16 @@ def parameter_count(spec: SizedSpec) -> int:
         if heads.pooler:
             total += _linear(C, C, bias=True)
         if heads.mlm is not None:
-            total += _linear(C, E, bias=True) + _norm(spec.norm, E) + spec.vocab_size  # + output bias
+            total += _linear(C, E, bias=heads.mlm.dense_bias) + _norm(spec.norm, E)
+            total += spec.vocab_size if heads.mlm.bias else 0  # the output bias
             total += 0 if heads.mlm.tied else spec.vocab_size * E
         classifier = heads.classifier
         if classifier is not None:
             total += _linear(C, classifier.num_labels, bias=True)
             if getattr(classifier, "pooling", None) in ("dense", "pre_classifier"):  # its own dense C -> C
                 total += _linear(C, C, bias=True)
+            if classifier.transform is not None:  # ModernBERT's head: dense C -> C and a norm
+                total += _linear(C, C, bias=classifier.transform.bias) + _norm(spec.norm, C)
         if heads.replaced_token is not None:  # ELECTRA's discriminator: C -> C -> 1
             total += _linear(C, C, bias=True) + _linear(C, 1, bias=True)
     if lm_head is not None and not lm_head.tied:
@@ -76,8 +79,9 @@ def buffer_count(spec: SizedSpec) -> int:
             total += (spec.max_positions + stack.position.offset) * spec.embedding.stack_dim(spec.d_model)
         elif stack.position.kind == "rotary":
             dims = stack.position.rotary_dims(stack.attention.resolved_head_dim(spec.d_model))
-            tables = 4 if stack.position.scaling and stack.position.scaling.type == "longrope" else 2
-            total += tables * spec.max_positions * dims  # cos, sin (and LongRoPE's long-context pair)
+            longrope = stack.position.scaling is not None and stack.position.scaling.type == "longrope"
+            pairs = 1 + longrope + (stack.position.local_theta is not None)  # + LongRoPE's long, the local
+            total += 2 * pairs * spec.max_positions * dims  # cos and sin of each pair
         elif kind == "alibi":
             total += stack.attention.num_heads
     lm_head: Any = getattr(spec, "lm_head", None)
@@ -104,11 +108,14 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
         total += _norm(stack.norm, embed_dim)
     if spec.embedding.factorized_dim:
         total += _linear(embed_dim, d_model, bias=True)
-    layer = _attention(stack.attention, d_model) + _norm(stack.norm, d_model)
+    norms = 2 if stack.norm.placement == "sandwich" else 1  # per sub-layer: before it, and after it
+    layer = _attention(stack.attention, d_model) + norms * _norm(stack.norm, d_model)
     if stack.cross_attention is not None:
-        layer += _attention(stack.cross_attention, d_model) + _norm(stack.norm, d_model)
-    layer += _ffn(stack.ffn, d_model) + _norm(stack.norm, d_model)
+        layer += _attention(stack.cross_attention, d_model) + norms * _norm(stack.norm, d_model)
+    layer += _ffn(stack.ffn, d_model) + norms * _norm(stack.norm, d_model)
     total += layer * (1 if stack.share_layers else stack.num_layers)
+    if not stack.norm.first_attention_norm:  # the first layer's attention input is not normalised
+        total -= _norm(stack.norm, d_model)
     if stack.norm.has_final:
         total += _norm(stack.norm, d_model)
     return total

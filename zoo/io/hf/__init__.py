@@ -89,6 +89,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "mbart",
     "gpt_neox",
     "phi3",
+    "gemma",
+    "modernbert",
 )
 _PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.

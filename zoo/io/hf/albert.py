@@ -123,7 +123,11 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         ("embedding.norm", spec.embedding.norm, True),
     ])  # fmt: skip
     if mlm is not None:
-        require("albert", [("heads.mlm.activation", mlm.activation, ffn.activation)])
+        require("albert", [
+            ("heads.mlm.activation", mlm.activation, ffn.activation),
+            ("heads.mlm.dense_bias", mlm.dense_bias, True),
+            ("heads.mlm.bias", mlm.bias, True),
+        ])  # fmt: skip
     classifier = spec.heads.classifier
     if isinstance(classifier, SequenceClassifierSpec):
         require("albert", [("heads.classifier.pooling", classifier.pooling, "pooler")])

@@ -200,7 +200,11 @@ def spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
         ("encoder.share_layers", stack.share_layers, False),
     ])  # fmt: skip
     if mlm is not None:
-        require(family, [("heads.mlm.activation", mlm.activation, flavour.mlm_activation or ffn.activation)])
+        require(family, [
+            ("heads.mlm.activation", mlm.activation, flavour.mlm_activation or ffn.activation),
+            ("heads.mlm.dense_bias", mlm.dense_bias, True),
+            ("heads.mlm.bias", mlm.bias, True),
+        ])  # fmt: skip
     classifier = spec.heads.classifier
     if classifier is not None and not flavour.classifiers:
         raise HFError(f"{family} cannot express heads.classifier: zoo maps no {family} classification head")

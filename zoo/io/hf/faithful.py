@@ -26,16 +26,20 @@ def features(spec: ModelSpec) -> dict[str, Any]:
     found["embedding.projection_dim"] = spec.embedding.projection_dim
     head = getattr(spec, "lm_head", None)
     found["lm_head.bias"] = head.bias if head is not None else None
+    found["lm_head.softcap"] = head.softcap if head is not None else None
     heads = getattr(spec, "heads", None)
     classifier = getattr(heads, "classifier", None)
     found["heads.classifier"] = classifier.model_dump(exclude={"dropout"}) if classifier else None
     replaced = getattr(heads, "replaced_token", None)
     found["heads.replaced_token"] = replaced.model_dump() if replaced else None
+    mlm = getattr(heads, "mlm", None)
+    found["heads.mlm.dense_bias"] = mlm.dense_bias if mlm is not None else None
+    found["heads.mlm.bias"] = mlm.bias if mlm is not None else None
     return found
 
 
 def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[str, Any]:
-    attention, position = stack.attention, stack.position
+    attention, position, norm = stack.attention, stack.position, stack.norm
     # A block-sparse seed has no field anywhere in transformers (BigBird draws its random blocks itself).
     patterns = [stack.layer_pattern(i).model_dump(exclude={"seed"}) for i in range(stack.num_layers)]
     return {
@@ -43,6 +47,12 @@ def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[st
         f"{name}.attention.out_bias": attention.has_out_bias,
         f"{name}.attention.qk_norm": attention.qk_norm,
         f"{name}.attention.head_dim": attention.resolved_head_dim(d_model),
+        f"{name}.attention.scale": attention.resolved_scale(d_model),
+        f"{name}.attention.softcap": attention.softcap,
+        f"{name}.norm.placement": norm.placement,
+        f"{name}.norm.unit_offset": norm.unit_offset,
+        f"{name}.norm.first_attention_norm": norm.first_attention_norm,
+        f"{name}.position.local_theta": getattr(position, "local_theta", None),
         f"{name}.position.kind": position.kind,
         f"{name}.position.scaling": _dump(getattr(position, "scaling", None)),
         f"{name}.position.offset": getattr(position, "offset", None),
