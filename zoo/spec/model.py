@@ -28,6 +28,7 @@ from zoo.spec.blocks import (
     Activation,
     AttentionSpec,
     EmbeddingSpec,
+    FeedForwardSpec,
     FFNSpec,
     NormSpec,
     PositionSpec,
@@ -172,7 +173,7 @@ class _ModelSpecBase(Spec):
     num_layers: PositiveInt = 6
     max_positions: PositiveInt = Field(512, description="Longest sequence the model accepts (sizes tables).")
     attention: AttentionSpec = AttentionSpec()
-    ffn: FFNSpec = FFNSpec()
+    ffn: FeedForwardSpec = FFNSpec()
     norm: NormSpec = NormSpec()
     position: PositionSpec = SinusoidalPositions()
     embedding: EmbeddingSpec = EmbeddingSpec()
@@ -276,6 +277,27 @@ class _ModelSpecBase(Spec):
                 f"{position_path}: sinusoidal positions need an even embedding width, got {width}"
             )
         _check_patterns(stack, cross=stack.cross_attention is not None)
+        _check_moe(stack)
+
+
+def _check_moe(stack: ResolvedStack) -> None:
+    """A Mixture-of-Experts FFN's per-layer choices must fit the stack they are used in."""
+    ffn, path = stack.ffn, stack.sources["ffn"]
+    if ffn.kind != "moe":
+        return
+    outside = [i for i in ffn.dense_layers if i >= stack.num_layers]
+    if outside:
+        raise ValueError(
+            f"{path}.dense_layers {outside}: {stack.name} has {stack.num_layers} layers (0 .. {stack.num_layers - 1})"
+        )
+    dense = [i for i in range(stack.num_layers) if not ffn.is_sparse(i)]
+    if dense and ffn.dense_d_ff is None:
+        raise ValueError(
+            f"{path}.dense_d_ff is needed: {stack.name} layers {dense} are dense (sparse_step "
+            f"{ffn.sparse_step}, dense_layers {ffn.dense_layers})"
+        )
+    if dense and stack.share_layers:
+        raise ValueError(f"{path}: {stack.name}.share_layers runs one layer everywhere, so no layer can be dense")
 
 
 class EncoderSpec(_ModelSpecBase):
