@@ -10,7 +10,8 @@ Where the norm sits is the one real difference between the 2017 paper and most l
 A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
 mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (Swapping
 these two masks is a common slip; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
-stack builds them once per forward and hands them down.
+stack builds them once per forward and hands them down. A Mixture-of-Experts FFN (`zoo.blocks.moe`) also
+returns its routing, which the layer passes up for the load-balancing loss.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.blocks import Attention, FeedForward, build_norm
+from zoo.blocks import Attention, MoEFeedForward, RouterOutput, build_ffn, build_norm
 from zoo.blocks.flex import BlockMask
-from zoo.spec import AttentionSpec, FFNSpec, NormSpec
+from zoo.spec import AttentionSpec, FeedForwardSpec, NormSpec
 
-Branch = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+Branch = Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
 
 
 @dataclass
@@ -34,6 +35,7 @@ class LayerOutput:
     hidden: torch.Tensor  # (B, T, C)
     self_weights: torch.Tensor | None = None  # (B, H, T, T) when output_attentions
     cross_weights: torch.Tensor | None = None  # (B, H, T, S) when output_attentions
+    router: RouterOutput | None = None  # a Mixture-of-Experts layer's routing
 
 
 class Layer(nn.Module):
@@ -43,19 +45,21 @@ class Layer(nn.Module):
         self,
         *,
         attention: AttentionSpec,
-        ffn: FFNSpec,
+        ffn: FeedForwardSpec,
         norm: NormSpec,
         cross_attention: AttentionSpec | None,
         d_model: int,
         dropout: float,
+        layer_idx: int = 0,
     ) -> None:
+        """``layer_idx`` (from 0 in its stack) picks a Mixture-of-Experts spec's sparse or dense FFN."""
         super().__init__()
         self.pre_norm = norm.placement == "pre"
         self.self_attn = Attention(attention, d_model=d_model)
         self.self_attn_norm = build_norm(norm, dim=d_model)
         self.cross_attn = Attention(cross_attention, d_model=d_model, cross=True) if cross_attention else None
         self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
-        self.ffn = FeedForward(ffn, d_model=d_model)
+        self.ffn = build_ffn(ffn, d_model=d_model, layer_idx=layer_idx)
         self.ffn_norm = build_norm(norm, dim=d_model)
         self.dropout = nn.Dropout(dropout)
 
@@ -83,12 +87,15 @@ class Layer(nn.Module):
             x, cross_weights = self._branch(self.cross_attn_norm, x, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
             ))  # fmt: skip
-        x, _ = self._branch(self.ffn_norm, x, lambda h: (self.ffn(h), None))
-        return LayerOutput(x, self_weights, cross_weights)
+        x, router = self._branch(self.ffn_norm, x, self._ffn)
+        return LayerOutput(x, self_weights, cross_weights, router)
 
-    def _branch(
-        self, norm: nn.Module, x: torch.Tensor, sublayer: Branch
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, RouterOutput | None]:
+        if isinstance(self.ffn, MoEFeedForward):  # fixed at build time: no data-dependent branch
+            return self.ffn(h)
+        return self.ffn(h), None
+
+    def _branch(self, norm: nn.Module, x: torch.Tensor, sublayer: Branch) -> tuple[torch.Tensor, Any]:
         if self.pre_norm:
             out, weights = sublayer(norm(x))
             return x + self.dropout(out), weights

@@ -250,6 +250,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoded.hidden,
             encoder_attentions=encoded.attentions,
+            aux_loss=aux_loss((encoded, attention_mask), (decoded, decoder_attention_mask)),
         )
 
     @property

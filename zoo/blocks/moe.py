@@ -1,0 +1,150 @@
+"""Mixture-of-Experts feed-forward, built from a `MoESpec` (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE).
+
+    x (N, C) ──router──> softmax (N, E) ──top-k──> weights w (N, k), experts e (N, k)
+      │                                                  │
+      └──> sort the N·k (token, expert) pairs by expert ──> each expert's SwiGLU over its contiguous
+           slice ──> × w ──> index_add back to the tokens ──(+ sigmoid(gate(x)) · shared(x))──> (N, C)
+
+Shapes: ``N`` tokens (B·T flattened), ``C`` d_model, ``E`` experts, ``k`` top_k, ``F`` an expert's width,
+``A = N·k`` routed (token, expert) pairs.
+
+Dispatch is vectorised: one argsort and one bincount place every pair; the experts then run one matmul
+each over their slice of the sorted rows (a loop over experts, never over tokens), as transformers'
+grouped ``grouped_mm`` experts do. Under ``torch.compile`` and ``torch.export`` the slice lengths would be
+data-dependent shapes, so there each pair gathers its expert's weights instead (a batched matmul over
+``A`` rows, no host sync): exact, and cheap at decode sizes, where ``A`` is small.
+
+The expert weights are stacked ``(E, 2F, C)`` (gate rows first, then up, as transformers' ``gate_up_proj``)
+and ``(E, C, F)``: one parameter per projection, so a LoRA adapter on them is one ``(E, r, ·)`` pair of
+tensors (`zoo.lora`), added to the stacked weight before dispatch.
+
+Router statistics (softmax probabilities and the chosen experts) come back with the output; the model turns
+them into the load-balancing loss (`zoo.losses.load_balancing_loss`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo.blocks.ffn import ACTIVATIONS, FeedForward
+from zoo.spec import FFNSpec, MoESpec
+
+
+@dataclass
+class RouterOutput:
+    """One sparse layer's routing, for the load-balancing loss: tokens flattened in (B, T) order."""
+
+    probs: torch.Tensor  # (N, E) float32 softmax over every expert
+    experts: torch.Tensor  # (N, k) the chosen experts, best first
+
+
+class Experts(nn.Module):
+    """``E`` gated experts with stacked weights: expert ``e`` maps x -> down[e] @ (act(gate) * up)."""
+
+    def __init__(self, *, num_experts: int, d_model: int, d_ff: int, activation: str) -> None:
+        super().__init__()
+        self.d_ff = d_ff
+        self.up_proj = nn.Parameter(torch.empty(num_experts, 2 * d_ff, d_model))  # (E, 2F, C): gate; up
+        self.down_proj = nn.Parameter(torch.empty(num_experts, d_model, d_ff))  # (E, C, F)
+        self.act = ACTIVATIONS[activation]
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(up (E, 2F, C), down (E, C, F)) as the experts use them; `zoo.lora` adds its deltas here."""
+        return self.up_proj, self.down_proj
+
+    def _swiglu(self, h: torch.Tensor) -> torch.Tensor:
+        gate, up = h.split(self.d_ff, dim=-1)  # (..., F) each
+        return self.act(gate) * up
+
+    def grouped(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """x (A, C) sorted by expert, ``counts[e]`` rows each -> (A, C): one matmul per expert."""
+        up, down = self.weights()
+        outputs = []
+        for e, rows in enumerate(x.split(counts)):  # a loop over experts: each runs all its tokens at once
+            if rows.shape[0]:
+                outputs.append(F.linear(self._swiglu(F.linear(rows, up[e])), down[e]))  # (n_e, C)
+        return torch.cat(outputs) if outputs else x.new_zeros(x.shape)
+
+    def gathered(self, x: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """x (A, C), experts (A,) -> (A, C): each row with its own expert's weights gathered (no host sync)."""
+        up, down = self.weights()
+        h = torch.bmm(up[experts], x.unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
+        return torch.bmm(down[experts], self._swiglu(h).unsqueeze(-1)).squeeze(-1)  # (A, C)
+
+
+class MoEFeedForward(nn.Module):
+    """Shapes: x (B, T, C) -> ((B, T, C), `RouterOutput`)."""
+
+    def __init__(self, spec: MoESpec, *, d_model: int) -> None:
+        super().__init__()
+        self.num_experts, self.top_k = spec.num_experts, spec.top_k
+        self.normalize_top_k = spec.normalize_top_k
+        self.jitter = spec.jitter
+        self.router = nn.Linear(d_model, spec.num_experts, bias=False)
+        self.experts = Experts(
+            num_experts=spec.num_experts, d_model=d_model, d_ff=spec.d_ff, activation=spec.activation
+        )
+        self.shared: FeedForward | None = None
+        self.shared_gate: nn.Linear | None = None
+        if spec.shared_d_ff is not None:
+            shared = FFNSpec(d_ff=spec.shared_d_ff, activation=spec.activation, gated=True, bias=False)
+            self.shared = FeedForward(shared, d_model=d_model)
+            self.shared_gate = nn.Linear(d_model, 1, bias=False) if spec.shared_gate else None
+
+    @torch.no_grad()
+    def init_weights(self, *, std: float, residual_std: float | None = None) -> None:
+        """The stacked expert weights from N(0, std), ``down_proj`` from N(0, residual_std) when given
+        (`zoo.models.init`: nn.Linear layers are drawn there, these parameters are not Linear)."""
+        self.experts.up_proj.normal_(0.0, std)
+        self.experts.down_proj.normal_(0.0, residual_std if residual_std is not None else std)
+        if self.shared is not None:
+            self.shared.init_weights(residual_std=residual_std)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (N, C) -> (probs (N, E) float32, top-k weights (N, k) in x's dtype, experts (N, k))."""
+        probs = F.softmax(self.router(x).float(), dim=-1)  # float32 as in transformers' routers
+        weights, experts = probs.topk(self.top_k, dim=-1)  # (N, k) each
+        if self.normalize_top_k:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return probs, weights.to(x.dtype), experts
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, RouterOutput]:
+        B, T, C = x.shape
+        flat = x.reshape(B * T, C)  # (N, C)
+        if self.training and self.jitter > 0:  # Mixtral's router_jitter_noise: routing and experts see it
+            flat = flat * torch.empty_like(flat).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        probs, weights, experts = self.route(flat)
+        out = self._dispatch(flat, weights, experts)  # (N, C)
+        if self.shared is not None:
+            shared = self.shared(flat)  # (N, C)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(flat)) * shared
+            out = out + shared
+        return out.view(B, T, C), RouterOutput(probs=probs, experts=experts)
+
+    def _dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """x (N, C), weights and experts (N, k) -> sum over k of weight · expert(x), (N, C)."""
+        pairs = experts.reshape(-1)  # (A,) pair p = (token p // k, its (p % k)-th expert)
+        if torch.compiler.is_compiling():  # data-dependent slice lengths would break the graph
+            token = torch.arange(pairs.shape[0], device=x.device) // self.top_k  # (A,)
+            y = self.experts.gathered(x[token], pairs)  # (A, C)
+            pair_weights = weights.reshape(-1)  # (A,)
+        else:
+            order = pairs.argsort(stable=True)  # (A,) pairs grouped by expert, in token order within one
+            token = order // self.top_k  # (A,) the token of each sorted pair
+            counts = torch.bincount(pairs, minlength=self.num_experts).tolist()  # the one host sync
+            y = self.experts.grouped(x[token], counts)  # (A, C)
+            pair_weights = weights.reshape(-1)[order]  # (A,)
+        return x.new_zeros(x.shape).index_add_(0, token, y * pair_weights.unsqueeze(-1))
+
+def build_ffn(spec: FFNSpec | MoESpec, *, d_model: int, layer_idx: int) -> FeedForward | MoEFeedForward:
+    """The FFN of layer ``layer_idx``: dense, sparse, or the dense FFN of an MoE stack's dense layers."""
+    if isinstance(spec, FFNSpec):
+        return FeedForward(spec, d_model=d_model)
+    if spec.is_sparse(layer_idx):
+        return MoEFeedForward(spec, d_model=d_model)
+    return FeedForward(spec.dense_spec(), d_model=d_model)
