@@ -87,7 +87,7 @@ def load_balancing_loss(
     """
     if not routers:
         return None
-    probs0, experts0 = routers[0]
+    probs0 = routers[0][0]
     E, device = probs0.shape[-1], probs0.device
     weight = (
         mask.reshape(-1).to(device=device, dtype=torch.float32)

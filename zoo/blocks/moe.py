@@ -141,6 +141,7 @@ class MoEFeedForward(nn.Module):
             pair_weights = weights.reshape(-1)[order]  # (A,)
         return x.new_zeros(x.shape).index_add_(0, token, y * pair_weights.unsqueeze(-1))
 
+
 def build_ffn(spec: FFNSpec | MoESpec, *, d_model: int, layer_idx: int) -> FeedForward | MoEFeedForward:
     """The FFN of layer ``layer_idx``: dense, sparse, or the dense FFN of an MoE stack's dense layers."""
     if isinstance(spec, FFNSpec):

@@ -21,6 +21,7 @@ from zoo.losses import IGNORE_INDEX, select_labels, token_cross_entropy
 from zoo.models.base import (
     GenerationMixin,
     ZooModel,
+    aux_loss,
     build_embedding,
     build_stack,
     repeat_rows,

@@ -48,7 +48,9 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
         elif isinstance(module, FeedForward):
             module.init_weights(residual_std=residual_std)
         elif isinstance(module, MoEFeedForward):  # stacked expert weights are not nn.Linear
-            module.init_weights(std=spec.std if spec.scheme == "normal" else d_model**-0.5, residual_std=residual_std)
+            module.init_weights(
+                std=spec.std if spec.scheme == "normal" else d_model**-0.5, residual_std=residual_std
+            )
 
 
 def _init_matrix(weight: torch.Tensor, spec: InitSpec, *, std: float) -> None:

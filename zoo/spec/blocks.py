@@ -123,7 +123,8 @@ class MoESpec(Spec):
     )
     sparse_step: PositiveInt = Field(1, description="Layer i is sparse when (i + 1) % sparse_step == 0.")
     dense_layers: list[NonNegativeInt] = Field(
-        default_factory=list, description="Layers that stay dense whatever sparse_step says (mlp_only_layers)."
+        default_factory=list,
+        description="Layers that stay dense whatever sparse_step says (mlp_only_layers).",
     )
     dense_d_ff: PositiveInt | None = Field(
         None, description="Hidden width of the dense layers' gated FFN; needed when a layer is dense."
@@ -153,7 +154,9 @@ def _ffn_kind(value: Any) -> str:
 
 FeedForwardSpec = Annotated[
     Annotated[FFNSpec, Tag("dense")] | Annotated[MoESpec, Tag("moe")],
-    Discriminator(_ffn_kind, custom_error_type="ffn_kind", custom_error_message="kind must be 'dense' or 'moe'"),
+    Discriminator(
+        _ffn_kind, custom_error_type="ffn_kind", custom_error_message="kind must be 'dense' or 'moe'"
+    ),
 ]
 """An FFN block: dense (`FFNSpec`, the default when ``kind`` is left out) or Mixture-of-Experts (`MoESpec`)."""
 

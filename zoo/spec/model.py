@@ -297,7 +297,9 @@ def _check_moe(stack: ResolvedStack) -> None:
             f"{ffn.sparse_step}, dense_layers {ffn.dense_layers})"
         )
     if dense and stack.share_layers:
-        raise ValueError(f"{path}: {stack.name}.share_layers runs one layer everywhere, so no layer can be dense")
+        raise ValueError(
+            f"{path}: {stack.name}.share_layers runs one layer everywhere, so no layer can be dense"
+        )
 
 
 class EncoderSpec(_ModelSpecBase):

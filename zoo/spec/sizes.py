@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from zoo.spec.blocks import AttentionSpec, EmbeddingSpec, FeedForwardSpec, FFNSpec, MoESpec, NormSpec
+from zoo.spec.blocks import AttentionSpec, EmbeddingSpec, FeedForwardSpec, MoESpec, NormSpec
 from zoo.spec.stacks import ResolvedStack
 
 

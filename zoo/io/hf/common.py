@@ -17,6 +17,7 @@ transposed both ways.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ class FamilyMapping:
     hf_to_zoo(tensors, spec): HF state dict -> zoo state dict (every zoo tensor, tied ones once).
     zoo_to_hf(tensors, spec): zoo state dict -> HF state dict that ``from_pretrained`` loads with no missing
         or unexpected keys.
+    ffn_kinds: the FFN spec kinds (``dense``, ``moe``) the family writes; export refuses any other before
+        ``spec_to_config`` runs.
     """
 
     model_types: tuple[str, ...]
@@ -47,6 +50,20 @@ class FamilyMapping:
     spec_to_config: Callable[[ModelSpec], dict[str, Any]]
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
+    ffn_kinds: tuple[str, ...] = ("dense",)
+
+
+def check_ffn_kinds(mapping: FamilyMapping, spec: ModelSpec) -> None:
+    """HFError naming the first stack whose FFN kind ``mapping`` cannot write (experts in a dense family)."""
+    family = "/".join(mapping.model_types)
+    for stack in spec.stacks().values():
+        if stack.ffn.kind not in mapping.ffn_kinds:
+            field = f"{stack.sources['ffn']}.kind"
+            raise HFError(
+                f"{family} cannot express {field}={stack.ffn.kind!r}: Hugging Face {family} has "
+                f"{' or '.join(mapping.ffn_kinds)} feed-forward layers only",
+                fields=(field,),
+            )
 
 
 class HFError(ValueError):
@@ -249,12 +266,15 @@ class Rule:
     hf: one name, or several whose rows are concatenated (fused) in this order, e.g. q, k, v.
     transpose: HF stores the matrix as (in, out) (GPT-2's Conv1D); zoo's nn.Linear wants (out, in).
     sizes: rows of each fused part, to split the zoo tensor on export (one entry per ``hf`` name).
+    shape: the zoo tensor's shape when the concatenated rows are viewed as more dimensions (stacked
+        experts: E × (gate, up) parts of (F, C) become one (E, 2F, C) tensor); export flattens it back.
     """
 
     zoo: str
     hf: tuple[str, ...]
     transpose: bool = False
     sizes: tuple[int, ...] | None = None
+    shape: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.hf) > 1 and (self.sizes is None or len(self.sizes) != len(self.hf)):
@@ -280,6 +300,11 @@ def layernorm(zoo: str, hf: str, *, bias: bool = True) -> list[Rule]:
 def fused(zoo: str, hf: Sequence[str], sizes: Sequence[int]) -> Rule:
     """A zoo tensor whose rows are the HF tensors ``hf`` stacked in order (fused q/k/v, gate/up)."""
     return Rule(zoo, tuple(hf), sizes=tuple(sizes))
+
+
+def stacked(zoo: str, hf: Sequence[str], sizes: Sequence[int], shape: Sequence[int]) -> Rule:
+    """A zoo tensor of ``shape`` whose rows, flattened, are the HF tensors ``hf`` in order (stacked experts)."""
+    return Rule(zoo, tuple(hf), sizes=tuple(sizes), shape=tuple(shape))
 
 
 def fused_linear(zoo: str, hf: Sequence[str], sizes: Sequence[int], *, bias: bool = True) -> list[Rule]:
@@ -356,6 +381,12 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             tensor = torch.cat(parts, dim=0)
         else:
             tensor = parts[0]
+        if rule.shape is not None:
+            if tensor.numel() != math.prod(rule.shape):
+                raise HFError(
+                    f"cannot stack {tuple(tensor.shape)} from {rule.hf[0]}, ... into {rule.zoo} {rule.shape}"
+                )
+            tensor = tensor.reshape(rule.shape)
         out[rule.zoo] = tensor.t().contiguous() if rule.transpose else tensor
         used.update(rule.hf)
     if missing:
@@ -378,6 +409,8 @@ def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
         if rule.zoo not in tensors:
             raise HFError(f"the model has no tensor {rule.zoo}")
         tensor = tensors[rule.zoo].detach()
+        if rule.shape is not None:  # stacked: back to the rows of the parts
+            tensor = tensor.reshape(-1, tensor.shape[-1])
         if rule.sizes is not None:
             if sum(rule.sizes) != tensor.shape[0]:
                 raise HFError(
