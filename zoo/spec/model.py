@@ -474,6 +474,7 @@ _TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encode
 _TAGS.append(("heads", "classifier", "task"))
 _TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder")]
 _TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
+_TAGS += [(*stack, "ffn", "kind") for stack in ((), ("encoder",), ("decoder",))]
 
 
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
