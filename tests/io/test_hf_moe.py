@@ -142,7 +142,7 @@ def test_greedy_generate_matches_transformers_on_left_padded_prompts(case) -> No
 
 
 def test_to_hf_loads_in_transformers_with_no_missing_keys_and_same_logits(case, tmp_path) -> None:
-    name, hf, path, model = case
+    _, hf, path, model = case
     zoo.to_hf(model, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == json.loads((path / "config.json").read_text())["model_type"]
@@ -169,7 +169,11 @@ def _moe_spec(**ffn: Any) -> Any:
         ({"shared_d_ff": 16}, "mixtral", r"mixtral cannot express ffn\.shared_d_ff=16"),
         ({"sparse_step": 2, "dense_d_ff": 32}, "mixtral", r"mixtral cannot express ffn\.sparse_step=2"),
         ({}, "qwen2_moe", r"qwen2_moe cannot express ffn\.shared_d_ff=None: .* always has a shared expert"),
-        ({"shared_d_ff": 16, "shared_gate": False}, "qwen2_moe", r"qwen2_moe cannot express ffn\.shared_gate=False"),
+        (
+            {"shared_d_ff": 16, "shared_gate": False},
+            "qwen2_moe",
+            r"qwen2_moe cannot express ffn\.shared_gate=False",
+        ),
         ({"jitter": 0.1}, "qwen3_moe", r"qwen3_moe cannot express ffn\.jitter=0\.1"),
         ({"shared_d_ff": 16}, "qwen3_moe", r"qwen3_moe cannot express ffn\.shared_d_ff=16"),
         ({}, "llama", r"llama cannot express ffn\.kind='moe'"),
@@ -192,7 +196,11 @@ def test_a_dense_spec_is_refused_by_the_moe_families(tmp_path) -> None:
 
 
 def test_export_without_a_model_type_picks_the_family_that_keeps_every_option(tmp_path) -> None:
-    for ffn, expected in [({}, "mixtral"), ({"normalize_top_k": False}, "qwen3_moe"), ({"shared_d_ff": 16}, "qwen2_moe")]:
+    for ffn, expected in [
+        ({}, "mixtral"),
+        ({"normalize_top_k": False}, "qwen3_moe"),
+        ({"shared_d_ff": 16}, "qwen2_moe"),
+    ]:
         spec = _moe_spec(**ffn)
         if expected == "qwen2_moe":  # Qwen2-MoE's q/k/v biases and bias-free output
             spec = spec.override(**{"attention.bias": True, "attention.out_bias": False})

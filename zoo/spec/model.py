@@ -222,7 +222,8 @@ class _ModelSpecBase(Spec):
         return self.embedding.token_dim(self.d_model)
 
     def override(self, **changes: Any) -> ModelSpec:
-        """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs.
+        """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs. A mapping with
+        another ``kind`` than the sub-spec it lands on replaces it whole (``ffn={"kind": "moe", ...}``).
 
         >>> zoo.preset("gpt2").override(num_layers=4, **{"attention.num_heads": 4})
         """
@@ -518,7 +519,13 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         elif not isinstance(child, dict):
             raise ValueError(f"cannot override {key!r}: {part!r} is not a sub-spec")
         node = child
-    if isinstance(value, Mapping) and isinstance(node.get(leaf), dict):
+    current = node.get(leaf)
+    # A mapping naming another union member (``ffn: {kind: moe, ...}`` over a dense FFN) replaces the
+    # sub-spec whole: the other member's fields would not fit it.
+    switches = isinstance(value, Mapping) and "kind" in value and isinstance(current, dict)
+    if switches and value["kind"] != current.get("kind"):
+        node[leaf] = dict(value)
+    elif isinstance(value, Mapping) and isinstance(current, dict):
         merged = dict(node[leaf])
         for sub_key, sub_value in value.items():
             _set_dotted(merged, sub_key, sub_value)
