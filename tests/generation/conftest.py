@@ -18,13 +18,17 @@ def _with_position(name: str, position: dict) -> zoo.ModelSpec:
     return zoo.parse_spec(data)
 
 
-# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, and ALBERT-style shared layers.
+# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, and experts.
 DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "gpt2-tiny": lambda: zoo.preset("gpt2-tiny"),
     "llama-tiny": lambda: zoo.preset("llama-tiny"),
     "alibi": lambda: _with_position("gpt2-tiny", {"kind": "alibi"}),
     "sinusoidal": lambda: _with_position("gpt2-tiny", {"kind": "sinusoidal"}),
     "shared-layers": lambda: zoo.preset("llama-tiny").override(num_layers=3, decoder={"share_layers": True}),
+    # Mixture-of-Experts: a dense layer, then a sparse one with a gated shared expert
+    "moe-tiny": lambda: zoo.preset("moe-tiny").override(
+        **{"ffn.shared_d_ff": 32, "ffn.sparse_step": 2, "ffn.dense_d_ff": 96}
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

@@ -9,7 +9,9 @@ from zoo.generation.compiled import _FROZEN
 from zoo.generation.session import Session, decode_step
 
 
-@pytest.mark.parametrize("name", ["llama-tiny", pytest.param("t5-tiny", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name", ["llama-tiny", pytest.param("t5-tiny", marks=pytest.mark.slow), pytest.param("moe-tiny", marks=pytest.mark.slow)]
+)
 def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
     model = tiny(name)
     ids, mask = prompts(model.spec.vocab_size, [6, 6])
@@ -29,7 +31,7 @@ def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
     assert torch.equal(model.generate(ids, compile=True, **kwargs), model.generate(ids, **kwargs))
 
 
-@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny"])
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny", "moe-tiny"])
 def test_a_left_padded_decode_step_compiles_to_one_graph(tiny, prompts, name):
     """The step never asks the mask whether it pads (a host sync, and a graph break per stack)."""
     model = tiny(name)
