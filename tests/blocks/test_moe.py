@@ -24,7 +24,7 @@ def reference(block: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1])
     probs = torch.softmax(block.router(flat).float(), dim=-1)
     out = torch.zeros_like(flat)
-    up, down = block.experts.up_proj, block.experts.down_proj
+    up, down = block.experts.up_proj.weight, block.experts.down_proj.weight
     F = block.experts.d_ff
     for n in range(flat.shape[0]):
         weights, experts = probs[n].topk(block.top_k)

@@ -10,7 +10,12 @@ from zoo.generation.session import Session, decode_step
 
 
 @pytest.mark.parametrize(
-    "name", ["llama-tiny", pytest.param("t5-tiny", marks=pytest.mark.slow), pytest.param("moe-tiny", marks=pytest.mark.slow)]
+    "name",
+    [
+        "llama-tiny",
+        pytest.param("t5-tiny", marks=pytest.mark.slow),
+        pytest.param("moe-tiny", marks=pytest.mark.slow),
+    ],
 )
 def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
     model = tiny(name)

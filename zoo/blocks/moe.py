@@ -14,9 +14,10 @@ grouped ``grouped_mm`` experts do. Under ``torch.compile`` and ``torch.export`` 
 data-dependent shapes, so there each pair gathers its expert's weights instead (a batched matmul over
 ``A`` rows, no host sync): exact, and cheap at decode sizes, where ``A`` is small.
 
-The expert weights are stacked ``(E, 2F, C)`` (gate rows first, then up, as transformers' ``gate_up_proj``)
-and ``(E, C, F)``: one parameter per projection, so a LoRA adapter on them is one ``(E, r, ·)`` pair of
-tensors (`zoo.lora`), added to the stacked weight before dispatch.
+The expert weights are stacked: ``up_proj`` ``(E, 2F, C)`` (gate rows first, then up, as transformers'
+``gate_up_proj``) and ``down_proj`` ``(E, C, F)``, each a `StackedLinear` read through ``stacked_weight()``.
+That one method is where `zoo.lora` adds an adapter's per-expert update (`zoo.lora.experts`), so the
+dispatch stays the same, vectorised, with or without adapters.
 
 Router statistics (softmax probabilities and the chosen experts) come back with the output; the model turns
 them into the load-balancing loss (`zoo.losses.load_balancing_loss`).
@@ -42,19 +43,35 @@ class RouterOutput:
     experts: torch.Tensor  # (N, k) the chosen experts, best first
 
 
+class StackedLinear(nn.Module):
+    """``num`` bias-free linear maps of one shape, one parameter: ``weight`` (E, O, I)."""
+
+    def __init__(self, num: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.num, self.in_features, self.out_features = num, in_features, out_features
+        self.weight = nn.Parameter(torch.empty(num, out_features, in_features))  # (E, O, I)
+
+    def extra_repr(self) -> str:
+        return f"num={self.num}, in_features={self.in_features}, out_features={self.out_features}"
+
+    def stacked_weight(self) -> torch.Tensor:
+        """(E, O, I): the weights the experts multiply by (a LoRA wrapper adds its update here)."""
+        return self.weight
+
+
 class Experts(nn.Module):
     """``E`` gated experts with stacked weights: expert ``e`` maps x -> down[e] @ (act(gate) * up)."""
 
     def __init__(self, *, num_experts: int, d_model: int, d_ff: int, activation: str) -> None:
         super().__init__()
         self.d_ff = d_ff
-        self.up_proj = nn.Parameter(torch.empty(num_experts, 2 * d_ff, d_model))  # (E, 2F, C): gate; up
-        self.down_proj = nn.Parameter(torch.empty(num_experts, d_model, d_ff))  # (E, C, F)
+        self.up_proj = StackedLinear(num_experts, d_model, 2 * d_ff)  # (E, 2F, C): gate rows, then up
+        self.down_proj = StackedLinear(num_experts, d_ff, d_model)  # (E, C, F)
         self.act = ACTIVATIONS[activation]
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(up (E, 2F, C), down (E, C, F)) as the experts use them; `zoo.lora` adds its deltas here."""
-        return self.up_proj, self.down_proj
+        """(up (E, 2F, C), down (E, C, F)) as the experts use them."""
+        return self.up_proj.stacked_weight(), self.down_proj.stacked_weight()
 
     def _swiglu(self, h: torch.Tensor) -> torch.Tensor:
         gate, up = h.split(self.d_ff, dim=-1)  # (..., F) each
@@ -99,8 +116,8 @@ class MoEFeedForward(nn.Module):
     def init_weights(self, *, std: float, residual_std: float | None = None) -> None:
         """The stacked expert weights from N(0, std), ``down_proj`` from N(0, residual_std) when given
         (`zoo.models.init`: nn.Linear layers are drawn there, these parameters are not Linear)."""
-        self.experts.up_proj.normal_(0.0, std)
-        self.experts.down_proj.normal_(0.0, residual_std if residual_std is not None else std)
+        self.experts.up_proj.weight.normal_(0.0, std)
+        self.experts.down_proj.weight.normal_(0.0, residual_std if residual_std is not None else std)
         if self.shared is not None:
             self.shared.init_weights(residual_std=residual_std)
 

@@ -136,6 +136,20 @@ class MoESpec(Spec):
             raise ValueError(f"top_k ({self.top_k}) must be at most num_experts ({self.num_experts})")
         return self
 
+    # What every expert is, read where any FFN spec is (costs, the dense families' export checks, which
+    # refuse an MoE spec by its kind before they look): gated, bias-free, no dropout inside.
+    @property
+    def gated(self) -> bool:
+        return True
+
+    @property
+    def bias(self) -> bool:
+        return False
+
+    @property
+    def dropout(self) -> float:
+        return 0.0
+
     def is_sparse(self, layer_idx: int) -> bool:
         """Whether layer ``layer_idx`` (from 0) of its stack runs the experts rather than the dense FFN."""
         return (layer_idx + 1) % self.sparse_step == 0 and layer_idx not in self.dense_layers

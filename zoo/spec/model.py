@@ -522,8 +522,11 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     current = node.get(leaf)
     # A mapping naming another union member (``ffn: {kind: moe, ...}`` over a dense FFN) replaces the
     # sub-spec whole: the other member's fields would not fit it.
-    switches = isinstance(value, Mapping) and "kind" in value and isinstance(current, dict)
-    if switches and value["kind"] != current.get("kind"):
+    if (
+        isinstance(value, Mapping)
+        and isinstance(current, dict)
+        and value.get("kind", current.get("kind")) != current.get("kind")
+    ):
         node[leaf] = dict(value)
     elif isinstance(value, Mapping) and isinstance(current, dict):
         merged = dict(node[leaf])

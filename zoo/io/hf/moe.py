@@ -10,8 +10,8 @@ variant says how its sparse FFN is written, after transformers' ``models/{mixtra
 
 Checkpoints keep one ``(F, C)`` matrix per expert and projection (``experts.{e}.w1.weight``: what
 ``save_pretrained`` writes and published files hold; transformers 5 fuses them into ``gate_up_proj`` only in
-memory). zoo stacks them: ``experts.up_proj`` (E, 2F, C) is ``[gate_0; up_0; gate_1; up_1; ...]`` and
-``experts.down_proj`` (E, C, F) the down matrices, so each is one `common.stacked` rule. A dense layer of a
+memory). zoo stacks them: ``experts.up_proj.weight`` (E, 2F, C) is ``[gate_0; up_0; gate_1; up_1; ...]`` and
+``experts.down_proj.weight`` (E, C, F) the down matrices, so each is one `common.stacked` rule. A dense layer of a
 Qwen-MoE stack is a gated MLP of width ``intermediate_size`` under the same ``mlp.`` prefix as Llama's.
 """
 
@@ -175,13 +175,13 @@ def moe_rules(fmt: MoEFormat, ffn: MoESpec, zoo: str, hf: str, *, layer_idx: int
     rules = [
         Rule(f"{zoo}.ffn.router.weight", (f"{block}.gate.weight",)),
         stacked(
-            f"{zoo}.ffn.experts.up_proj",
+            f"{zoo}.ffn.experts.up_proj.weight",
             [f"{experts}.{e}.{name}.weight" for e in range(E) for name in (gate, up)],
             [F] * (2 * E),
             (E, 2 * F, C),
         ),
         stacked(
-            f"{zoo}.ffn.experts.down_proj",
+            f"{zoo}.ffn.experts.down_proj.weight",
             [f"{experts}.{e}.{down}.weight" for e in range(E)],
             [C] * E,
             (E, C, F),
