@@ -51,16 +51,27 @@ def test_dispatch_equals_the_per_token_reference(normalize: bool, shared: int | 
     assert router.probs.shape == (21, 5) and router.experts.shape == (21, 2)
 
 
-def test_gathered_weights_equal_the_grouped_dispatch() -> None:
-    """The path torch.compile and torch.export take equals the eager one."""
-    block = MoEFeedForward(MoESpec(num_experts=4, top_k=3, d_ff=8), d_model=16)
+@pytest.mark.parametrize("d_ff", [8, 6])  # 6 float32s: rows of 24 bytes, the per-expert loop, not grouped_mm
+def test_grouped_and_gathered_dispatch_agree(d_ff: int) -> None:
+    """The grouped path (torch's grouped GEMM or the per-expert loop) equals the one torch.compile (few
+    tokens) and torch.export take, values and gradients."""
+    from zoo.blocks.moe import _grouped_mm_fits
+
+    block = MoEFeedForward(MoESpec(num_experts=4, top_k=3, d_ff=d_ff), d_model=16)
     block.init_weights(std=0.3)
-    x = torch.randn(20, 16)
-    pairs = torch.randint(0, 4, (20,))
-    order = pairs.argsort(stable=True)
-    grouped = block.experts.grouped(x[order], torch.bincount(pairs, minlength=4).tolist())
-    gathered = block.experts.gathered(x, pairs)
-    torch.testing.assert_close(grouped, gathered[order], atol=1e-5, rtol=1e-5)
+    up, down = block.experts.weights()
+    assert _grouped_mm_fits(torch.zeros(1, 16), up, down) == (d_ff == 8 and hasattr(torch, "_grouped_mm"))
+    x = torch.randn(20, 16, requires_grad=True)
+    token, experts, weight = torch.randint(0, 20, (30,)), torch.randint(0, 4, (30,)), torch.rand(30)
+    order = experts.argsort(stable=True)
+    counts = torch.bincount(experts, minlength=4)
+    grouped = block.experts.grouped(x, token[order], weight[order], counts)
+    gathered = block.experts.gathered(x, token, weight, experts)
+    torch.testing.assert_close(grouped, gathered, atol=1e-5, rtol=1e-5)
+    params = [x, block.experts.up_proj.weight, block.experts.down_proj.weight]
+    grads = [torch.autograd.grad(out.square().sum(), params) for out in (grouped, gathered)]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
 def test_load_balancing_loss_is_one_times_top_k_when_routing_is_uniform_and_ignores_padding() -> None:

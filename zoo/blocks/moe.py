@@ -8,11 +8,17 @@
 Shapes: ``N`` tokens (B·T flattened), ``C`` d_model, ``E`` experts, ``k`` top_k, ``F`` an expert's width,
 ``A = N·k`` routed (token, expert) pairs.
 
-Dispatch is vectorised: one argsort and one bincount place every pair; the experts then run one matmul
-each over their slice of the sorted rows (a loop over experts, never over tokens), as transformers'
-grouped ``grouped_mm`` experts do. Under ``torch.compile`` and ``torch.export`` the slice lengths would be
-data-dependent shapes, so there each pair gathers its expert's weights instead (a batched matmul over
-``A`` rows, no host sync): exact, and cheap at decode sizes, where ``A`` is small.
+Dispatch is vectorised: one argsort and one bincount place every pair; the experts then run over their
+slices of the sorted rows, as transformers' ``grouped_mm`` experts do: on the CPU one ``torch._grouped_mm``
+per projection (offsets stay on the device, no host sync; float32/16 and bfloat16 with widths that are
+multiples of 16 bytes, its kernel's rule), else one matmul per expert (a loop over experts, never over
+tokens). The slice lengths of that loop are data: reading them is one host sync, and under
+``torch.compile`` a graph break. So under ``torch.export``, and under ``torch.compile`` when there are few
+pairs (``A <= num_experts``: a decode step), each pair gathers its expert's weights instead, one batched
+matmul over ``A`` rows with no host sync: exact, and its (A, 2F, C) gathered weights cost no more memory
+than the experts' own. A compiled training step (many pairs) keeps the grouped path and its graph break;
+an exported program gathers at every size (it has one graph for all shapes), so it suits inference
+batches, not long training ones.
 
 The expert weights are stacked: ``up_proj`` ``(E, 2F, C)`` (gate rows first, then up, as transformers'
 ``gate_up_proj``) and ``down_proj`` ``(E, C, F)``, each a `StackedLinear` read through ``stacked_weight()``.
@@ -77,20 +83,34 @@ class Experts(nn.Module):
         gate, up = h.split(self.d_ff, dim=-1)  # (..., F) each
         return self.act(gate) * up
 
-    def grouped(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """x (A, C) sorted by expert, ``counts[e]`` rows each -> (A, C): one matmul per expert."""
+    def grouped(
+        self, x: torch.Tensor, token: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor
+    ) -> torch.Tensor:
+        """x (N, C); the A pairs sorted by expert, ``counts[e]`` (E,) of expert e: their token (A,) and
+        router weight (A,) -> (N, C), each token's weighted sum over its experts."""
         up, down = self.weights()
-        outputs = []
-        for e, rows in enumerate(x.split(counts)):  # a loop over experts: each runs all its tokens at once
+        if _grouped_mm_fits(x, up, down):
+            offsets = counts.cumsum(0, dtype=torch.int32)  # (E,) where each expert's rows end
+            h = torch._grouped_mm(x[token], up.transpose(1, 2), offs=offsets)  # (A, C) @ (E, C, 2F): (A, 2F)
+            y = torch._grouped_mm(self._swiglu(h), down.transpose(1, 2), offs=offsets)  # (A, C)
+            return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
+        out = x.new_zeros(x.shape)
+        sizes = counts.tolist()  # the one host sync
+        for e, (rows, w) in enumerate(zip(token.split(sizes), weight.split(sizes))):  # experts, not tokens
             if rows.shape[0]:
-                outputs.append(F.linear(self._swiglu(F.linear(rows, up[e])), down[e]))  # (n_e, C)
-        return torch.cat(outputs) if outputs else x.new_zeros(x.shape)
+                y = F.linear(self._swiglu(F.linear(x[rows], up[e])), down[e])  # (n_e, C)
+                out.index_add_(0, rows, y * w.unsqueeze(-1))
+        return out
 
-    def gathered(self, x: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
-        """x (A, C), experts (A,) -> (A, C): each row with its own expert's weights gathered (no host sync)."""
+    def gathered(
+        self, x: torch.Tensor, token: torch.Tensor, weight: torch.Tensor, experts: torch.Tensor
+    ) -> torch.Tensor:
+        """As `grouped` for pairs in any order, ``experts`` (A,) naming each pair's expert, with no host sync:
+        each pair gathers its expert's weights (A, 2F, C) and (A, C, F) for one batched matmul each."""
         up, down = self.weights()
-        h = torch.bmm(up[experts], x.unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
-        return torch.bmm(down[experts], self._swiglu(h).unsqueeze(-1)).squeeze(-1)  # (A, C)
+        h = torch.bmm(up[experts], x[token].unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
+        y = torch.bmm(down[experts], self._swiglu(h).unsqueeze(-1)).squeeze(-1)  # (A, C)
+        return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
 
 
 class MoEFeedForward(nn.Module):
@@ -146,17 +166,27 @@ class MoEFeedForward(nn.Module):
     def _dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """x (N, C), weights and experts (N, k) -> sum over k of weight · expert(x), (N, C)."""
         pairs = experts.reshape(-1)  # (A,) pair p = (token p // k, its (p % k)-th expert)
-        if torch.compiler.is_compiling():  # data-dependent slice lengths would break the graph
+        if torch.compiler.is_exporting() or (
+            torch.compiler.is_compiling() and pairs.shape[0] <= self.num_experts
+        ):  # no data-dependent slice lengths: one graph, no host sync
             token = torch.arange(pairs.shape[0], device=x.device) // self.top_k  # (A,)
-            y = self.experts.gathered(x[token], pairs)  # (A, C)
-            pair_weights = weights.reshape(-1)  # (A,)
-        else:
-            order = pairs.argsort(stable=True)  # (A,) pairs grouped by expert, in token order within one
-            token = order // self.top_k  # (A,) the token of each sorted pair
-            counts = torch.bincount(pairs, minlength=self.num_experts).tolist()  # the one host sync
-            y = self.experts.grouped(x[token], counts)  # (A, C)
-            pair_weights = weights.reshape(-1)[order]  # (A,)
-        return x.new_zeros(x.shape).index_add_(0, token, y * pair_weights.unsqueeze(-1))
+            return self.experts.gathered(x, token, weights.reshape(-1), pairs)
+        order = pairs.argsort(stable=True)  # (A,) pairs grouped by expert, in token order within one
+        counts = torch.bincount(pairs, minlength=self.num_experts)  # (E,)
+        return self.experts.grouped(x, order // self.top_k, weights.reshape(-1)[order], counts)
+
+
+_GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _grouped_mm_fits(x: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> bool:
+    """Whether torch's grouped GEMM can run these experts eagerly: on the CPU (its CUDA kernel wants
+    bfloat16 on recent GPUs only), in a dtype it has, with rows a multiple of 16 bytes long."""
+    if not hasattr(torch, "_grouped_mm") or x.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    if x.dtype not in _GROUPED_MM_DTYPES or not x.dtype == up.dtype == down.dtype:
+        return False
+    return all(width * x.element_size() % 16 == 0 for width in (up.shape[1], up.shape[2], down.shape[2]))
 
 
 def build_ffn(spec: FFNSpec | MoESpec, *, d_model: int, layer_idx: int) -> FeedForward | MoEFeedForward:
