@@ -8,7 +8,8 @@ Shape: d_model 512, 8 experts of width 1024, top-2, 2,048 tokens (a (4, 512) bat
 contenders computes the same function on the same weights (checked to 1e-4 before timing): ``zoo`` with top-k
 renormalised against transformers' ``MixtralSparseMoeBlock``, ``zoo`` without against ``Qwen3MoeSparseMoeBlock``
 (``norm_topk_prob: false``), each transformers block with its default experts implementation (``grouped_mm``
-where torch has it). ``dense`` is a SwiGLU FFN of width top_k × 1024: the FLOPs one token's experts cost
+where torch has it), and Mixtral's also with its ``eager`` one (a loop over the experts that hit, the
+transformers 4 way). ``dense`` is a SwiGLU FFN of width top_k × 1024: the FLOPs one token's experts cost
 without any routing, the floor the dispatch overhead is measured from. Forward (no gradients) and forward +
 backward (the input's and every weight's gradient) are timed alternately in one process
 (`bench.timing.alternate`). Writes moe.json and moe.md to bench/results/local/ (ignored by git), or --out
@@ -18,6 +19,7 @@ DIR; --update writes the tracked bench/results/.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -70,6 +72,12 @@ def contenders(shape: tuple[int, ...]) -> dict[str, Callable[[torch.Tensor], tor
             theirs.experts.gate_up_proj.copy_(ours.experts.up_proj.weight)  # (E, 2F, C): gate rows, then up
             theirs.experts.down_proj.copy_(ours.experts.down_proj.weight)  # (E, C, F)
         blocks[f"zoo ({name})"], blocks[f"hf {name}"] = ours, theirs
+        if name == "mixtral":
+            eager_config = copy.deepcopy(config)
+            eager_config._experts_implementation = "eager"
+            eager = block_class(eager_config)
+            eager.load_state_dict(theirs.state_dict())
+            blocks["hf mixtral (eager)"] = eager
     dense = FeedForward(FFNSpec(d_ff=k * F, activation="silu", gated=True, bias=False), d_model=C)
     runs: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
         name: (lambda x, block=block: block(x)[0]) if name.startswith("zoo") else block
@@ -82,18 +90,26 @@ def contenders(shape: tuple[int, ...]) -> dict[str, Callable[[torch.Tensor], tor
 def _default_experts_implementation() -> str:
     """What transformers 5 picks for a model built without ``experts_implementation``: grouped_mm when
     torch has it (`PreTrainedModel.get_correct_experts_implementation`), else its eager loop."""
-    return "grouped_mm" if hasattr(torch, "_grouped_mm") or hasattr(torch.nn.functional, "grouped_mm") else "eager"
+    return (
+        "grouped_mm"
+        if hasattr(torch, "_grouped_mm") or hasattr(torch.nn.functional, "grouped_mm")
+        else "eager"
+    )
 
 
-def check_same_function(runs: dict[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor) -> dict[str, float]:
+def check_same_function(
+    runs: dict[str, Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor
+) -> dict[str, float]:
     """Max |zoo - transformers| of each pair on ``x``; raises if one exceeds `TOLERANCE`."""
     differences = {}
     with torch.no_grad():
         for name in ("mixtral", "qwen3_moe"):
-            ours, theirs = runs[f"zoo ({name})"](x), runs[f"hf {name}"](x)
-            differences[name] = float((ours - theirs).abs().max())
-            if differences[name] > TOLERANCE:
-                raise AssertionError(f"zoo and transformers' {name} blocks differ by {differences[name]:.2e}")
+            ours = runs[f"zoo ({name})"](x)
+            for contender in [c for c in runs if c.startswith(f"hf {name}")]:
+                differences[contender] = float((ours - runs[contender](x)).abs().max())
+    for contender, difference in differences.items():
+        if difference > TOLERANCE:
+            raise AssertionError(f"zoo and {contender} differ by {difference:.2e}")
     return differences
 
 
@@ -117,7 +133,9 @@ def timed(
         return call
 
     return {
-        "forward": alternate({n: forward(r) for n, r in runs.items()}, device="cpu", warmup=1, repeats=repeats),
+        "forward": alternate(
+            {n: forward(r) for n, r in runs.items()}, device="cpu", warmup=1, repeats=repeats
+        ),
         "forward+backward": alternate(
             {n: backward(r) for n, r in runs.items()}, device="cpu", warmup=1, repeats=repeats
         ),
@@ -156,15 +174,15 @@ def markdown(record: dict[str, Any]) -> str:
         f"float32; median of {record['repeats']} alternating repetitions, (slowest–fastest) in brackets. "
         f"zoo equals transformers to {max(record['max_difference'].values()):.0e}.",
         "",
-        "| mode | contender | tokens/s | zoo / transformers | vs dense floor |",
+        "| mode | contender | tokens/s | zoo ÷ this (same router) | vs dense floor |",
         "|---|---|---:|---:|---:|",
     ]
     for mode in ("forward", "forward+backward"):
         rows = {r["contender"]: r for r in record["results"] if r["mode"] == mode}
         floor = next(r for name, r in rows.items() if name.startswith("dense"))
         for name, row in rows.items():
-            pair = name.removeprefix("zoo (").removesuffix(")") if name.startswith("zoo") else None
-            ratio = f"{row['rate'] / rows[f'hf {pair}']['rate']:.2f}x" if pair else ""
+            pair = name.removeprefix("hf ").split(" ")[0] if name.startswith("hf ") else None
+            ratio = f"{rows[f'zoo ({pair})']['rate'] / row['rate']:.2f}x" if pair else ""
             lines.append(
                 f"| {mode} | {name} | {row['rate']:,.0f} ({row['slowest']:,.0f}–{row['fastest']:,.0f}) | {ratio} | "
                 f"{row['rate'] / floor['rate']:.2f}x |"

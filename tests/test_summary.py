@@ -213,7 +213,8 @@ def test_zoo_summary_is_the_function_even_after_importing_its_package() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "active"), [("mixtral-8x7b", 12_879_925_248), ("qwen3-30b-a3b", 3_353_032_704), ("llama-tiny", None)]
+    ("name", "active"),
+    [("mixtral-8x7b", 12_879_925_248), ("qwen3-30b-a3b", 3_353_032_704), ("llama-tiny", None)],
 )
 def test_moe_summary_counts_active_parameters_and_their_flops(name: str, active: int | None) -> None:
     """A token runs top_k of each MoE layer's experts: the active count (the spec's own, the published

@@ -138,3 +138,13 @@ def test_dense_specs_without_kind_keep_their_json(tmp_path: Path) -> None:
     moe = zoo.preset("moe-tiny")
     assert moe.model_dump()["ffn"]["kind"] == "moe"
     assert zoo.spec.parse_spec(moe.model_dump()) == moe
+
+
+def test_a_saved_moe_model_loads_with_the_same_outputs(tmp_path: Path) -> None:
+    model = zoo.build(_spec("decoder")).eval()
+    zoo.save(model, tmp_path / "moe")
+    loaded = zoo.load(tmp_path / "moe").eval()
+    assert loaded.spec == model.spec
+    ids = torch.randint(3, 100, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)

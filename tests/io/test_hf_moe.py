@@ -209,3 +209,43 @@ def test_export_without_a_model_type_picks_the_family_that_keeps_every_option(tm
         out = tmp_path / expected
         zoo.to_hf(zoo.build(spec), out)
         assert json.loads((out / "config.json").read_text())["model_type"] == expected
+
+
+# -- the published shapes ----------------------------------------------------------------------------------
+
+# config.json of each published checkpoint (the fields that shape the model), as on its model card.
+PUBLISHED = {
+    "mixtral-8x7b": dict(
+        model_type="mixtral", architectures=["MixtralForCausalLM"], vocab_size=32000, hidden_size=4096,
+        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1e6, sliding_window=None,
+        num_local_experts=8, num_experts_per_tok=2, router_aux_loss_coef=0.02, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2,
+    ),
+    "qwen3-30b-a3b": dict(
+        model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], vocab_size=151936, hidden_size=2048,
+        intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+        head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        rope_scaling=None, attention_bias=False, use_sliding_window=False, sliding_window=None,
+        max_window_layers=48, decoder_sparse_step=1, mlp_only_layers=[], moe_intermediate_size=768,
+        num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, tie_word_embeddings=False,
+        bos_token_id=151643, eos_token_id=151645,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED))
+def test_preset_is_the_spec_its_published_config_imports_as(name) -> None:
+    from zoo.io.hf import family_mappings
+
+    config = PUBLISHED[name]
+    mapping = next(m for m in family_mappings() if config["model_type"] in m.model_types)
+    imported = mapping.config_to_spec(config, set())
+    preset = zoo.preset(name)
+    assert preset.override(name=None, source=None, init=imported.init) == imported
+    exported = mapping.spec_to_config(preset)
+    # not written back: the training coefficient (a TrainConfig field in zoo), a switched-off window's
+    # size, and an intermediate_size no dense layer reads (all 48 layers are sparse)
+    unread = {"rope_scaling", "router_aux_loss_coef", "max_window_layers", "intermediate_size"}
+    keys = [k for k in config if k in exported and k not in unread]
+    assert {k: exported[k] for k in keys} == {k: config[k] for k in keys}
