@@ -249,3 +249,17 @@ def test_preset_is_the_spec_its_published_config_imports_as(name) -> None:
     unread = {"rope_scaling", "router_aux_loss_coef", "max_window_layers", "intermediate_size"}
     keys = [k for k in config if k in exported and k not in unread]
     assert {k: exported[k] for k in keys} == {k: config[k] for k in keys}
+
+
+def test_qwen2_moe_without_layer_types_slides_on_its_even_layers_below_max_window_layers(tmp_path) -> None:
+    """Qwen2MoeConfig's own rule (not Qwen2's "from max_window_layers on") for configs that predate layer_types."""
+    options = dict(CASES["qwen2_moe-sparse-step"][1], use_sliding_window=True, sliding_window=8, max_window_layers=2)
+    hf = hf_model("Qwen2Moe", **options)
+    assert hf.config.layer_types == ["sliding_attention", "full_attention", "full_attention"]
+    hf.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_types"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    model = zoo.from_hf(tmp_path)
+    assert [p.kind for p in model.spec.decoder.layer_patterns] == ["sliding_window", "causal", "causal"]
+    assert_logits_match(model, hf)
