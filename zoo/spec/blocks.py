@@ -104,6 +104,10 @@ class MoESpec(Spec):
     token also runs one shared expert, scaled by ``sigmoid(shared_gate(x))`` when ``shared_gate`` (Qwen2-MoE).
     """
 
+    # ``kind`` is required in the JSON Schema: the dense member's fields are all optional too, so a written
+    # ``kind: moe`` is what tells the two apart for a schema-driven editor (Python defaults it, as here).
+    model_config = ConfigDict(**Spec.model_config, json_schema_extra={"required": ["kind"]})
+
     kind: Literal["moe"] = "moe"
     num_experts: PositiveInt = Field(8, description="Routed experts per sparse layer.")
     top_k: PositiveInt = Field(2, description="Experts each token runs (num_experts_per_tok).")
