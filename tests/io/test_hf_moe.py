@@ -253,7 +253,9 @@ def test_preset_is_the_spec_its_published_config_imports_as(name) -> None:
 
 def test_qwen2_moe_without_layer_types_slides_on_its_even_layers_below_max_window_layers(tmp_path) -> None:
     """Qwen2MoeConfig's own rule (not Qwen2's "from max_window_layers on") for configs that predate layer_types."""
-    options = dict(CASES["qwen2_moe-sparse-step"][1], use_sliding_window=True, sliding_window=8, max_window_layers=2)
+    options = dict(
+        CASES["qwen2_moe-sparse-step"][1], use_sliding_window=True, sliding_window=8, max_window_layers=2
+    )
     hf = hf_model("Qwen2Moe", **options)
     assert hf.config.layer_types == ["sliding_attention", "full_attention", "full_attention"]
     hf.save_pretrained(tmp_path)
