@@ -98,9 +98,10 @@ def moe_from_config(fmt: MoEFormat, config: dict[str, Any], get: Callable[[str],
             raise HFError(f"config.json decoder_sparse_step={step!r}: a positive integer is expected")
         if not isinstance(dense, list) or not all(isinstance(i, int) and i >= 0 for i in dense):
             raise HFError(f"config.json mlp_only_layers={dense!r}: a list of layer indices is expected")
-        spec = MoESpec(sparse_step=step, dense_layers=sorted(set(dense)))
-        any_dense = any(not spec.is_sparse(i) for i in range(get("num_hidden_layers")))
-        ffn |= {"sparse_step": step, "dense_layers": sorted(set(dense))}
+        layers = get("num_hidden_layers")
+        dense = sorted({i for i in dense if i < layers})  # transformers never reads the others
+        any_dense = any(not MoESpec(sparse_step=step, dense_layers=dense).is_sparse(i) for i in range(layers))
+        ffn |= {"sparse_step": step, "dense_layers": dense}
         # the dense layers' width only where a layer is dense: an unused intermediate_size says nothing
         ffn["dense_d_ff"] = get("intermediate_size") if any_dense else None
     return ffn
