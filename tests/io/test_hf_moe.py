@@ -3,7 +3,8 @@
 Each case is a small random transformers model with every parameter drawn or perturbed (routers included, so
 routing differs token to token) and every MoE option away from its default: top-k renormalised or not,
 Qwen2-MoE's gated shared expert, dense layers by ``decoder_sparse_step`` and ``mlp_only_layers``, sliding
-windows, q/k/v biases. Batches are left-padded, as in `test_hf_llama_family`; the load-balancing loss is
+windows, q/k/v biases, a GELU activation, tied embeddings, Mixtral's router jitter (training only: read and
+written back). Batches are left-padded, as in `test_hf_llama_family`; the load-balancing loss is
 compared with transformers' ``aux_loss`` on the same batch.
 """
 
@@ -38,10 +39,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                    layer_types=["full_attention", "sliding_attention", "full_attention"])),
     "qwen2_moe-sparse-step": ("Qwen2Moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
                                                shared_expert_intermediate_size=32, decoder_sparse_step=2,
-                                               qkv_bias=False)),
+                                               qkv_bias=False, hidden_act="gelu")),
     "qwen3_moe": ("Qwen3Moe", dict(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=24,
                                    decoder_sparse_step=2, mlp_only_layers=[2], head_dim=24, attention_bias=True,
-                                   rms_norm_eps=0.25, use_sliding_window=True, sliding_window=8)),
+                                   rms_norm_eps=0.25, use_sliding_window=True, sliding_window=8,
+                                   tie_word_embeddings=True)),
 }  # fmt: skip
 # Qwen3-MoE's eps is large so that a q/k norm with another eps shows in the logits.
 LENGTHS = [40, 34, 12]
@@ -109,7 +111,8 @@ IMPORTED = {
                 "jitter": 0.1, "shared_d_ff": None, "sparse_step": 1, "dense_layers": [], "dense_d_ff": None},
     "qwen2_moe": {"num_experts": 5, "top_k": 3, "d_ff": 24, "normalize_top_k": True, "shared_d_ff": 40,
                   "shared_gate": True, "dense_layers": [1], "dense_d_ff": 96},
-    "qwen2_moe-sparse-step": {"sparse_step": 2, "dense_layers": [], "dense_d_ff": 96, "normalize_top_k": False},
+    "qwen2_moe-sparse-step": {"sparse_step": 2, "dense_layers": [], "dense_d_ff": 96, "normalize_top_k": False,
+                              "activation": "gelu"},
     "qwen3_moe": {"num_experts": 6, "d_ff": 24, "sparse_step": 2, "dense_layers": [2], "dense_d_ff": 96,
                   "shared_d_ff": None, "normalize_top_k": False},
 }  # fmt: skip
