@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_results_go_to_a_folder_git_ignores_unless_update_is_given(bench_modules
         parse("--out", "elsewhere", "--update")
 
 
-@pytest.mark.parametrize("module", ["bench.run", "bench.attention", "bench.quant"])
+@pytest.mark.parametrize("module", ["bench.run", "bench.attention", "bench.quant", "bench.moe"])
 def test_every_bench_writes_where_the_output_options_say(module: str, bench_modules: None) -> None:
     import importlib
     import inspect
@@ -57,3 +58,19 @@ def test_quick_suite_leaves_out_compiling_and_the_encoder_decoders(bench_modules
     assert all("zoo-compiled" not in w.contenders for w in quick.generate)
     assert any("zoo-compiled" in w.contenders for w in full.generate)
     assert len(full.train) == 5 and any(w.family == "encoder-decoder" for w in full.generate)
+
+
+def test_moe_bench_runs_on_a_tiny_shape_and_checks_zoo_equals_transformers(
+    bench_modules: None, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    from bench import moe
+
+    assert moe.main(["--tiny", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "moe.json").read_text())
+    assert max(record["max_difference"].values()) <= moe.TOLERANCE
+    contenders = {row["contender"] for row in record["results"]}
+    assert {"zoo (mixtral)", "hf mixtral", "zoo (qwen3_moe)", "hf qwen3_moe"} < contenders
+    assert {row["mode"] for row in record["results"]} == {"forward", "forward+backward"}
+    table = (tmp_path / "moe.md").read_text()
+    assert "| forward+backward | zoo (mixtral) |" in table and "vs dense floor" in table

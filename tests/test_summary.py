@@ -15,7 +15,9 @@ from zoo.analysis.diff import MISSING
 from zoo.spec import SpecError
 
 
-@pytest.mark.parametrize("name", [*TINY_PRESETS, "gpt2", "t5-small", "bert-base", "albert-base", "bart-base"])
+@pytest.mark.parametrize(
+    "name", [*TINY_PRESETS, "gpt2", "t5-small", "bert-base", "albert-base", "bart-base", "moe-tiny"]
+)
 def test_counts_match_the_model_and_split_into_roles(name: str) -> None:
     s = summary(name)
     model = zoo.build(name, device="meta", init=False)
@@ -208,3 +210,18 @@ def test_zoo_summary_is_the_function_even_after_importing_its_package() -> None:
 
     assert zoo.summary is analysis.summary
     assert zoo.summary("gpt2-tiny").parameters.total == zoo.build("gpt2-tiny", device="meta").num_parameters()
+
+
+@pytest.mark.parametrize(
+    ("name", "active"),
+    [("mixtral-8x7b", 12_879_925_248), ("qwen3-30b-a3b", 3_353_032_704), ("llama-tiny", None)],
+)
+def test_moe_summary_counts_active_parameters_and_their_flops(name: str, active: int | None) -> None:
+    """A token runs top_k of each MoE layer's experts: the active count (the spec's own, the published
+    12.9B / 3.3B) and the dense FLOPs follow it; a dense model's active count is its total."""
+    s = summary(name, seq_len=16)
+    p = s.parameters
+    assert p.active == (active if active is not None else p.total)
+    assert p.active == zoo.spec.parameter_count(zoo.preset(name), active=True)
+    assert s.flops.dense == 2 * (p.body_as_run - (p.total - p.active))
+    assert any("experts" in note for note in s.notes) == (active is not None)

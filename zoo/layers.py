@@ -24,7 +24,8 @@ input through its own norm, and their outputs are added to it at once, not one a
 A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
 mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (Swapping
 these two masks is a common slip; `tests/test_layers.py` keeps them straight.) Layers never build masks: the
-stack builds them once per forward and hands them down.
+stack builds them once per forward and hands them down. A Mixture-of-Experts FFN (`zoo.blocks.moe`) also
+returns its routing, which the layer passes up for the load-balancing loss.
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.blocks import Attention, FeedForward, build_norm
+from zoo.blocks import Attention, MoEFeedForward, RouterOutput, build_ffn, build_norm
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.flex import BlockMask
-from zoo.spec import AttentionSpec, FFNSpec, NormSpec
+from zoo.spec import AttentionSpec, FeedForwardSpec, NormSpec
 
-Branch = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+Branch = Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
 
 
 @dataclass
@@ -49,6 +50,7 @@ class LayerOutput:
     hidden: torch.Tensor  # (B, T, C)
     self_weights: torch.Tensor | None = None  # (B, H, T, T) when output_attentions
     cross_weights: torch.Tensor | None = None  # (B, H, T, S) when output_attentions
+    router: RouterOutput | None = None  # a Mixture-of-Experts layer's routing
 
 
 class Layer(nn.Module):
@@ -58,15 +60,17 @@ class Layer(nn.Module):
         self,
         *,
         attention: AttentionSpec,
-        ffn: FFNSpec,
+        ffn: FeedForwardSpec,
         norm: NormSpec,
         cross_attention: AttentionSpec | None,
         d_model: int,
         dropout: float,
         attention_norm: bool = True,
+        layer_idx: int = 0,
     ) -> None:
         """``attention_norm``: false leaves the self-attention input un-normalised (the stack's first layer
-        under ``norm.first_attention_norm: false``, ModernBERT)."""
+        under ``norm.first_attention_norm: false``, ModernBERT); ``layer_idx`` (from 0 in its stack) picks a
+        Mixture-of-Experts spec's sparse or dense FFN."""
         super().__init__()
         self.pre_norm = norm.placement != "post"
         self.parallel = norm.residual == "parallel"
@@ -82,7 +86,7 @@ class Layer(nn.Module):
         )
         self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
         self.cross_attn_post_norm = build_norm(norm, dim=d_model) if cross_attention and sandwich else None
-        self.ffn = FeedForward(ffn, d_model=d_model)
+        self.ffn = build_ffn(ffn, d_model=d_model, layer_idx=layer_idx)
         self.ffn_norm = build_norm(norm, dim=d_model)
         self.ffn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
         self.dropout = Dropout(dropout)
@@ -112,8 +116,13 @@ class Layer(nn.Module):
             x, cross_weights = self._branch(self.cross_attn_norm, x, layer_input, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
             ), self.cross_attn_post_norm)  # fmt: skip
-        x, _ = self._branch(self.ffn_norm, x, layer_input, lambda h: (self.ffn(h), None), self.ffn_post_norm)
-        return LayerOutput(x, self_weights, cross_weights)
+        x, router = self._branch(self.ffn_norm, x, layer_input, self._ffn, self.ffn_post_norm)
+        return LayerOutput(x, self_weights, cross_weights, router)
+
+    def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, RouterOutput | None]:
+        if isinstance(self.ffn, MoEFeedForward):  # fixed at build time: no data-dependent branch
+            return self.ffn(h)
+        return self.ffn(h), None
 
     def _branch(
         self,
@@ -122,7 +131,7 @@ class Layer(nn.Module):
         layer_input: torch.Tensor,
         sublayer: Branch,
         post_norm: nn.Module | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, Any]:
         """x plus one residual branch; the branch reads ``layer_input`` under the parallel residual."""
         if self.pre_norm:  # pre-norm, or sandwich with its post_norm
             out, weights = sublayer(norm(layer_input if self.parallel else x))

@@ -15,6 +15,7 @@ as ``torch.nn.functional.cross_entropy(label_smoothing=eps)``:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -71,3 +72,36 @@ def shift_labels_left(labels: torch.Tensor) -> torch.Tensor:
     Shifting the labels rather than slicing ``logits[:, :-1]`` avoids copying the whole (B, T, V) logits.
     """
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+
+
+def load_balancing_loss(
+    routers: Sequence[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """Switch Transformer's auxiliary load-balancing loss (Fedus et al. 2021, eqs. 4-6), as transformers'
+    Mixtral / Qwen-MoE ``load_balancing_loss_func``: ``E * sum_e f_e * P_e``, where ``f_e`` is the share of
+    top-k assignments that went to expert ``e`` and ``P_e`` its mean router probability, both averaged over
+    the real tokens of every sparse layer together (1 when routing is perfectly balanced, ``top_k`` scaled).
+
+    routers: per sparse layer ``(probs (N, E), experts (N, k))``, tokens in (B, T) order; mask: (B, T)
+    1 = real token (padding does not count), or None. None when there is no sparse layer.
+    """
+    if not routers:
+        return None
+    probs0 = routers[0][0]
+    E, device = probs0.shape[-1], probs0.device
+    weight = (
+        mask.reshape(-1).to(device=device, dtype=torch.float32)
+        if mask is not None
+        else torch.ones(probs0.shape[0], device=device)
+    )  # (N,)
+    counts = torch.zeros(E, device=device)
+    prob_sums = torch.zeros(E, device=device)
+    for probs, experts in routers:
+        k = experts.shape[-1]
+        # scatter_add, not bincount: no host sync, and padded rows add 0
+        counts = counts + torch.zeros(E, device=device).scatter_add(
+            0, experts.reshape(-1), weight.repeat_interleave(k)
+        )
+        prob_sums = prob_sums + (probs.float() * weight.unsqueeze(-1)).sum(dim=0)
+    rows = weight.sum() * len(routers)
+    return E * torch.sum((counts / rows) * (prob_sums / rows))

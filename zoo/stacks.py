@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from zoo.blocks import build_norm, build_positions, masks
+from zoo.blocks import RouterOutput, build_norm, build_positions, masks
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
 from zoo.blocks.position import build_position_bias
@@ -55,6 +55,7 @@ class StackOutput:
     hidden: torch.Tensor  # (B, T, C)
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
     cross_attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, S)
+    routers: tuple[RouterOutput, ...] = ()  # per Mixture-of-Experts layer, in order
 
 
 def position_ids_from_mask(
@@ -125,6 +126,7 @@ class Stack(nn.Module):
                 d_model=d_model,
                 dropout=dropout,
                 attention_norm=i > 0 or spec.norm.first_attention_norm,
+                layer_idx=i,
             )
             for i in range(unique_layers)
         )
@@ -198,7 +200,7 @@ class Stack(nn.Module):
                 rotary_local = cos.to(x.dtype), sin.to(x.dtype)
         cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
 
-        self_weights, cross_weights = [], []
+        self_weights, cross_weights, routers = [], [], []
         for i in range(self.num_layers):
             layer = self.layers[i % len(self.layers)]
             self_mask = self_masks[i]
@@ -218,10 +220,14 @@ class Stack(nn.Module):
             x = out.hidden
             self_weights.append(out.self_weights)
             cross_weights.append(out.cross_weights)
+            if out.router is not None:
+                routers.append(out.router)
         if cache is not None:
             cache.advance(T)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if not output_attentions:
-            return StackOutput(x)
-        return StackOutput(x, tuple(self_weights), tuple(cross_weights) if memory is not None else None)
+            return StackOutput(x, routers=tuple(routers))
+        return StackOutput(
+            x, tuple(self_weights), tuple(cross_weights) if memory is not None else None, tuple(routers)
+        )

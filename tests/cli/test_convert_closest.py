@@ -50,8 +50,20 @@ def test_families_of_another_model_kind_rank_last_and_fewer_fields_rank_first() 
         zoo.to_hf(zoo.build(spec, device="meta", init=False), "unused")
     ranked = [family for family, _ in caught.value.reasons]
     assert ranked[0] == "gpt2"  # one field away (norm.kind)
-    decoders = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt", "ctrl", "gemma", "gemma2", "gemma3_text",
-                "gpt_neox", "phi3"}
+    decoders = {
+        "gpt2",
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "opt",
+        "ctrl",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "gpt_neox",
+        "phi3",
+    }
     assert set(ranked[: len(decoders)]) == decoders  # every decoder family before any encoder one
     assert caught.value.summary.startswith("no Hugging Face family can express this spec; closest: gpt2 ")
 

@@ -69,6 +69,15 @@ def test_show_draws_the_tree_with_sharing_and_tying(capsys) -> None:
     assert "KV cache" in out and "assumptions" in out
 
 
+def test_show_counts_the_active_parameters_of_a_mixture_of_experts(capsys) -> None:
+    code, out, _ = run(capsys, "show", "mixtral-8x7b", "--seq-len", "128")
+    assert code == 0
+    assert "active per token" in out and "12,879,925,248" in out and "46,702,792,704" in out
+    assert "8 experts, top-2 per token" in out
+    code, out, _ = run(capsys, "show", "moe-tiny", "--json")
+    assert json.loads(out)["parameters"]["active"] == 140_096
+
+
 def test_show_reads_a_checkpoint_directory(capsys, checkpoint) -> None:
     directory, _ = checkpoint
     code, out, _ = run(capsys, "show", str(directory), "--json")

@@ -18,7 +18,7 @@ def _with_position(name: str, position: dict) -> zoo.ModelSpec:
     return zoo.parse_spec(data)
 
 
-# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, and Gemma's.
+# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, Gemma's and experts.
 DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "gpt2-tiny": lambda: zoo.preset("gpt2-tiny"),
     "llama-tiny": lambda: zoo.preset("llama-tiny"),
@@ -29,6 +29,10 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     # (1 + w) q/k norms, local and global layers with their own rope bases (no one HF Gemma has all of them)
     "gemma-tiny": lambda: zoo.preset("gemma-tiny").override(
         **{"attention.qk_norm": True, "position.local_theta": 1000.0}
+    ),
+    # Mixture-of-Experts: a dense layer, then a sparse one with a gated shared expert
+    "moe-tiny": lambda: zoo.preset("moe-tiny").override(
+        **{"ffn.shared_d_ff": 32, "ffn.sparse_step": 2, "ffn.dense_d_ff": 96}
     ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.

@@ -43,6 +43,10 @@ def test_parameter_count_of_every_preset_equals_the_built_model(name):
         {"family": "encoder-decoder", "source_vocab_size": 70, "decoder": {"num_layers": 2}},
         {"family": "encoder-decoder", "position": {"kind": "relative_bias"}, "decoder": {"cross_attention": {"num_heads": 2}}},
         {"family": "encoder-decoder", "position": {"kind": "relative_bias", "per_layer": True}, "decoder": {"num_layers": 3}},
+        {"ffn": {"kind": "moe", "num_experts": 3, "top_k": 2, "d_ff": 24, "shared_d_ff": 16, "sparse_step": 2,
+                 "dense_layers": [3], "dense_d_ff": 40}},
+        {"family": "encoder", "ffn": {"kind": "moe", "num_experts": 2, "top_k": 1, "d_ff": 8, "shared_d_ff": 8,
+                                      "shared_gate": False}},
     ],
 )  # fmt: skip
 def test_parameter_count_equals_the_built_model_for_every_kind_of_block(changes):

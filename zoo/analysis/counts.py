@@ -5,7 +5,8 @@
     head        output heads: untied LM matrix, MLM head, pooler, classifier, replaced-token detector
 
 ``body_as_run`` counts a shared layer once per use (ALBERT runs one layer 12 times): the FLOPs follow
-the runs, the memory follows the distinct tensors. ``tied`` is the size of a matrix that serves twice
+the runs, the memory follows the distinct tensors. ``active`` is what one token runs through: a
+Mixture-of-Experts layer's ``top_k`` of its ``num_experts`` experts (adapters included), everything else whole. ``tied`` is the size of a matrix that serves twice
 (token embedding and output projection) and is stored, and counted, once.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.analysis.tree import EMBEDDING_TABLES
+from zoo.blocks import MoEFeedForward
 from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.stacks import Stack
 
@@ -32,6 +34,7 @@ class ParameterCounts:
     head: int
     body_as_run: int
     tied: int
+    active: int  # per token: total less the experts a Mixture-of-Experts layer does not route it to
 
 
 def _distinct(params: Iterable[nn.Parameter]) -> dict[int, int]:
@@ -62,6 +65,13 @@ def count_parameters(model: nn.Module) -> ParameterCounts:
         for m in model.modules()
         if isinstance(m, LMHead | MLMHead) and m._tied_to
     )
+    idle = sum(
+        sum(p.numel() for p in module.experts.parameters())
+        * (module.num_experts - module.top_k)
+        // module.num_experts
+        for module in model.modules()
+        if isinstance(module, MoEFeedForward)
+    )
     return ParameterCounts(
         total=sum(everything.values()),
         trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),
@@ -70,6 +80,7 @@ def count_parameters(model: nn.Module) -> ParameterCounts:
         head=sum(everything.values()) - sum(tables.values()) - sum(body.values()),
         body_as_run=body_as_run,
         tied=tied,
+        active=sum(everything.values()) - idle,
     )
 
 

@@ -170,7 +170,7 @@ def summary(
     counts = count_parameters(model)
     stacks = spec.stacks()
     flops = costs.Flops(
-        dense=2.0 * counts.body_as_run,
+        dense=2.0 * (counts.body_as_run - (counts.total - counts.active)),  # MoE: the routed experts only
         attention=costs.attention_flops(stacks, d_model=spec.d_model, seq_len=seq_len),
         head=head_flops(model, seq_len=seq_len),
     )
@@ -210,6 +210,11 @@ def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int) -> list[st
                 f"{name}: one layer's weights run {stack.num_layers} times (cross-layer sharing); "
                 f"the counts store it once, FLOPs count every run ({counts.body_as_run:,} body parameters as run)"
             )
+    if counts.active != counts.total:
+        notes.append(
+            f"experts: each token runs top_k of each Mixture-of-Experts layer's experts, {counts.active:,} of "
+            f"the {counts.total:,} parameters; FLOPs count the active ones, memory all"
+        )
     if not any(stack.causal for stack in spec.stacks().values()):
         notes.append("an encoder generates nothing, so it keeps no KV cache")
     if seq_len > spec.max_positions:

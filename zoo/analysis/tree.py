@@ -12,7 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from zoo.blocks import ACTIVATIONS, Attention, FeedForward, RMSNorm, TokenEmbedding
+from zoo.blocks import ACTIVATIONS, Attention, FeedForward, MoEFeedForward, RMSNorm, TokenEmbedding
+from zoo.blocks.moe import StackedLinear
 from zoo.blocks.position import (
     AlibiBias,
     LearnedPositions,
@@ -133,6 +134,16 @@ def _ffn(m: FeedForward, **_: Any) -> str:
     return f"{kind}, d_ff {m.d_ff}{rows}" + ("" if m.up_proj.bias is not None else ", no bias")
 
 
+def _moe(m: MoEFeedForward, **_: Any) -> str:
+    weights = "renormalised" if m.normalize_top_k else "softmax"
+    shared = (
+        (" + gated shared expert" if m.shared_gate is not None else " + shared expert") if m.shared else ""
+    )
+    return (
+        f"{m.num_experts} experts, top-{m.top_k} per token ({weights} weights), d_ff {m.experts.d_ff}{shared}"
+    )
+
+
 def _linear(m: nn.Linear, **_: Any) -> str:
     return f"{m.in_features} → {m.out_features}" + ("" if m.bias is not None else ", no bias")
 
@@ -185,6 +196,8 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (Attention, _attention),
     (FeedForward, _ffn),
     (nn.Linear, _linear),
+    (MoEFeedForward, _moe),
+    (StackedLinear, lambda m, **_: f"{m.num} × ({m.in_features} → {m.out_features}), no bias"),
     (nn.Embedding, _embedding),
     ((LMHead, MLMHead), _head),
     (Stack, _stack),

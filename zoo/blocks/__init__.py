@@ -3,6 +3,7 @@
 from zoo.blocks.attention import Attention, KVSlot
 from zoo.blocks.embedding import TokenEmbedding
 from zoo.blocks.ffn import ACTIVATIONS, FeedForward
+from zoo.blocks.moe import MoEFeedForward, RouterOutput, build_ffn
 from zoo.blocks.norm import RMSNorm, build_norm
 from zoo.blocks.position import build_positions, sinusoidal_table
 
@@ -11,8 +12,11 @@ __all__ = [
     "Attention",
     "FeedForward",
     "KVSlot",
+    "MoEFeedForward",
     "RMSNorm",
+    "RouterOutput",
     "TokenEmbedding",
+    "build_ffn",
     "build_norm",
     "build_positions",
     "sinusoidal_table",

@@ -99,6 +99,8 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
     ]
     if p.tied:
         rows.append(("tied: embedding reused as output matrix (counted once)", p.tied))
+    if p.active != p.total:
+        rows.append(("active per token (Mixture-of-Experts: top_k of the experts)", p.active))
     if p.body_as_run != p.body:
         rows.append(("body as run (shared layers once per run)", p.body_as_run))
     for what, count in rows:

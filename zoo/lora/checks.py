@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from torch import nn
 
+from zoo.blocks.moe import StackedLinear
 from zoo.lora.errors import LoraError
 from zoo.spec import LoraSpec
 from zoo.spec.errors import clip, number, short_repr
@@ -62,8 +63,9 @@ def spec_problem(error: ValidationError) -> tuple[str, str]:
     return f"{field} must be {ACCEPTED[field]}, got {short_repr(item.get('input'))}", field
 
 
-def check_rank(targeted: Mapping[str, nn.Linear], r: int) -> None:
-    """Refuse ``r`` above ``min(in_features, out_features)`` of a targeted layer, naming the narrowest."""
+def check_rank(targeted: Mapping[str, nn.Linear | StackedLinear], r: int) -> None:
+    """Refuse ``r`` above ``min(in_features, out_features)`` of a targeted layer, naming the narrowest (an
+    ``nn.Linear``, or a `StackedLinear` of experts: the bound holds per expert)."""
     if not targeted:
         return
     name, linear = min(targeted.items(), key=lambda item: min(item[1].in_features, item[1].out_features))

@@ -11,6 +11,10 @@ model's `Attention` and `FeedForward` blocks and replaces each ``nn.Linear`` att
     ffn_in       ffn                                       up_proj (gate and up rows, when gated)
     ffn_out      ffn                                       down_proj
 
+In a Mixture-of-Experts FFN the ``ffn`` targets reach the experts (``ffn.experts.up_proj`` / ``down_proj``,
+stacked `StackedLinear` weights: a `LoraStackedLinear` gives each expert its own adapter, see
+`zoo.lora.experts`), its shared expert and the stack's dense layers alike.
+
 Every target is resolved (and a target that matches nothing refused) before any module is replaced, so a
 refused call leaves the model as it was.
 """
@@ -24,8 +28,10 @@ import torch
 from torch import nn
 
 from zoo.blocks import Attention, FeedForward
+from zoo.blocks.moe import Experts, StackedLinear
 from zoo.lora.checks import check_rank, spec_from_arguments
 from zoo.lora.errors import LoraError
+from zoo.lora.experts import LoraStackedLinear
 from zoo.lora.layer import LoraLinear
 from zoo.spec import LoraSpec
 from zoo.spec.lora import LoraTarget
@@ -37,28 +43,31 @@ _ATTENTION_PROJECTIONS = {
 }
 _FFN_PROJECTIONS = {"ffn_in": "up_proj", "ffn_out": "down_proj"}
 _FLAGS_ATTR = "_lora_base_requires_grad"  # on the model: each base parameter's requires_grad before `apply`
+Adapter = LoraLinear | LoraStackedLinear
+Projection = nn.Linear | StackedLinear
 
 
-def adapter_modules(model: nn.Module) -> dict[str, LoraLinear]:
-    """Every `LoraLinear` of ``model`` by module path (``decoder.layers.0.self_attn.qkv_proj``), in order."""
-    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLinear)}
+def adapter_modules(model: nn.Module) -> dict[str, Adapter]:
+    """Every adapter (`LoraLinear`, `LoraStackedLinear`) of ``model`` by module path
+    (``decoder.layers.0.self_attn.qkv_proj``), in order."""
+    return {name: module for name, module in model.named_modules() if isinstance(module, Adapter)}
 
 
-def resolve_targets(model: nn.Module, spec: LoraSpec) -> dict[str, nn.Linear]:
+def resolve_targets(model: nn.Module, spec: LoraSpec) -> dict[str, Projection]:
     """The linear projections ``spec.targets`` name in ``model``, by module path, in model order.
 
     Refuses (LoraError) a target that matches nothing, naming what the model has, and a rank ``spec.r``
     above ``min(in_features, out_features)`` of a targeted layer (`zoo.lora.checks.check_rank`).
     """
     blocks = _blocks(model)
-    found: dict[str, nn.Linear] = {}
+    found: dict[str, Projection] = {}
     for target in spec.parsed_targets():
         matched = [
             (f"{path}.{attr}", linear)
             for path, stack, role, block in blocks
             if _matches(target, stack, role)
             for attr in _projections(target, role)
-            if isinstance(linear := getattr(block, attr, None), nn.Linear)
+            if isinstance(linear := getattr(block, attr, None), Projection)
         ]
         if not matched:
             raise LoraError(
@@ -106,12 +115,23 @@ def apply(
             "with zoo.lora.merge_and_unload first, or start from the base model"
         )
     targeted = resolve_targets(model, spec)  # everything checked before the first module is replaced
+    experts = [path for path, linear in targeted.items() if isinstance(linear, StackedLinear)]
+    if experts and (spec.dora or spec.dropout > 0):
+        raise LoraError(
+            f"lora {'dora' if spec.dora else 'dropout'} is not supported on Mixture-of-Experts experts "
+            f"({experts[0]}): their adapters are a per-expert weight update (zoo.lora.experts); target only "
+            "attention there, or use dora: false and dropout: 0",
+            field="dora" if spec.dora else "dropout",
+        )
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
     for path, linear in targeted.items():
         parent, attr = _parent(model, path)
-        setattr(
-            parent, attr, LoraLinear(linear, r=spec.r, alpha=spec.alpha, dropout=spec.dropout, dora=spec.dora)
+        adapter: Adapter = (
+            LoraStackedLinear(linear, r=spec.r, alpha=spec.alpha)
+            if isinstance(linear, StackedLinear)
+            else LoraLinear(linear, r=spec.r, alpha=spec.alpha, dropout=spec.dropout, dora=spec.dora)
         )
+        setattr(parent, attr, adapter)
     adapter_params = {
         id(p) for module in adapter_modules(model).values() for p in _adapter_parameters(module)
     }
@@ -173,10 +193,14 @@ def adapter_state(model: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def adapter_shapes(targeted: dict[str, nn.Linear], spec: LoraSpec) -> dict[str, tuple[int, ...]]:
+def adapter_shapes(targeted: dict[str, Projection], spec: LoraSpec) -> dict[str, tuple[int, ...]]:
     """The names and shapes `adapter_state` will have once ``spec`` is applied to ``targeted``."""
     shapes: dict[str, tuple[int, ...]] = {}
     for path, linear in targeted.items():
+        if isinstance(linear, StackedLinear):  # one adapter per expert
+            shapes[f"{path}.lora_A"] = (linear.num, spec.r, linear.in_features)
+            shapes[f"{path}.lora_B"] = (linear.num, linear.out_features, spec.r)
+            continue
         shapes[f"{path}.lora_A"] = (spec.r, linear.in_features)
         shapes[f"{path}.lora_B"] = (linear.out_features, spec.r)
         if spec.dora:
@@ -187,18 +211,18 @@ def adapter_shapes(targeted: dict[str, nn.Linear], spec: LoraSpec) -> dict[str, 
 # -- helpers -------------------------------------------------------------------------------------------------
 
 
-def _named_adapter_tensors(module: LoraLinear) -> Iterable[tuple[str, nn.Parameter]]:
+def _named_adapter_tensors(module: Adapter) -> Iterable[tuple[str, nn.Parameter]]:
     yield "lora_A", module.lora_A
     yield "lora_B", module.lora_B
     if module.lora_magnitude is not None:
         yield "lora_magnitude", module.lora_magnitude
 
 
-def _adapter_parameters(module: LoraLinear) -> list[nn.Parameter]:
+def _adapter_parameters(module: Adapter) -> list[nn.Parameter]:
     return [p for _, p in _named_adapter_tensors(module)]
 
 
-def _require_adapters(model: nn.Module, what: str) -> dict[str, LoraLinear]:
+def _require_adapters(model: nn.Module, what: str) -> dict[str, Adapter]:
     modules = adapter_modules(model)
     if not modules:
         raise LoraError(f"zoo.lora.{what}: the model has no LoRA adapters (add them with zoo.lora.apply)")
@@ -212,7 +236,7 @@ def _blocks(model: nn.Module) -> list[tuple[str, str | None, str, nn.Module]]:
         stack = path.split(".")[0] or None
         if isinstance(module, Attention):
             blocks.append((path, stack, "cross" if module.cross else "self", module))
-        elif isinstance(module, FeedForward):
+        elif isinstance(module, FeedForward | Experts):
             blocks.append((path, stack, "ffn", module))
     return blocks
 

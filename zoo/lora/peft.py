@@ -35,6 +35,7 @@ from zoo.io.atomic import write_atomic, write_text_atomic
 from zoo.io.hf import _export_config
 from zoo.io.outputs import PEFT_ADAPTERS, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME, check_output_dir
 from zoo.lora.errors import LoraError
+from zoo.lora.experts import LoraStackedLinear
 from zoo.lora.inject import adapter_modules
 from zoo.models import build_model
 
@@ -82,6 +83,13 @@ def to_peft(
     base_spec = getattr(model, "spec", None)
     if base_spec is None:
         raise LoraError(f"zoo.lora.to_peft needs a zoo model (with a .spec), got {type(model).__name__}")
+    experts = [name for name, module in modules.items() if isinstance(module, LoraStackedLinear)]
+    if experts:
+        raise LoraError(
+            f"zoo.lora.to_peft: {experts[0]} adapts Mixture-of-Experts experts, one adapter per expert of a "
+            "stacked weight, which PEFT's LoRA layers do not hold; merge them (zoo.lora.merge_and_unload) "
+            "and export the model with zoo.to_hf"
+        )
     mapping, config = _export_config(base_spec, model_type)
     shapes = {path: (module.out_features, module.in_features) for path, module in modules.items()}
     selections = probe(lambda state: mapping.zoo_to_hf(state, base_spec), base_spec, shapes)

@@ -11,8 +11,9 @@ from torch import nn
 from zoo.blocks import TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
 from zoo.generation.protocol import GenerationState, GenerativeModel
+from zoo.losses import load_balancing_loss
 from zoo.spec import ModelSpec
-from zoo.stacks import Stack, StackCache
+from zoo.stacks import Stack, StackCache, StackOutput
 
 if TYPE_CHECKING:
     from zoo.models.heads import LMHead
@@ -58,6 +59,21 @@ def build_stack(spec: ModelSpec, name: str) -> Stack:
 def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenEmbedding:
     """Token embeddings for ``spec`` (its target vocabulary unless ``vocab_size`` says otherwise)."""
     return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
+
+
+def aux_loss(*stacks: tuple[StackOutput, torch.Tensor | None]) -> torch.Tensor | None:
+    """The load-balancing loss of every Mixture-of-Experts layer, summed over stacks; None without one.
+
+    stacks: (a stack's output, the attention mask it ran with): a (B, cached + T) padding mask keeps
+    padding out of the statistics; a (B, T, K) boolean mask, or none, counts every position."""
+    total = None
+    for out, mask in stacks:
+        T = out.hidden.shape[1]
+        padding = mask[:, -T:] if mask is not None and mask.dim() == 2 else None
+        loss = load_balancing_loss([(r.probs, r.experts) for r in out.routers], padding)
+        if loss is not None:
+            total = loss if total is None else total + loss
+    return total
 
 
 @overload

@@ -16,7 +16,7 @@ from torch import nn
 
 from zoo.generation.protocol import GenerationState
 from zoo.losses import select_labels, shift_labels_left, token_cross_entropy
-from zoo.models.base import GenerationMixin, ZooModel, build_embedding, build_stack, repeat_rows
+from zoo.models.base import GenerationMixin, ZooModel, aux_loss, build_embedding, build_stack, repeat_rows
 from zoo.models.heads import LMHead, select_positions
 from zoo.models.inputs import (
     check_devices,
@@ -144,7 +144,13 @@ class DecoderModel(GenerationMixin, ZooModel):
         loss = None
         if labels is not None and logits is not None:
             loss = token_cross_entropy(logits, select_labels(shift_labels_left(labels), logits_mask))
-        return ModelOutput(logits=logits, last_hidden_state=hidden, loss=loss, attentions=out.attentions)
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=hidden,
+            loss=loss,
+            attentions=out.attentions,
+            aux_loss=aux_loss((out, attention_mask)),
+        )
 
     def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) -> (B, T, C): the token lookup, projected in when the table is narrower than the stack."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from zoo.losses import select_labels, token_cross_entropy
-from zoo.models.base import ZooModel, build_embedding, build_stack
+from zoo.models.base import ZooModel, aux_loss, build_embedding, build_stack
 from zoo.models.heads import (
     ClassificationHead,
     MLMHead,
@@ -176,6 +176,7 @@ class EncoderModel(ZooModel):
             loss=loss,
             attentions=out.attentions,
             pooler_output=pooled,
+            aux_loss=aux_loss((out, attention_mask)),
         )
 
 

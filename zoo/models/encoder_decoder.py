@@ -21,6 +21,7 @@ from zoo.losses import IGNORE_INDEX, select_labels, token_cross_entropy
 from zoo.models.base import (
     GenerationMixin,
     ZooModel,
+    aux_loss,
     build_embedding,
     build_stack,
     repeat_rows,
@@ -250,6 +251,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoded.hidden,
             encoder_attentions=encoded.attentions,
+            aux_loss=aux_loss((encoded, attention_mask), (decoded, decoder_attention_mask)),
         )
 
     @property

@@ -30,6 +30,9 @@ class ModelOutput:
     encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, C)
     encoder_attentions: tuple[torch.Tensor, ...] | None = None  # per encoder layer (B, H, S, S)
     pooler_output: torch.Tensor | None = None  # (B, C)
+    # scalar: the load-balancing loss of the Mixture-of-Experts layers (`zoo.losses.load_balancing_loss`),
+    # over every stack, not added to ``loss`` (the trainer adds it times ``loss.router_aux_coef``)
+    aux_loss: torch.Tensor | None = None
 
 
 # The serialized name keeps a saved ``.pt2`` loadable (`torch.export.load`) wherever zoo is importable.

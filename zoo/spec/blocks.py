@@ -9,9 +9,18 @@ This module imports no torch: specs, presets and the JSON Schema load in a bare 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+    model_validator,
+)
 
 from zoo.spec.errors import CleanModel
 
@@ -94,13 +103,104 @@ class AttentionSpec(Spec):
 
 
 class FFNSpec(Spec):
-    """Position-wise feed-forward: ``down(act(up(x)))``, or gated ``down(act(gate(x)) * up(x))``."""
+    """Position-wise feed-forward: ``down(act(up(x)))``, or gated ``down(act(gate(x)) * up(x))``.
 
+    The dense member of the FFN union (`FeedForwardSpec`): ``kind: dense`` may be written or left out, and is
+    never dumped, so specs and checkpoints written before the union existed read and compare the same.
+    """
+
+    kind: Literal["dense"] = Field("dense", exclude=True, description="dense (this) or moe (`MoESpec`).")
     d_ff: PositiveInt = 2048
     activation: Activation = "relu"
     gated: bool = Field(False, description="Gated linear unit: silu -> SwiGLU, gelu/gelu_tanh -> GeGLU.")
     bias: bool = True
     dropout: Probability = Field(0.0, description="Dropout after the activation (BART's activation_dropout).")
+
+
+class MoESpec(Spec):
+    """Mixture-of-Experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE): a linear router
+    scores ``num_experts`` SwiGLU experts per token, the ``top_k`` best run and their outputs are summed,
+    weighted by the router's softmax probabilities.
+
+    Layer ``i`` of a stack is sparse when ``(i + 1) % sparse_step == 0`` and ``i`` is not in
+    ``dense_layers``; the other layers run one dense gated FFN of width ``dense_d_ff`` (transformers'
+    ``decoder_sparse_step``, ``mlp_only_layers`` and ``intermediate_size``). With ``shared_d_ff`` every
+    token also runs one shared expert, scaled by ``sigmoid(shared_gate(x))`` when ``shared_gate`` (Qwen2-MoE).
+    """
+
+    # ``kind`` is required in the JSON Schema: the dense member's fields are all optional too, so a written
+    # ``kind: moe`` is what tells the two apart for a schema-driven editor (Python defaults it, as here).
+    model_config = ConfigDict(**Spec.model_config, json_schema_extra={"required": ["kind"]})
+
+    kind: Literal["moe"] = "moe"
+    num_experts: PositiveInt = Field(8, description="Routed experts per sparse layer.")
+    top_k: PositiveInt = Field(2, description="Experts each token runs (num_experts_per_tok).")
+    d_ff: PositiveInt = Field(2048, description="Hidden width of each expert (moe_intermediate_size).")
+    activation: Activation = Field("silu", description="Of the gated experts: silu -> SwiGLU, as in Mixtral.")
+    normalize_top_k: bool = Field(
+        True, description="Renormalise the top-k weights to sum to 1 (Mixtral; Qwen's norm_topk_prob)."
+    )
+    shared_d_ff: PositiveInt | None = Field(
+        None, description="Hidden width of a shared expert every token runs (Qwen2-MoE); default: none."
+    )
+    shared_gate: bool = Field(
+        True, description="Scale the shared expert by sigmoid(linear(x)) (Qwen2-MoE); only with shared_d_ff."
+    )
+    jitter: Probability = Field(
+        0.0, description="Training only: the router input is multiplied by U(1 - jitter, 1 + jitter) noise."
+    )
+    sparse_step: PositiveInt = Field(1, description="Layer i is sparse when (i + 1) % sparse_step == 0.")
+    dense_layers: list[NonNegativeInt] = Field(
+        default_factory=list,
+        description="Layers that stay dense whatever sparse_step says (mlp_only_layers).",
+    )
+    dense_d_ff: PositiveInt | None = Field(
+        None, description="Hidden width of the dense layers' gated FFN; needed when a layer is dense."
+    )
+
+    @model_validator(mode="after")
+    def _check_routing(self) -> MoESpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) must be at most num_experts ({self.num_experts})")
+        return self
+
+    # What every expert is, read where any FFN spec is (costs, the dense families' export checks, which
+    # refuse an MoE spec by its kind before they look): gated, bias-free, no dropout inside.
+    @property
+    def gated(self) -> bool:
+        return True
+
+    @property
+    def bias(self) -> bool:
+        return False
+
+    @property
+    def dropout(self) -> float:
+        return 0.0
+
+    def is_sparse(self, layer_idx: int) -> bool:
+        """Whether layer ``layer_idx`` (from 0) of its stack runs the experts rather than the dense FFN."""
+        return (layer_idx + 1) % self.sparse_step == 0 and layer_idx not in self.dense_layers
+
+    def dense_spec(self) -> FFNSpec:
+        """The gated FFN of this stack's dense layers (bias-free, as in Qwen-MoE's MLP)."""
+        assert self.dense_d_ff is not None  # the stack's validation requires it where a layer is dense
+        return FFNSpec(d_ff=self.dense_d_ff, activation=self.activation, gated=True, bias=False)
+
+
+def _ffn_kind(value: Any) -> str:
+    """The union member of an FFN spec: its ``kind``, ``dense`` when none is written (older specs)."""
+    kind = value.get("kind", "dense") if isinstance(value, dict) else getattr(value, "kind", "dense")
+    return kind if kind in ("dense", "moe") else str(kind)
+
+
+FeedForwardSpec = Annotated[
+    Annotated[FFNSpec, Tag("dense")] | Annotated[MoESpec, Tag("moe")],
+    Discriminator(
+        _ffn_kind, custom_error_type="ffn_kind", custom_error_message="kind must be 'dense' or 'moe'"
+    ),
+]
+"""An FFN block: dense (`FFNSpec`, the default when ``kind`` is left out) or Mixture-of-Experts (`MoESpec`)."""
 
 
 class NormSpec(Spec):
@@ -310,6 +410,7 @@ class RotaryPositions(Spec):
     def rotary_dims(self, head_dim: int) -> int:
         """How many leading dims of each head rotate (transformers' ``int(head_dim * factor)``)."""
         return int(head_dim * self.fraction)
+
     local_theta: PositiveFloat | None = Field(
         None,
         description="The base of layers whose self-attention pattern is sliding_window, plain RoPE without "

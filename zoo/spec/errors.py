@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
 _FAMILY_TAGS = ("encoder", "decoder", "encoder-decoder")
+_FFN_TAGS = ("dense", "moe")
 MAX_MESSAGE_CHARS = 300  # one problem's text; longer (a huge tag or key echoed back) is cut
 MAX_FIELD_CHARS = 80  # one part of a dotted field path (a mapping key from the input)
 MAX_LINES = 30  # problems listed; the rest are counted
@@ -55,6 +56,8 @@ def format_validation_error(error: ValidationError) -> str:
         ]
         if loc and loc[0] in _FAMILY_TAGS:  # pydantic puts the union tag first; it is not a field
             loc = loc[1:]
+        # an FFN's kind tag (dense, moe) is not a field either: ``ffn.d_ff``, as before the union
+        loc = [part for i, part in enumerate(loc) if not (i and loc[i - 1] == "ffn" and part in _FFN_TAGS)]
         message = clip(item["msg"].removeprefix("Value error, "))
         # A whole-model check (a model_validator) has no field of its own; its message names the fields.
         lines.append(f"  {'.'.join(loc)}: {message}" if loc else f"  {message}")

@@ -109,6 +109,9 @@ def _fields(spec: SizedSpec) -> Iterator[tuple[str, int | None, Limit]]:
                 yield f"{src[block]}.num_kv_heads", attention.num_kv_heads, WIDTH
                 yield f"{src[block]}.head_dim", attention.head_dim, WIDTH
         yield f"{src['ffn']}.d_ff", stack.ffn.d_ff, WIDTH
+        if stack.ffn.kind == "moe":
+            for field in ("num_experts", "shared_d_ff", "dense_d_ff"):
+                yield f"{src['ffn']}.{field}", getattr(stack.ffn, field), WIDTH
         position = stack.position
         if position.kind == "learned":
             yield f"{src['position']}.offset", position.offset, POSITIONS

@@ -29,6 +29,7 @@ from zoo.spec.blocks import (
     Activation,
     AttentionSpec,
     EmbeddingSpec,
+    FeedForwardSpec,
     FFNSpec,
     NormSpec,
     PositionSpec,
@@ -225,7 +226,7 @@ class _ModelSpecBase(Spec):
     num_layers: PositiveInt = 6
     max_positions: PositiveInt = Field(512, description="Longest sequence the model accepts (sizes tables).")
     attention: AttentionSpec = AttentionSpec()
-    ffn: FFNSpec = FFNSpec()
+    ffn: FeedForwardSpec = FFNSpec()
     norm: NormSpec = NormSpec()
     position: PositionSpec = SinusoidalPositions()
     embedding: EmbeddingSpec = EmbeddingSpec()
@@ -274,7 +275,8 @@ class _ModelSpecBase(Spec):
         return self.embedding.token_dim(self.d_model)
 
     def override(self, **changes: Any) -> ModelSpec:
-        """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs.
+        """A validated copy with ``changes`` deep-merged in; dotted keys reach into sub-specs. A mapping with
+        another ``kind`` than the sub-spec it lands on replaces it whole (``ffn={"kind": "moe", ...}``).
 
         >>> zoo.preset("gpt2").override(num_layers=4, **{"attention.num_heads": 4})
         """
@@ -336,6 +338,29 @@ class _ModelSpecBase(Spec):
                 f"{stack.sources['norm']}.first_attention_norm: false cannot go with {stack.name}.share_layers: "
                 "the shared layer would skip its attention norm everywhere"
             )
+        _check_moe(stack)
+
+
+def _check_moe(stack: ResolvedStack) -> None:
+    """A Mixture-of-Experts FFN's per-layer choices must fit the stack they are used in."""
+    ffn, path = stack.ffn, stack.sources["ffn"]
+    if ffn.kind != "moe":
+        return
+    outside = [i for i in ffn.dense_layers if i >= stack.num_layers]
+    if outside:
+        raise ValueError(
+            f"{path}.dense_layers {outside}: {stack.name} has {stack.num_layers} layers (0 .. {stack.num_layers - 1})"
+        )
+    dense = [i for i in range(stack.num_layers) if not ffn.is_sparse(i)]
+    if dense and ffn.dense_d_ff is None:
+        raise ValueError(
+            f"{path}.dense_d_ff is needed: {stack.name} layers {dense} are dense (sparse_step "
+            f"{ffn.sparse_step}, dense_layers {ffn.dense_layers})"
+        )
+    if dense and stack.share_layers:
+        raise ValueError(
+            f"{path}: {stack.name}.share_layers runs one layer everywhere, so no layer can be dense"
+        )
 
 
 class EncoderSpec(_ModelSpecBase):
@@ -536,6 +561,7 @@ _TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encode
 _TAGS.append(("heads", "classifier", "task"))
 _TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder")]
 _TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
+_TAGS += [(*stack, "ffn", "kind") for stack in ((), ("encoder",), ("decoder",))]
 
 
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:
@@ -580,15 +606,16 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
             raise ValueError(f"cannot override {key!r}: {part!r} is not a sub-spec")
         node = child
     current = node.get(leaf)
-    # A tagged sub-spec that changes its tag (position: learned -> sinusoidal) starts afresh: the old
-    # variant's fields mean nothing to the new one.
-    switches_kind = (
-        isinstance(current, dict) and "kind" in value and value["kind"] != current.get("kind")
-        if isinstance(value, Mapping)
-        else False
-    )
-    if isinstance(value, Mapping) and isinstance(current, dict) and not switches_kind:
-        merged = dict(current)
+    # A mapping naming another union member (``ffn: {kind: moe, ...}`` over a dense FFN) replaces the
+    # sub-spec whole: the other member's fields would not fit it.
+    if (
+        isinstance(value, Mapping)
+        and isinstance(current, dict)
+        and value.get("kind", current.get("kind")) != current.get("kind")
+    ):
+        node[leaf] = dict(value)
+    elif isinstance(value, Mapping) and isinstance(current, dict):
+        merged = dict(node[leaf])
         for sub_key, sub_value in value.items():
             _set_dotted(merged, sub_key, sub_value)
         node[leaf] = merged

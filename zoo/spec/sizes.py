@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from zoo.spec.blocks import AttentionSpec, EmbeddingSpec, FFNSpec, NormSpec
+from zoo.spec.blocks import AttentionSpec, EmbeddingSpec, FeedForwardSpec, MoESpec, NormSpec
 from zoo.spec.stacks import ResolvedStack
 
 
@@ -33,8 +33,12 @@ class SizedSpec(Protocol):
     def stacks(self) -> dict[str, ResolvedStack]: ...
 
 
-def parameter_count(spec: SizedSpec) -> int:
-    """Distinct parameters of the model ``spec`` describes (== ``zoo.build(spec).num_parameters()``)."""
+def parameter_count(spec: SizedSpec, *, active: bool = False) -> int:
+    """Distinct parameters of the model ``spec`` describes (== ``zoo.build(spec).num_parameters()``).
+
+    ``active``: the parameters one token runs through: a Mixture-of-Experts layer counts its router, its
+    shared expert and ``top_k`` of its ``num_experts`` routed experts (Mixtral 8x7B: 46.7B total, 12.9B
+    active); a dense model's active count is its total."""
     E, C = spec.embedding_dim, spec.d_model
     total = _embedding(spec, spec.vocab_size)
     source_vocab_size: int | None = getattr(spec, "source_vocab_size", None)
@@ -42,7 +46,9 @@ def parameter_count(spec: SizedSpec) -> int:
         total += _embedding(spec, source_vocab_size)
     S = spec.embedding.stack_dim(C)  # positions and the embedding norm (E, unless E is projected in first)
     for stack in spec.stacks().values():
-        total += _stack(stack, embed_dim=S, d_model=C, max_positions=spec.max_positions, spec=spec)
+        total += _stack(
+            stack, embed_dim=S, d_model=C, max_positions=spec.max_positions, spec=spec, active=active
+        )
     if spec.embedding.projection_dim:
         total += 2 * _linear(E, C, bias=False)  # OPT's project_in (E -> C) and project_out (C -> E)
     heads: Any = getattr(spec, "heads", None)  # an encoder's EncoderHeadsSpec
@@ -94,7 +100,9 @@ def _embedding(spec: SizedSpec, vocab_size: int) -> int:
     return (vocab_size + spec.embedding.segment_vocab_size) * spec.embedding_dim
 
 
-def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions: int, spec: SizedSpec) -> int:
+def _stack(
+    stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions: int, spec: SizedSpec, active: bool
+) -> int:
     position = stack.position
     total = 0
     if position.kind == "learned":
@@ -112,8 +120,9 @@ def _stack(stack: ResolvedStack, *, embed_dim: int, d_model: int, max_positions:
     layer = _attention(stack.attention, d_model) + norms * _norm(stack.norm, d_model)
     if stack.cross_attention is not None:
         layer += _attention(stack.cross_attention, d_model) + norms * _norm(stack.norm, d_model)
-    layer += _ffn(stack.ffn, d_model) + norms * _norm(stack.norm, d_model)
-    total += layer * (1 if stack.share_layers else stack.num_layers)
+    layer += norms * _norm(stack.norm, d_model)
+    layers = 1 if stack.share_layers else stack.num_layers
+    total += layer * layers + sum(_ffn(stack.ffn, d_model, layer_idx=i, active=active) for i in range(layers))
     if not stack.norm.first_attention_norm:  # the first layer's attention input is not normalised
         total -= _norm(stack.norm, d_model)
     if stack.norm.has_final:
@@ -131,9 +140,25 @@ def _attention(spec: AttentionSpec, d_model: int) -> int:
     return total + (2 * head_dim if spec.qk_norm else 0)
 
 
-def _ffn(spec: FFNSpec, d_model: int) -> int:
+def _ffn(spec: FeedForwardSpec, d_model: int, *, layer_idx: int, active: bool) -> int:
+    if isinstance(spec, MoESpec):
+        return _moe(spec, d_model, layer_idx=layer_idx, active=active)
     up = spec.d_ff * (2 if spec.gated else 1)
     return _linear(d_model, up, bias=spec.bias) + _linear(spec.d_ff, d_model, bias=spec.bias)
+
+
+def _moe(spec: MoESpec, d_model: int, *, layer_idx: int, active: bool) -> int:
+    """A sparse layer: router (E, C), experts (E, 2F, C) + (E, C, F), shared expert and its gate; or the
+    dense layer's gated FFN."""
+    if not spec.is_sparse(layer_idx):
+        if spec.dense_d_ff is None:  # refused by the spec's own checks, which run after the size limits
+            return 0
+        return _ffn(spec.dense_spec(), d_model, layer_idx=layer_idx, active=active)
+    experts = spec.top_k if active else spec.num_experts
+    total = _linear(d_model, spec.num_experts, bias=False) + experts * 3 * d_model * spec.d_ff
+    if spec.shared_d_ff is not None:
+        total += 3 * d_model * spec.shared_d_ff + (d_model if spec.shared_gate else 0)
+    return total
 
 
 def _norm(spec: NormSpec, dim: int) -> int:

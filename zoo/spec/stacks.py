@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from zoo.spec.blocks import AttentionSpec, FFNSpec, NormSpec, PositionSpec, Spec
+from zoo.spec.blocks import AttentionSpec, FeedForwardSpec, NormSpec, PositionSpec, Spec
 from zoo.spec.patterns import AttentionPattern
 
 
@@ -19,7 +19,7 @@ class StackSpec(Spec):
 
     num_layers: PositiveInt | None = None
     attention: AttentionSpec | None = None
-    ffn: FFNSpec | None = None
+    ffn: FeedForwardSpec | None = None
     norm: NormSpec | None = None
     position: PositionSpec | None = None
     cross_attention: AttentionSpec | None = Field(
@@ -47,7 +47,7 @@ class ResolvedStack(Spec):
     name: str
     num_layers: PositiveInt
     attention: AttentionSpec
-    ffn: FFNSpec
+    ffn: FeedForwardSpec
     norm: NormSpec
     position: PositionSpec
     cross_attention: AttentionSpec | None

@@ -213,6 +213,13 @@ class LossConfig(Section):
         None, ge=0.0, lt=1.0, description="Default: 0.1 for seq2seq (the paper, section 5.4), else 0."
     )
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="masked_lm: share of tokens predicted.")
+    router_aux_coef: float = Field(
+        0.001,
+        ge=0.0,
+        le=1.0,
+        description="Mixture-of-Experts models: this times the router's load-balancing loss (the model "
+        "output's aux_loss) is added to the objective, as transformers' router_aux_loss_coef; 0 = off.",
+    )
 
 
 class EvalConfig(Section):

@@ -331,7 +331,8 @@ class Trainer:
 
     def _train_step(self, batches: list[Batch]) -> torch.Tensor:
         """One optimizer step on this process's ``batches``; returns its summed loss (on the device)."""
-        local = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
+        counts = [int((b.targets != IGNORE_INDEX).sum()) for b in batches]
+        local = sum(counts)
         (step_tokens,) = dist_.all_reduce_sum([float(local)], self.runtime)
         # Each process's loss is scaled by world_size because DDP / FSDP average (not sum) the gradients.
         scale = self.runtime.world_size / max(step_tokens, 1.0)
@@ -349,9 +350,16 @@ class Trainer:
             last = k == len(batches) - 1
             with dist_.no_gradient_sync(self.wrapped, enabled=self.runtime.distributed and not last):
                 with self.autocast():
-                    logits = self.wrapped(**batch.inputs, logits_mask=scored).logits  # (N, V) or (B, L)
+                    out = self.wrapped(**batch.inputs, logits_mask=scored)
+                logits = out.logits  # (N, V) or (B, L)
                 sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
-                self.scaling.scale(sums.loss * scale).backward()  # fp16: times the loss scale
+                objective = sums.loss * scale
+                if out.aux_loss is not None:  # MoE: + coef x load-balancing loss, weighted like the tokens
+                    objective = (
+                        objective + self.config.loss.router_aux_coef * out.aux_loss * counts[k] * scale
+                    )
+                    self.interval.add_aux(out.aux_loss, counts[k])
+                self.scaling.scale(objective).backward()  # fp16: times the loss scale
             self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
             self.interval.input_tokens += batch.num_tokens
             step_loss = step_loss + sums.loss.detach()

@@ -126,6 +126,7 @@ class Interval:
 
     def reset(self) -> None:
         self.loss_sum = torch.zeros((), device=self.device)  # the objective summed over target tokens
+        self.aux_sum: torch.Tensor | None = None  # MoE: load-balancing loss x target tokens, summed
         self.target_tokens, self.input_tokens = 0, 0
         self.start, self.paused_s = time.perf_counter(), 0.0
 
@@ -136,9 +137,20 @@ class Interval:
         self.paused_s += time.perf_counter() - start
 
     def measure(self, runtime: dist_.Runtime) -> dict[str, float]:
-        """``loss`` per target token and ``tokens_per_s`` (inputs) over every process; starts a new interval."""
+        """``loss`` per target token and ``tokens_per_s`` (inputs) over every process, and for a
+        Mixture-of-Experts model ``aux_loss`` (its load-balancing loss, a token-weighted mean, not in
+        ``loss``); starts a new interval."""
+        aux = self.aux_sum
         interval = [float(self.loss_sum), float(self.target_tokens), float(self.input_tokens)]
-        loss_sum, tokens, inputs = dist_.all_reduce_sum(interval, runtime)
+        loss_sum, tokens, inputs, *aux_sum = dist_.all_reduce_sum(
+            interval + ([float(aux)] if aux is not None else []), runtime
+        )
         seconds = max(time.perf_counter() - self.start - self.paused_s, 1e-9)
         self.reset()
-        return {"loss": loss_sum / max(tokens, 1.0), "tokens_per_s": inputs / seconds}
+        record = {"loss": loss_sum / max(tokens, 1.0), "tokens_per_s": inputs / seconds}
+        return record | ({"aux_loss": aux_sum[0] / max(tokens, 1.0)} if aux_sum else {})
+
+    def add_aux(self, aux_loss: torch.Tensor, tokens: int) -> None:
+        """Count one micro-batch's load-balancing loss, weighted by its ``tokens`` targets (no host sync)."""
+        weighted = aux_loss.detach().float() * tokens
+        self.aux_sum = weighted if self.aux_sum is None else self.aux_sum + weighted

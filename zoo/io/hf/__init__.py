@@ -46,6 +46,7 @@ from zoo.io.hf.common import (
     StateDict,
     TypedConfig,
     architecture,
+    check_ffn_kinds,
     json_kind,
 )
 from zoo.io.hf.faithful import lost_features
@@ -467,6 +468,7 @@ def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, di
 
 def _faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
     """``mapping``'s config.json for ``spec``, refused if reading it back loses an option (`faithful`)."""
+    check_ffn_kinds(mapping, spec)
     config = mapping.spec_to_config(spec)
     meta_state = build_model(spec, device="meta", init=False).state_dict()
     names = set(mapping.zoo_to_hf(meta_state, spec))

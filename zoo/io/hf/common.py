@@ -17,6 +17,7 @@ transposed both ways.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ class FamilyMapping:
     hf_to_zoo(tensors, spec): HF state dict -> zoo state dict (every zoo tensor, tied ones once).
     zoo_to_hf(tensors, spec): zoo state dict -> HF state dict that ``from_pretrained`` loads with no missing
         or unexpected keys.
+    ffn_kinds: the FFN spec kinds (``dense``, ``moe``) the family writes; export refuses any other before
+        ``spec_to_config`` runs.
     """
 
     model_types: tuple[str, ...]
@@ -47,6 +50,20 @@ class FamilyMapping:
     spec_to_config: Callable[[ModelSpec], dict[str, Any]]
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
+    ffn_kinds: tuple[str, ...] = ("dense",)
+
+
+def check_ffn_kinds(mapping: FamilyMapping, spec: ModelSpec) -> None:
+    """HFError naming the first stack whose FFN kind ``mapping`` cannot write (experts in a dense family)."""
+    family = "/".join(mapping.model_types)
+    for stack in spec.stacks().values():
+        if stack.ffn.kind not in mapping.ffn_kinds:
+            field = f"{stack.sources['ffn']}.kind"
+            raise HFError(
+                f"{family} cannot express {field}={stack.ffn.kind!r}: Hugging Face {family} has "
+                f"{' or '.join(mapping.ffn_kinds)} feed-forward layers only",
+                fields=(field,),
+            )
 
 
 class HFError(ValueError):
@@ -252,6 +269,8 @@ class Rule:
     interleave: ``(groups, parts)`` when the one HF tensor's rows are ``groups`` blocks each holding a slice
         of every part (GPT-NeoX's query_key_value: per head [q k v]) while zoo keeps each part whole
         ([q of all heads; k; v]): rows are regrouped both ways, (G, P, n) <-> (P, G, n).
+    shape: the zoo tensor's shape when the concatenated rows are viewed as more dimensions (stacked
+        experts: E × (gate, up) parts of (F, C) become one (E, 2F, C) tensor); export flattens it back.
     """
 
     zoo: str
@@ -259,6 +278,7 @@ class Rule:
     transpose: bool = False
     sizes: tuple[int, ...] | None = None
     interleave: tuple[int, int] | None = None
+    shape: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.hf) > 1 and (self.sizes is None or len(self.sizes) != len(self.hf)):
@@ -284,6 +304,11 @@ def layernorm(zoo: str, hf: str, *, bias: bool = True) -> list[Rule]:
 def fused(zoo: str, hf: Sequence[str], sizes: Sequence[int]) -> Rule:
     """A zoo tensor whose rows are the HF tensors ``hf`` stacked in order (fused q/k/v, gate/up)."""
     return Rule(zoo, tuple(hf), sizes=tuple(sizes))
+
+
+def stacked(zoo: str, hf: Sequence[str], sizes: Sequence[int], shape: Sequence[int]) -> Rule:
+    """A zoo tensor of ``shape`` whose rows, flattened, are the HF tensors ``hf`` in order (stacked experts)."""
+    return Rule(zoo, tuple(hf), sizes=tuple(sizes), shape=tuple(shape))
 
 
 def fused_linear(zoo: str, hf: Sequence[str], sizes: Sequence[int], *, bias: bool = True) -> list[Rule]:
@@ -377,6 +402,12 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             tensor = parts[0]
         if rule.interleave is not None:  # HF (groups, parts, n) rows -> zoo (parts, groups, n)
             tensor = regroup(tensor, *rule.interleave)
+        if rule.shape is not None:
+            if tensor.numel() != math.prod(rule.shape):
+                raise HFError(
+                    f"cannot stack {tuple(tensor.shape)} from {rule.hf[0]}, ... into {rule.zoo} {rule.shape}"
+                )
+            tensor = tensor.reshape(rule.shape)
         out[rule.zoo] = tensor.t().contiguous() if rule.transpose else tensor
         used.update(rule.hf)
     if missing:
@@ -402,6 +433,8 @@ def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
         if rule.interleave is not None:  # zoo (parts, groups, n) rows -> HF (groups, parts, n)
             groups, count = rule.interleave
             tensor = regroup(tensor, count, groups)
+        if rule.shape is not None:  # stacked: back to the rows of the parts
+            tensor = tensor.reshape(-1, tensor.shape[-1])
         if rule.sizes is not None:
             if sum(rule.sizes) != tensor.shape[0]:
                 raise HFError(

@@ -61,6 +61,20 @@ def _stack_features(name: str, stack: ResolvedStack, *, d_model: int) -> dict[st
         f"{name}.position.per_layer": getattr(position, "per_layer", None),
         f"{name}.position.fraction": getattr(position, "fraction", None),
         f"{name}.norm.residual": stack.norm.residual,
+        f"{name}.ffn": _ffn_features(stack),
+    }
+
+
+def _ffn_features(stack: ResolvedStack) -> Any:
+    """A Mixture-of-Experts FFN's routing and layout, layer by layer (the dense width only where used); a
+    dense FFN's kind. Router jitter is training noise, like dropout: not a feature."""
+    ffn = stack.ffn
+    if ffn.kind != "moe":
+        return ffn.kind
+    sparse = [ffn.is_sparse(i) for i in range(stack.num_layers)]
+    return ffn.model_dump(exclude={"jitter", "sparse_step", "dense_layers", "dense_d_ff"}) | {
+        "sparse": sparse,
+        "dense_d_ff": ffn.dense_d_ff if not all(sparse) else None,
     }
 
 

@@ -1,4 +1,5 @@
-"""The Llama family: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (``*ForCausalLM`` and headless ``*Model``).
+"""The Llama family: ``llama``, ``mistral``, ``qwen2``, ``qwen3`` and the Mixture-of-Experts ``mixtral``,
+``qwen2_moe``, ``qwen3_moe`` (``*ForCausalLM`` and headless ``*Model``).
 
 One table serves the four, after transformers' ``models/{llama,mistral,qwen2,qwen3}/modeling_*.py``: pre-norm
 RMSNorm, rotary positions in the rotate-half layout (zoo's too, so q/k weights need no permutation),
@@ -10,6 +11,12 @@ SwiGLU, grouped-query attention. HF keeps q/k/v and gate/up as separate matrices
     mistral     none                        -                       sliding_window, every layer        none
     qwen2       q, k, v always, never o     -                       use_sliding_window + layer_types   none
     qwen3       attention_bias: q, k, v, o  per head, rms_norm_eps  use_sliding_window + layer_types   none
+    mixtral     none                        -                       sliding_window, every layer        experts
+    qwen2_moe   qkv_bias: q, k, v, never o  -                       use_sliding_window + layer_types   experts
+    qwen3_moe   attention_bias: q, k, v, o  per head, rms_norm_eps  use_sliding_window, every layer    experts
+
+The MoE variants' FFN rows (router, stacked experts, Qwen2-MoE's shared expert, dense layers) are a
+`zoo.io.hf.moe.MoEFormat` on the variant.
 
 Rotary scaling (``llama3``, ``linear``) is read and written by `zoo.io.hf.rope` for every variant. A
 sliding window (query i sees keys j with i - W < j <= i) becomes ``decoder.pattern`` when every layer has it
@@ -38,8 +45,18 @@ from zoo.io.hf.common import (
     require,
     token_id,
 )
+from zoo.io.hf.moe import (
+    MIXTRAL,
+    QWEN2_MOE,
+    QWEN3_MOE,
+    MoEFormat,
+    moe_checks,
+    moe_from_config,
+    moe_rules,
+    moe_to_config,
+)
 from zoo.io.hf.rope import rope_from_config, rope_to_config, scaling_type
-from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
+from zoo.spec import DecoderSpec, FFNSpec, ModelSpec, MoESpec, ResolvedStack, RotaryPositions, parse_spec
 from zoo.spec.limits import LAYERS
 
 PREFIX = "model."
@@ -51,19 +68,24 @@ class Variant:
     """What one ``model_type`` of the family can say.
 
     biases: ``config`` reads/writes ``attention_bias`` (all four projections), ``qkv`` is Qwen2's fixed
-    q/k/v-only biases, ``none`` is Mistral's bias-free attention. window: ``mistral`` is one
-    ``sliding_window`` for every layer (null = none), ``qwen`` the per-layer ``use_sliding_window`` /
-    ``max_window_layers`` / ``layer_types``. defaults: the transformers config class's defaults, for keys
-    a config.json may leave out.
+    q/k/v-only biases, ``qkv_bias`` Qwen2-MoE's q/k/v-only biases switched by ``qkv_bias``, ``none`` is
+    Mistral's bias-free attention. window: ``mistral`` is one ``sliding_window`` for every layer (null =
+    none), ``every`` the same behind ``use_sliding_window`` (Qwen3-MoE), ``qwen`` the per-layer
+    ``use_sliding_window`` / ``max_window_layers`` / ``layer_types`` (without ``layer_types``, Qwen2 slides
+    from layer ``max_window_layers`` on, Qwen2-MoE on the even layers below it: ``odd_windows``).
+    moe: how the FFN's experts are written, or None for a dense MLP. defaults: the transformers config
+    class's defaults, for keys a config.json may leave out.
     """
 
     model_type: str
     prefix: str  # of the class names: LlamaForCausalLM / LlamaModel
-    biases: Literal["config", "qkv", "none"]
+    biases: Literal["config", "qkv", "qkv_bias", "none"]
     mlp_bias: bool  # config.json has ``mlp_bias``
     qk_norm: bool
-    window: Literal["none", "mistral", "qwen"]
+    window: Literal["none", "mistral", "every", "qwen"]
     defaults: dict[str, Any] = field(default_factory=dict)
+    moe: MoEFormat | None = None
+    odd_windows: bool = False
 
     @property
     def headed(self) -> str:
@@ -87,6 +109,25 @@ VARIANTS = (
         defaults={**_QWEN_DEFAULTS, "num_key_value_heads": 32, "head_dim": 128, "bos_token_id": None,
                   "eos_token_id": None},
     ),
+    Variant(
+        "mixtral", "Mixtral", biases="none", mlp_bias=False, qk_norm=False, window="mistral", moe=MIXTRAL,
+        defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                  "rms_norm_eps": 1e-5, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2},
+    ),
+    Variant(
+        "qwen2_moe", "Qwen2Moe", biases="qkv_bias", mlp_bias=False, qk_norm=False, window="qwen", moe=QWEN2_MOE,
+        odd_windows=True,
+        defaults={**_QWEN_DEFAULTS, "intermediate_size": 5632, "hidden_size": 2048, "num_hidden_layers": 24,
+                  "num_attention_heads": 16, "num_key_value_heads": 16, "bos_token_id": None, "eos_token_id": None,
+                  "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632},
+    ),
+    Variant(
+        "qwen3_moe", "Qwen3Moe", biases="config", mlp_bias=False, qk_norm=True, window="every", moe=QWEN3_MOE,
+        defaults={**_QWEN_DEFAULTS, "intermediate_size": 6144, "hidden_size": 2048, "num_hidden_layers": 24,
+                  "num_key_value_heads": 4, "bos_token_id": None, "eos_token_id": None, "num_experts": 128,
+                  "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+    ),
 )  # fmt: skip
 # LlamaConfig's defaults; a variant's own replace them.
 _DEFAULTS: dict[str, Any] = {
@@ -109,7 +150,12 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
     has_head = has_lm_head(config, names, headed=variant.headed, prefix=PREFIX)
     d_model, vocab, num_heads = get("hidden_size"), get("vocab_size"), get("num_attention_heads")
     max_positions, eps, head_dim = get("max_position_embeddings"), get("rms_norm_eps"), get("head_dim")
-    qkv_bias = {"config": config.get("attention_bias", False), "qkv": True, "none": False}[variant.biases]
+    qkv_bias = {
+        "config": config.get("attention_bias", False),
+        "qkv": True,
+        "qkv_bias": config.get("qkv_bias", True),
+        "none": False,
+    }[variant.biases]
     windows = _windows_from_config(variant, config, get)
     return parse_spec({
         "family": "decoder",
@@ -122,12 +168,12 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
             "num_kv_heads": get("num_key_value_heads") or num_heads,
             "head_dim": head_dim if head_dim and num_heads and head_dim != d_model // num_heads else None,
             "bias": qkv_bias,
-            "out_bias": None if variant.biases != "qkv" else False,
+            "out_bias": None if variant.biases not in ("qkv", "qkv_bias") else False,
             "qk_norm": variant.qk_norm,
             **({"qk_norm_eps": eps} if variant.qk_norm else {}),
             "dropout": config.get("attention_dropout", 0.0),
         },
-        "ffn": {
+        "ffn": moe_from_config(variant.moe, config, get) if variant.moe else {
             "d_ff": get("intermediate_size"),
             "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
             "gated": True,
@@ -156,9 +202,11 @@ def _windows_from_config(
         )
     if variant.window == "none":
         return [None] * num_layers
+    if variant.window in ("every", "qwen") and not config.get("use_sliding_window", False):
+        window = None  # switched off: the size says nothing (Qwen2-MoE writes 0 there)
     if window is not None and (not isinstance(window, int) or window < 1):
         raise HFError(f"config.json sliding_window={window!r}: a positive number of keys or null is expected")
-    if variant.window == "mistral":
+    if variant.window in ("mistral", "every"):
         return [window] * num_layers
     # Qwen: the window exists only with use_sliding_window; layer_types (or, without it, the layers from
     # max_window_layers on) say which layers use it.
@@ -166,7 +214,11 @@ def _windows_from_config(
     types = config.get("layer_types")
     if types is None:
         first = config.get("max_window_layers", 28)
-        types = [SLIDING if window is not None and i >= first else FULL for i in range(num_layers)]
+        below = [(i + 1) % 2 == 1 and i < first for i in range(num_layers)]  # Qwen2-MoE's own rule
+        types = [
+            SLIDING if window is not None and (below[i] if variant.odd_windows else i >= first) else FULL
+            for i in range(num_layers)
+        ]
     if (
         not isinstance(types, list)
         or len(types) != num_layers
@@ -212,8 +264,20 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
     biases = {  # (q/k/v bias, output bias) each variant can write
         "config": (attention.bias, attention.bias),
         "qkv": (True, False),
+        "qkv_bias": (attention.bias, False),
         "none": (False, False),
     }[variant.biases]
+    if variant.moe is not None:
+        ffn_checks = moe_checks(family, variant.moe, ffn, src["ffn"])
+    elif isinstance(ffn, MoESpec):
+        ffn_checks = [(f"{src['ffn']}.kind", ffn.kind, "dense")]
+    else:
+        ffn_checks = [
+            (f"{src['ffn']}.gated", ffn.gated, True),
+            (f"{src['ffn']}.bias", ffn.bias, ffn.bias if variant.mlp_bias else False),
+            (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
+            (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
+        ]
     require(family, [
         (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
         (f"{src['norm']}.placement", norm.placement, "pre"),
@@ -223,10 +287,7 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         (f"{att}.scaled", attention.scaled, True),
         (f"{att}.qk_norm", attention.qk_norm, variant.qk_norm),
         *([(f"{att}.qk_norm_eps", attention.qk_norm_eps, norm.eps)] if variant.qk_norm else []),
-        (f"{src['ffn']}.gated", ffn.gated, True),
-        (f"{src['ffn']}.bias", ffn.bias, ffn.bias if variant.mlp_bias else False),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
+        *ffn_checks,
         (f"{src['position']}.kind", position.kind, "rotary"),
         (f"{src['position']}.fraction", getattr(position, "fraction", 1.0), 1.0),  # phi3 rotates a fraction
         (f"{src['position']}.scaling.type", scaling_type(position), (None, "llama3", "linear")),
@@ -251,6 +312,7 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         "num_key_value_heads": attention.kv_heads,
         "head_dim": attention.resolved_head_dim(spec.d_model),
         "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
+        **(moe_to_config(variant.moe, ffn) if variant.moe and isinstance(ffn, MoESpec) else {}),
         "max_position_embeddings": spec.max_positions,
         "rms_norm_eps": norm.eps,
         **rope_to_config(position),
@@ -263,6 +325,8 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
     }
     if variant.biases == "config":
         config["attention_bias"] = attention.bias
+    if variant.biases == "qkv_bias":
+        config["qkv_bias"] = attention.bias
     if variant.mlp_bias:
         config["mlp_bias"] = ffn.bias
     return config | _windows_to_config(variant, stack)
@@ -289,10 +353,17 @@ def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]
     if variant.window == "mistral":
         if window is not None and None in windows:
             raise HFError(
-                f"mistral cannot express {where} mixing causal and sliding-window layers: Hugging Face "
-                "mistral applies sliding_window to every layer (qwen2 and qwen3 choose per layer)"
+                f"{family} cannot express {where} mixing causal and sliding-window layers: Hugging Face "
+                f"{family} applies sliding_window to every layer (qwen2 and qwen3 choose per layer)"
             )
         return {"sliding_window": window}
+    if variant.window == "every":
+        if window is not None and None in windows:
+            raise HFError(
+                f"{family} cannot express {where} mixing causal and sliding-window layers: Hugging Face "
+                f"{family} applies sliding_window to every layer"
+            )
+        return {"use_sliding_window": window is not None, "sliding_window": window}
     types = [FULL if w is None else SLIDING for w in windows]
     return {
         "use_sliding_window": window is not None,
@@ -320,20 +391,21 @@ def layer_windows(stack: ResolvedStack, family: str) -> list[int | None]:
 # -- tensors -----------------------------------------------------------------------------------------------
 
 
-def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
-    """zoo <-> HF names; body names carry ``prefix`` (``model.`` under ``*ForCausalLM``)."""
+def _rules(spec: DecoderSpec, prefix: str, moe: MoEFormat | None = None) -> list[Rule]:
+    """zoo <-> HF names; body names carry ``prefix`` (``model.`` under ``*ForCausalLM``); ``moe``: how the
+    variant writes a Mixture-of-Experts FFN."""
     stack = spec.stacks()["decoder"]
     attention = stack.attention
     H, K = attention.num_heads, attention.kv_heads
-    D, F = attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
-    ffn_bias = stack.ffn.bias
+    D = attention.resolved_head_dim(spec.d_model)
+    ffn = stack.ffn
     rules = [
         rename("embed.tokens.weight", f"{prefix}embed_tokens.weight"),
         *layernorm("decoder.final_norm", f"{prefix}norm", bias=False),
     ]
     for i in range(stack.num_layers):
         zoo, hf = f"decoder.layers.{i}", f"{prefix}layers.{i}"
-        attn, mlp = f"{hf}.self_attn", f"{hf}.mlp"
+        attn = f"{hf}.self_attn"
         rules += [
             *fused_linear(
                 f"{zoo}.self_attn.qkv_proj",
@@ -342,10 +414,7 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
                 bias=attention.bias,
             ),
             *linear(f"{zoo}.self_attn.out_proj", f"{attn}.o_proj", bias=attention.has_out_bias),
-            *fused_linear(
-                f"{zoo}.ffn.up_proj", [f"{mlp}.gate_proj", f"{mlp}.up_proj"], (F, F), bias=ffn_bias
-            ),
-            *linear(f"{zoo}.ffn.down_proj", f"{mlp}.down_proj", bias=ffn_bias),
+            *_ffn_rules(ffn, zoo, hf, layer_idx=i, d_model=spec.d_model, moe=moe),
             *layernorm(f"{zoo}.self_attn_norm", f"{hf}.input_layernorm", bias=False),
             *layernorm(f"{zoo}.ffn_norm", f"{hf}.post_attention_layernorm", bias=False),
         ]
@@ -359,7 +428,19 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX)
+def _ffn_rules(
+    ffn: FFNSpec | MoESpec, zoo: str, hf: str, *, layer_idx: int, d_model: int, moe: MoEFormat | None
+) -> list[Rule]:
+    """Layer ``layer_idx``'s MLP: Llama's gate/up/down, or the variant's experts (`zoo.io.hf.moe`)."""
+    mlp = f"{hf}.mlp"
+    if isinstance(ffn, MoESpec):
+        assert moe is not None  # a dense variant's config never reads as, and refuses to write, an MoE spec
+        return moe_rules(moe, ffn, zoo, hf, layer_idx=layer_idx, d_model=d_model)
+    F = ffn.d_ff
+    return [
+        *fused_linear(f"{zoo}.ffn.up_proj", [f"{mlp}.gate_proj", f"{mlp}.up_proj"], (F, F), bias=ffn.bias),
+        *linear(f"{zoo}.ffn.down_proj", f"{mlp}.down_proj", bias=ffn.bias),
+    ]
 
 
 def _mapping(variant: Variant) -> FamilyMapping:
@@ -369,12 +450,17 @@ def _mapping(variant: Variant) -> FamilyMapping:
     def to_config(spec: ModelSpec) -> dict[str, Any]:
         return spec_to_config(variant, spec)
 
+    def rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
+        return _rules(spec, prefix, variant.moe)
+
+    hf_to_zoo, zoo_to_hf = decoder_converters(rules, prefix=PREFIX)
     return FamilyMapping(
         model_types=(variant.model_type,),
         config_to_spec=to_spec,
         spec_to_config=to_config,
         hf_to_zoo=hf_to_zoo,
         zoo_to_hf=zoo_to_hf,
+        ffn_kinds=("moe",) if variant.moe else ("dense",),
     )
 
 
