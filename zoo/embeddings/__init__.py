@@ -16,16 +16,16 @@ One job a module:
 
 from __future__ import annotations
 
-from zoo.embeddings.embedder import Embedder, embed
+from zoo._lazy import lazy_exports
 from zoo.embeddings.folder import POOLING_MODES, EmbeddingConfigError, FolderSettings, read_folder_settings
-from zoo.embeddings.pooling import pool
 
-__all__ = [
-    "POOLING_MODES",
-    "Embedder",
-    "EmbeddingConfigError",
-    "FolderSettings",
-    "embed",
-    "pool",
-    "read_folder_settings",
-]
+# The folder's settings import no torch (so `zoo embed --help` stays instant); the rest loads on first use.
+_LAZY = {
+    "Embedder": "zoo.embeddings.embedder:Embedder",
+    "embed": "zoo.embeddings.embedder:embed",
+    "pool": "zoo.embeddings.pooling:pool",
+}
+
+__all__ = ["POOLING_MODES", "EmbeddingConfigError", "FolderSettings", "read_folder_settings", *_LAZY]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, eager=__all__)
