@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from zoo.cli.options import add_device_option
+from zoo.cli.sanitize import clean
 
 STDIN = "-"
 CHUNK = 8192  # lines embedded at a time: sorted together, so their batches carry little padding
@@ -115,8 +116,8 @@ def run_embed(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     seconds = time.perf_counter() - start
-    console.print(
-        f"{rows:,} texts -> {out} ({rows} × {embedder.dim} float32) in {seconds:.1f} s "
+    console.out(  # plain text (no markup, no wrapping): the path is the user's, printed as given
+        f"{rows:,} texts -> {clean(str(out))} ({rows} × {embedder.dim} float32) in {seconds:.1f} s "
         f"({rows / max(seconds, 1e-9):,.1f} texts/s)",
         highlight=False,
     )
@@ -228,7 +229,7 @@ class _Progress:
         elif self.lines and before // LINE_EVERY != self.done // LINE_EVERY:
             of = f"/{self.total:,}" if self.total is not None else ""
             rate = self.done / max(time.perf_counter() - self.start, 1e-9)
-            self.console.print(f"embedded {self.done:,}{of} texts ({rate:,.1f} texts/s)", highlight=False)
+            self.console.out(f"embedded {self.done:,}{of} texts ({rate:,.1f} texts/s)", highlight=False)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -255,9 +256,11 @@ def _positive(text: str) -> int:
 
 
 def _pooling(text: str) -> tuple[str, ...]:
-    from zoo.embeddings.folder import check_pooling
+    from zoo.embeddings.folder import POOLING_MODES
 
-    try:
-        return check_pooling(tuple(part.strip() for part in text.split(",")), where="--pooling")
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    modes = tuple(part.strip() for part in text.split(","))
+    if not all(mode in POOLING_MODES for mode in modes):
+        raise argparse.ArgumentTypeError(
+            f"invalid pooling {text!r} (expected one of {', '.join(POOLING_MODES)}, or several joined by commas)"
+        )
+    return modes
