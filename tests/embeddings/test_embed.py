@@ -14,7 +14,7 @@ import torch
 from embed_support import MAX_POSITIONS, TEXTS, make_st_folder, wordpiece, write_json
 
 import zoo
-from zoo.embeddings import EmbeddingConfigError, Embedder, read_folder_settings
+from zoo.embeddings import Embedder, EmbeddingConfigError, read_folder_settings
 from zoo.io.tokenizer import Tokenizer
 
 transformers = pytest.importorskip("transformers")

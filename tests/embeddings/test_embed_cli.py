@@ -11,8 +11,8 @@ import pytest
 from embed_support import TEXTS
 
 import zoo
-from zoo.cli import main
 from zoo.cli import embed as embed_cli
+from zoo.cli import main
 
 
 def lines_file(path: Path, texts: list[str]) -> Path:

@@ -132,7 +132,7 @@ def _input(name: str) -> Any:
 
     if name == STDIN:
         return contextlib.nullcontext(sys.stdin.buffer)
-    return open(name, "rb")  # noqa: SIM115 (closed by the caller's with)
+    return open(name, "rb")
 
 
 def _count_lines(path: Path) -> int:
