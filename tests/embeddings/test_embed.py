@@ -168,3 +168,24 @@ def test_bad_input_is_one_clear_error(hf_folder: Path, tmp_path: Path) -> None:
     (dense / "modules.json").write_text(json.dumps([modules[0], {**modules[1], "path": "../x"}]))
     with pytest.raises(EmbeddingConfigError, match="must be a folder inside"):
         zoo.embed(dense, TEXTS)
+
+
+def test_texts_of_a_batch_share_rows_when_packed() -> None:
+    """The docstring's picture: lengths 9, 5, 4, 3 -> three rows of 9 (a | b c | d), pads in d's document."""
+    from zoo.embeddings import packing
+
+    layout = packing.packed(torch.tensor([9, 5, 4, 3]))
+    assert (layout.rows, layout.width) == (3, 9)
+    ids, mask, documents = packing.model_inputs(layout, torch.arange(1, 22), pad_id=0, documents=True)
+    assert ids.tolist() == [list(range(1, 10)), list(range(10, 19)), [19, 20, 21, 0, 0, 0, 0, 0, 0]]
+    assert mask.tolist() == [[1] * 9, [1] * 9, [1] * 3 + [0] * 6]
+    assert documents is not None and documents.tolist() == [[0] * 9, [1] * 5 + [2] * 4, [3] * 9]
+
+
+def test_packed_and_padded_batches_give_the_same_vectors(hf_folder: Path) -> None:
+    for model in (zoo.from_hf(hf_folder), zoo.build("llama-tiny")):
+        embedder = Embedder(model, Tokenizer(wordpiece()), pooling=("mean", "lasttoken"), max_length=32)
+        assert embedder.packable
+        packed = embedder(TEXTS, batch_size=8)
+        embedder.packable = False
+        np.testing.assert_allclose(packed, embedder(TEXTS, batch_size=8), atol=1e-5)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tokenizers import normalizers
 
 from zoo.embeddings.folder import FolderSettings, check_pooling, read_folder_settings
+from zoo.embeddings import packing
 from zoo.embeddings.pooling import pool
 from zoo.io.checkpoint import load, load_tokenizer
 from zoo.io.hf import from_hf
@@ -72,6 +73,7 @@ class Embedder:
         self.max_length = max_length
         self.prompt = prompt
         self.prompt_length = 0 if include_prompt or not prompt else _prompt_length(tokenizer, prompt)
+        self.packable = _packable(model)
 
     @classmethod
     def load(
@@ -168,34 +170,45 @@ class Embedder:
 
     def _embed_batch(self, rows: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:
         """Rows of ids (longest first) -> (B, dim) vectors."""
-        B, T = len(rows), int(lengths.max())
         if int(lengths.min()) == 0:
             raise ValueError(
                 "a text has no tokens at all (the tokenizer adds no special tokens): it has no vector"
             )
-        mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T) True = a real token, on the left
-        ids = torch.full((B, T), self.tokenizer.pad_id or 0, dtype=torch.long)
-        ids[mask] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)  # row by row, in order
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        hidden = self._hidden(ids, mask.long())  # (B, T, C)
-        pooled_mask = mask
+        T = int(lengths.max())
+        # Packed only where it saves positions: texts of one length fill padded rows exactly.
+        pack = self.packable and int(lengths.min()) < T
+        layout = packing.packed(lengths) if pack else packing.padded(lengths)
+        flat = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)  # (N,) text by text
+        ids, mask, documents = packing.model_inputs(
+            layout, flat, pad_id=self.tokenizer.pad_id or 0, documents=pack
+        )
+        hidden = self._hidden(
+            ids, mask, documents, padding=pack or int(lengths.min()) < T
+        )  # (rows, width, C)
+        hidden = packing.per_text(layout, hidden, lengths.to(hidden.device))  # (B, T, C)
+        keep = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T) True = a real token, on the left
         if self.prompt_length:  # the prompt's tokens are context, not content: out of the pooling
-            pooled_mask = mask & (torch.arange(T, device=mask.device) >= self.prompt_length).unsqueeze(0)
-        vectors = pool(hidden, pooled_mask, self.pooling)  # (B, dim)
+            keep &= (torch.arange(T) >= self.prompt_length).unsqueeze(0)
+        vectors = pool(hidden, keep.to(hidden.device), self.pooling)  # (B, dim)
         return F.normalize(vectors, p=2, dim=1) if self.normalize else vectors
 
-    def _hidden(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The token vectors the family pools: (B, T) ids and mask -> (B, T, C)."""
+    def _hidden(
+        self, ids: torch.Tensor, mask: torch.Tensor, documents: torch.Tensor | None, *, padding: bool
+    ) -> torch.Tensor:
+        """The token vectors the family pools: (R, W) ids, mask and document ids -> (R, W, C)."""
         model: Any = self.model
-        family = model.spec.family
-        if family == "encoder-decoder":
-            return model.encode(ids, mask).hidden
+        ids = ids.to(self.device)
+        # Without padding, no mask: attention takes its faster path for unmasked rows.
+        attention_mask = mask.to(self.device) if padding else None
+        if model.spec.family == "encoder-decoder":
+            return model.encode(ids, attention_mask).hidden
         # Token-level heads score no position: their (B, T, V) logits would cost more than the model.
         heads = [getattr(model, name, None) for name in ("lm_head", "mlm_head")]
         classifier = getattr(model, "classifier", None)
         token_head = any(h is not None for h in heads) or getattr(classifier, "per_token", False)
         skip = torch.zeros_like(ids, dtype=torch.bool) if token_head else None
-        return model(ids, attention_mask=mask, logits_mask=skip).last_hidden_state
+        extra = {"document_ids": documents.to(self.device)} if documents is not None else {}
+        return model(ids, attention_mask=attention_mask, logits_mask=skip, **extra).last_hidden_state
 
 
 def embed(
@@ -298,6 +311,14 @@ def _lowercased(tokenizer: Tokenizer) -> Tokenizer:
         special_tokens={n: t for n, t in specials.items() if t is not None},
         source=tokenizer.source,
     )
+
+
+def _packable(model: ZooModel) -> bool:
+    """Whether several texts may share a row (`zoo.embeddings.packing`): an encoder or a decoder whose every
+    attention pattern is one a text sees the same way at any offset."""
+    stack = getattr(model, {"encoder": "encoder", "decoder": "decoder"}.get(model.spec.family, ""), None)
+    patterns = getattr(stack, "patterns", None)
+    return patterns is not None and all(p.kind in packing.PACKABLE for p in patterns.distinct)
 
 
 def _prompt_length(tokenizer: Tokenizer, prompt: str) -> int:
