@@ -8,6 +8,7 @@ One job a module:
 
     folder.py     what a sentence-transformers folder says: modules.json, the pooling config, the max length
     pooling.py    token vectors -> text vectors: mean, cls, max, lasttoken, mean_sqrt_len_tokens, weightedmean
+    packing.py    a batch's rows: padded, or several texts packed into a row (document ids keep them apart)
     embedder.py   `Embedder` and `embed`: tokenize, sort by length, batch, pool, normalise, restore the order
 
 ``zoo embed MODEL --input texts.txt --out vectors.npy`` (`zoo.cli.embed`) streams a file through an

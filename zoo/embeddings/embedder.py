@@ -4,12 +4,14 @@
 
 The texts are tokenized together (in parallel, by the Rust tokenizer), truncated to ``max_length`` tokens
 (special tokens included, as sentence-transformers truncates), sorted by their token count, longest first,
-and run ``batch_size`` at a time, each batch padded on the right to its own longest row only; the vectors
-come back in the order of the texts. Sorting keeps padding, and so wasted compute, near zero on a large,
-mixed file; the first batch is the longest, so running out of memory shows at once.
+and run ``batch_size`` at a time, each batch in rows as long as its longest text: padded on the right, or
+with several texts packed into a row where every attention pattern allows it (`zoo.embeddings.packing`);
+the vectors come back in the order of the texts. Sorting and packing keep padding, and so wasted compute,
+near zero on a large, mixed file; the first batch is the longest, so running out of memory shows at once.
 
 Padding on the right is exact for every family: an encoder masks the pads out of attention, and a decoder's
 causal attention never sees the pads after a real token, so a text's vector is the one it gets alone.
+Packed texts are kept apart by document ids (their attention stays inside, their positions restart).
 
 An encoder pools its last hidden states; a decoder pools ``last_hidden_state`` (use ``lasttoken`` pooling,
 the usual choice for decoder embedders); an encoder-decoder pools its encoder's output. The LM or MLM head is
@@ -29,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from tokenizers import normalizers
 
-from zoo.embeddings.folder import FolderSettings, check_pooling, read_folder_settings
 from zoo.embeddings import packing
+from zoo.embeddings.folder import FolderSettings, check_pooling, read_folder_settings
 from zoo.embeddings.pooling import pool
 from zoo.io.checkpoint import load, load_tokenizer
 from zoo.io.hf import from_hf
