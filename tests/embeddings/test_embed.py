@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from embed_support import MAX_POSITIONS, TEXTS, make_st_folder, wordpiece, write_json
+from tokenizers import processors
 
 import zoo
 from zoo.embeddings import Embedder, EmbeddingConfigError, read_folder_settings
@@ -153,6 +154,10 @@ def test_bad_input_is_one_clear_error(hf_folder: Path, tmp_path: Path) -> None:
         zoo.embed(hf_folder, TEXTS, max_length=41)
     with pytest.raises(ValueError, match="pass tokenizer="):
         zoo.embed(zoo.build("llama-tiny"), TEXTS)
+    bare = wordpiece()
+    bare.post_processor = processors.ByteLevel(trim_offsets=False)  # frames nothing: "" has no token
+    with pytest.raises(ValueError, match=r"texts\[1\] \(''\) has no tokens"):
+        Embedder(zoo.from_hf(hf_folder), Tokenizer(bare))(["a man", ""])
     dense = tmp_path / "dense"
     shutil.copytree(hf_folder, dense)
     modules = [

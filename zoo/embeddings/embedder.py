@@ -161,6 +161,12 @@ class Embedder:
         rows = self.tokenize(texts)
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+        if len(rows) and int(lengths.min()) == 0:
+            i = int(torch.nonzero(lengths == 0)[0])
+            raise ValueError(
+                f"texts[{i}] ({texts[i][:40]!r}) has no tokens, and the tokenizer adds no special tokens: it "
+                "has no vector"
+            )
         order = torch.argsort(lengths, descending=True, stable=True)  # longest first
         for start in range(0, len(rows), batch_size):
             picked = order[start : start + batch_size]
@@ -172,22 +178,15 @@ class Embedder:
 
     def _embed_batch(self, rows: list[list[int]], lengths: torch.Tensor) -> torch.Tensor:
         """Rows of ids (longest first) -> (B, dim) vectors."""
-        if int(lengths.min()) == 0:
-            raise ValueError(
-                "a text has no tokens at all (the tokenizer adds no special tokens): it has no vector"
-            )
-        T = int(lengths.max())
+        T, padding = int(lengths.max()), int(lengths.min()) < int(lengths.max())
         # Packed only where it saves positions: texts of one length fill padded rows exactly.
-        pack = self.packable and int(lengths.min()) < T
+        pack = self.packable and padding
         layout = packing.packed(lengths) if pack else packing.padded(lengths)
         flat = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)  # (N,) text by text
-        ids, mask, documents = packing.model_inputs(
-            layout, flat, pad_id=self.tokenizer.pad_id or 0, documents=pack
-        )
-        hidden = self._hidden(
-            ids, mask, documents, padding=pack or int(lengths.min()) < T
-        )  # (rows, width, C)
-        hidden = packing.per_text(layout, hidden, lengths.to(hidden.device))  # (B, T, C)
+        pad_id = self.tokenizer.pad_id or 0  # any id: pads are masked
+        ids, mask, documents = packing.model_inputs(layout, flat, pad_id=pad_id, documents=pack)
+        hidden = self._hidden(ids, mask, documents, padding=padding)  # (rows, width, C)
+        hidden = packing.per_text(layout, hidden, lengths)  # (B, T, C)
         keep = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T) True = a real token, on the left
         if self.prompt_length:  # the prompt's tokens are context, not content: out of the pooling
             keep &= (torch.arange(T) >= self.prompt_length).unsqueeze(0)

@@ -87,7 +87,8 @@ def per_text(layout: Layout, hidden: torch.Tensor, lengths: torch.Tensor) -> tor
     if layout.row is layout.text:  # padded: already one text a row
         return hidden
     out = hidden.new_zeros(len(lengths), layout.width, hidden.shape[-1])  # (B, T, C)
-    out[layout.text, layout.position] = hidden[layout.row, layout.column]
+    where = [index.to(hidden.device) for index in (layout.text, layout.position, layout.row, layout.column)]
+    out[where[0], where[1]] = hidden[where[2], where[3]]
     return out
 
 
