@@ -87,7 +87,7 @@ LAYERS = (
     ("zoo.quant",),  # weight-only quantisation: checkpoints save and load quantised weights through it
     ("zoo.io",),
     ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
-    ("zoo.analysis", "zoo.training"),
+    ("zoo.analysis", "zoo.training", "zoo.embeddings"),  # embeddings: models and tokenizers loaded by io
     ("zoo.demo", "zoo.viz"),
     ("zoo.cli",),
     ("zoo.__main__",),

@@ -36,6 +36,7 @@ _LAZY = {
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
     "TextStream": "zoo.generation.text:TextStream",
     "summary": "zoo.analysis:summary",
+    "embed": "zoo.embeddings:embed",
 }
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
 _SUBPACKAGES = (
     "analysis",
     "blocks",
+    "embeddings",
     "export",
     "generation",
     "io",
