@@ -227,7 +227,6 @@ class NormSpec(Spec):
         description="Pre-norm only: false leaves the first layer's self-attention input un-normalised, the "
         "embedding norm standing in for it (ModernBERT).",
     )
-    final: bool | None = Field(None, description="A norm after the last layer; default: yes for pre-norm.")
     residual: Literal["sequential", "parallel"] = Field(
         "sequential",
         description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX, GPT-J): "
