@@ -96,9 +96,11 @@ class NoFamilyError(HFError):
 
 def closeness(error: ValueError) -> tuple[int, int]:
     """How far a family is from a spec, by its refusal: another model family (decoder for encoder-decoder)
-    is farthest; else the fewer fields it cannot express, the closer."""
+    is farthest, then another kind of feed-forward (a Mixture-of-Experts family for a dense spec, or the
+    reverse: its refusal stops at that one field); else the fewer fields it cannot express, the closer."""
     fields = getattr(error, "fields", ())
-    return (1 if "family" in fields else 0, max(len(fields), 1))
+    other_ffn = any(field.endswith("ffn.kind") for field in fields)
+    return (2 if "family" in fields else 1 if other_ffn else 0, max(len(fields), 1))
 
 
 # -- activations -------------------------------------------------------------------------------------------
