@@ -26,12 +26,13 @@ def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
     assert torch.equal(compiled, eager)
 
 
-def test_a_compiled_run_compiles_the_decode_step_alone(tiny, prompts):
-    """The prompt is prefilled eagerly: a graph for it would be a second compile, and, frozen, a second
-    copy of the weights."""
+@pytest.mark.parametrize("name", ["gpt2-tiny", pytest.param("t5-tiny", marks=pytest.mark.slow)])
+def test_a_compiled_run_compiles_the_decode_step_alone(tiny, prompts, name):
+    """The prompt's prefill (an encoder-decoder's first step, which fills the cross-attention cache) runs
+    eagerly: a graph for it would be a second compile, and, frozen, a second copy of the weights."""
     from torch._dynamo.utils import counters
 
-    model = tiny("gpt2-tiny")
+    model = tiny(name)
     ids, mask = prompts(model.spec.vocab_size, [6, 6])
     counters.clear()
     model.generate(ids, attention_mask=mask, max_new_tokens=4, eos_token_id=[], compile=True)

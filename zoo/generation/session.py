@@ -138,10 +138,12 @@ class Session:
         ):
             self.cache.clear()  # the cached keys were rotated with the tables this forward no longer uses
             start = 0
-        # The prompt is prefilled eagerly: a compiled step would compile a second graph for it (torch.compile
-        # specialises one token against many), and a frozen graph holds its own copy of the weights. Prefill
-        # is a few large matmuls that eager runs at full speed; the per-token steps are where compile pays.
-        step = decode_step if self.cache is not None and end - start > 1 else self.step
+        # The first forward of a run (the prompt's prefill; an encoder-decoder's first step, which projects
+        # the encoder's keys/values into the cache) runs eagerly: a compiled step would compile a second graph
+        # for it (torch.compile specialises one token against many, and the cross-attention path differs
+        # once its cache is filled), and a frozen graph holds its own copy of the weights. It is one call of
+        # large matmuls that eager runs at full speed; the per-token steps are where compile pays.
+        step = decode_step if self.cache is not None and (start == 0 or end - start > 1) else self.step
         return step(
             self.model,
             self.tokens[:, start:end],
