@@ -11,12 +11,12 @@ schedule's original context. Nothing is downloaded.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hf_decoder_parity import assert_logits_match, left_padded, liven, reload_hf
 
 import zoo
 from zoo.io.hf import HFError
@@ -44,50 +44,11 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3-qk-norm": ("Qwen3", dict(head_dim=24, rms_norm_eps=0.25, attention_bias=True, tie_word_embeddings=True)),
 }  # fmt: skip
 # Qwen3's eps is large so that a q/k norm built with another eps (zoo's 1e-6 default) shows in the logits.
-LENGTHS = [40, 34, 12]  # left-padded: the longest rows pass position 32 and the window of 8
 
 
 def hf_model(prefix: str, **options: Any) -> torch.nn.Module:
     config = getattr(transformers, f"{prefix}Config")(**{**SIZES, **options})
     return liven(getattr(transformers, f"{prefix}ForCausalLM")(config))
-
-
-@torch.no_grad()
-def liven(model: torch.nn.Module) -> torch.nn.Module:
-    """Weights large enough that greedy decoding depends on the context; every vector perturbed."""
-    torch.manual_seed(0)
-    for name, param in model.named_parameters():
-        if param.dim() >= 2:
-            param.normal_(0.0, 0.3 if "embed" in name else 2.0 / math.sqrt(model.config.hidden_size))
-        else:
-            param.add_(torch.randn_like(param) * 0.1)
-    return model.eval()
-
-
-def left_padded(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids, mask, the position ids transformers' generate passes: cumsum - 1, padding at 1)."""
-    g = torch.Generator().manual_seed(3)
-    T = max(lengths)
-    mask = torch.tensor([[0] * (T - n) + [1] * n for n in lengths])
-    ids = torch.randint(3, V, (len(lengths), T), generator=g).masked_fill(mask == 0, 0)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    return ids, mask, positions
-
-
-@torch.no_grad()
-def assert_logits_match(model: zoo.ZooModel, hf: torch.nn.Module) -> None:
-    ids, mask, positions = left_padded(LENGTHS)
-    ours = model(ids, attention_mask=mask).logits
-    theirs = hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-    real = mask.bool()
-    assert theirs[real].abs().max() > 1e-1  # a real signal
-    torch.testing.assert_close(ours[real], theirs[real], atol=1e-4, rtol=1e-4)
-
-
-def reload_hf(path: Path) -> torch.nn.Module:
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    return model.eval()
 
 
 @pytest.fixture(scope="module", params=list(CASES))

@@ -11,12 +11,12 @@ compared with transformers' ``aux_loss`` on the same batch.
 from __future__ import annotations
 
 import json
-import math
-from pathlib import Path
 from typing import Any
 
+import hf_decoder_parity as parity
 import pytest
 import torch
+from hf_decoder_parity import left_padded, liven, reload_hf
 
 import zoo
 from zoo.io.hf import HFError
@@ -46,7 +46,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                    tie_word_embeddings=True)),
 }  # fmt: skip
 # Qwen3-MoE's eps is large so that a q/k norm with another eps shows in the logits.
-LENGTHS = [40, 34, 12]
 
 
 def hf_model(prefix: str, **options: Any) -> torch.nn.Module:
@@ -54,42 +53,9 @@ def hf_model(prefix: str, **options: Any) -> torch.nn.Module:
     return liven(getattr(transformers, f"{prefix}ForCausalLM")(config))
 
 
-@torch.no_grad()
-def liven(model: torch.nn.Module) -> torch.nn.Module:
-    """Weights large enough that greedy decoding and routing depend on the context; every vector perturbed."""
-    torch.manual_seed(0)
-    for name, param in model.named_parameters():
-        if param.dim() >= 2:
-            param.normal_(0.0, 0.3 if "embed" in name else 2.0 / math.sqrt(model.config.hidden_size))
-        else:
-            param.add_(torch.randn_like(param) * 0.1)
-    return model.eval()
-
-
-def left_padded(lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(3)
-    T = max(lengths)
-    mask = torch.tensor([[0] * (T - n) + [1] * n for n in lengths])
-    ids = torch.randint(3, V, (len(lengths), T), generator=g).masked_fill(mask == 0, 0)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    return ids, mask, positions
-
-
-@torch.no_grad()
 def assert_logits_match(model: zoo.ZooModel, hf: torch.nn.Module) -> None:
-    ids, mask, positions = left_padded(LENGTHS)
-    ours = model(ids, attention_mask=mask)
-    theirs = hf(input_ids=ids, attention_mask=mask, position_ids=positions, output_router_logits=True)
-    real = mask.bool()
-    assert theirs.logits[real].abs().max() > 1e-1
-    torch.testing.assert_close(ours.logits[real], theirs.logits[real], atol=1e-4, rtol=1e-4)
+    ours, theirs = parity.assert_logits_match(model, hf, output_router_logits=True)
     torch.testing.assert_close(ours.aux_loss, theirs.aux_loss, atol=1e-5, rtol=1e-5)
-
-
-def reload_hf(path: Path) -> torch.nn.Module:
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    return model.eval()
 
 
 @pytest.fixture(scope="module", params=list(CASES))
