@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from zoo.cli.options import add_device_option
+from zoo.cli.options import add_device_option, positive_int
 from zoo.cli.sanitize import clean
 
 STDIN = "-"
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, metavar="FILE.npy", help="where the vectors go")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     parser.add_argument(
-        "--batch-size", type=_positive, default=32, help="texts per forward pass (default: 32)"
+        "--batch-size", type=positive_int, default=32, help="texts per forward pass (default: 32)"
     )
     parser.add_argument(
         "--pooling",
@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-length",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="tokens kept per text, special tokens included (default: the folder's max_seq_length, else the "
         "tokenizer's and the model's limit)",
@@ -243,16 +243,6 @@ def _progress(console: Any, *, total: int | None, enabled: bool) -> _Progress:
 
 
 # --- arguments ------------------------------------------------------------------------------------------------
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected an int >= 1)")
-    return value
 
 
 def _pooling(text: str) -> tuple[str, ...]:

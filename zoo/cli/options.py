@@ -101,6 +101,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """The ``type`` of a count that must be at least 1, e.g. ``--batch-size``."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r} (expected an int >= 1)")
+    return value
+
+
 def utf8_text(text: str) -> str:
     """The ``type`` of a text argument: bytes that are not UTF-8 (Python keeps them as lone surrogates)
     are argparse's error here, not the tokenizer's TypeError later."""
