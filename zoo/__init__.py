@@ -27,6 +27,7 @@ _LAZY = {
     "save": "zoo.io.checkpoint:save",
     "load": "zoo.io.checkpoint:load",
     "load_tokenizer": "zoo.io.checkpoint:load_tokenizer",
+    "load_pretrained": "zoo.io.pretrained:load_pretrained",
     "read_spec": "zoo.io.checkpoint:read_spec",
     "CheckpointError": "zoo.io.checkpoint:CheckpointError",
     "from_hf": "zoo.io.hf:from_hf",
