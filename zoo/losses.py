@@ -105,3 +105,50 @@ def load_balancing_loss(
         prob_sums = prob_sums + (probs.float() * weight.unsqueeze(-1)).sum(dim=0)
     rows = weight.sum() * len(routers)
     return E * torch.sum((counts / rows) * (prob_sums / rows))
+
+
+def sequence_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, rows: torch.Tensor, num_rows: int
+) -> torch.Tensor:
+    """Each sequence's log-probability of its scored tokens, summed: logits (N, V) and targets (N,) at the
+    scored positions of a batch (a model run with ``logits_mask``), ``rows`` (N,) the row of each -> (num_rows,)
+    float32. A row with no scored position gets 0."""
+    token = -F.cross_entropy(logits.float(), targets, reduction="none")  # (N,) log p(target), fp32 for range
+    return token.new_zeros(num_rows).index_add(0, rows, token)  # (num_rows,)
+
+
+@dataclass
+class PreferenceLosses:
+    losses: torch.Tensor  # (P,) one loss per preference pair
+    chosen_rewards: torch.Tensor  # (P,) beta * (log pi(y_w|x) - log pi_ref(y_w|x)), detached
+    rejected_rewards: torch.Tensor  # (P,) the same for y_l, detached
+
+
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    reference_chosen: torch.Tensor,
+    reference_rejected: torch.Tensor,
+    *,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> PreferenceLosses:
+    """Direct Preference Optimization's sigmoid loss (Rafailov et al. 2023, arXiv:2305.18290, eq. 7), per pair,
+    from sequence log-probabilities (P,) of the chosen (y_w) and rejected (y_l) responses under the policy and
+    the reference model:
+
+        h      = (log pi(y_w|x) - log pi_ref(y_w|x)) - (log pi(y_l|x) - log pi_ref(y_l|x))
+        loss   = -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h)
+
+    ``label_smoothing`` eps > 0 is conservative DPO (cDPO: each label flipped with probability eps), as TRL's
+    ``loss_type="sigmoid"`` computes it; eps = 0 is the paper's loss.
+    """
+    h = (policy_chosen - policy_rejected) - (reference_chosen - reference_rejected)  # (P,)
+    losses = -F.logsigmoid(beta * h) * (1.0 - label_smoothing)
+    if label_smoothing > 0:
+        losses = losses - F.logsigmoid(-beta * h) * label_smoothing
+    return PreferenceLosses(
+        losses=losses,
+        chosen_rewards=(beta * (policy_chosen - reference_chosen)).detach(),
+        rejected_rewards=(beta * (policy_rejected - reference_rejected)).detach(),
+    )

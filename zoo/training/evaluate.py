@@ -1,25 +1,25 @@
-"""Validation: loss and perplexity over a split (plus any per-task scores), and BLEU of greedy (or beam)
+"""Validation: the task's objective over a split (plus any per-task scores), and BLEU of greedy (or beam)
 translations.
 
-Validation loss is the plain negative log-likelihood per target token (no label smoothing), so
-``val_ppl = exp(val_loss)`` is a true perplexity. Translation goes through ``model.generate``.
+For the token-level tasks the validation loss is the plain negative log-likelihood per target token (no
+label smoothing), so ``val_ppl = exp(val_loss)`` is a true perplexity; DPO reports its loss per pair and its
+rewards (`zoo.training.objectives`). Translation goes through ``model.generate``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Protocol
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from zoo.io.tokenizer import Tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
-from zoo.losses import label_smoothed_cross_entropy
 from zoo.training.batching import Batch
 from zoo.training.bleu import BleuMetric, corpus_bleu
+from zoo.training.objectives import Objective, TokenCrossEntropy
 
 if TYPE_CHECKING:
     from zoo.models.encoder_decoder import EncoderDecoderModel
@@ -33,6 +33,37 @@ class ScoreAccumulator(Protocol):
 
 
 @torch.no_grad()
+def validate(
+    objective: Objective,
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    device: torch.device,
+    autocast: AbstractContextManager | None = None,
+    metric: ScoreAccumulator | None = None,
+) -> dict[str, Any]:
+    """The task's objective over ``batches`` in eval mode (`Objective.summary`: ``val_loss``, and
+    ``val_ppl`` or the objective's own means); restores the model's train/eval mode. ``metric`` (e.g.
+    `zoo.training.tasks.classification.ClassificationMetric`) sees every batch's scored logits and targets."""
+    was_training = model.training
+    model.eval()
+    loss, count = 0.0, 0
+    metrics: dict[str, float] = {}
+    try:
+        for batch in batches:
+            units = objective.count(batch)
+            sums = objective(model, batch, device=device, autocast=autocast, train=False)
+            if metric is not None and sums.logits is not None and sums.targets is not None:
+                metric.update(sums.logits, sums.targets)
+            loss += float(sums.loss)
+            count += units
+            for name, value in sums.metrics.items():
+                metrics[name] = metrics.get(name, 0.0) + float(value)
+    finally:
+        model.train(was_training)
+    return objective.summary(loss, count, metrics)
+
+
 def validation_loss(
     model: nn.Module,
     batches: Iterable[Batch],
@@ -41,28 +72,9 @@ def validation_loss(
     autocast: AbstractContextManager | None = None,
     metric: ScoreAccumulator | None = None,
 ) -> tuple[float, float]:
-    """(mean NLL per target token, perplexity) over ``batches``; restores the model's train/eval mode.
-    ``metric`` (e.g. `zoo.training.tasks.classification.ClassificationMetric`) sees every batch's scored logits
-    and targets."""
-    was_training = model.training
-    model.eval()
-    nll, tokens = 0.0, 0
-    try:
-        for batch in batches:
-            scored = batch.logits_mask()  # (B, T) on the CPU, the head runs only there; or None
-            targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
-            batch = batch.to(device)
-            with autocast or nullcontext():
-                logits = model(**batch.inputs, logits_mask=scored).logits  # (N, V)
-            sums = label_smoothed_cross_entropy(logits, targets)
-            if metric is not None:
-                metric.update(logits, targets)
-            nll += float(sums.nll)
-            tokens += int(sums.tokens)
-    finally:
-        model.train(was_training)
-    mean = nll / max(tokens, 1)
-    return mean, math.exp(min(mean, 100.0))  # capped: an untrained model's ppl is huge, never inf
+    """(mean NLL per target token, perplexity) over ``batches`` (`validate` with `TokenCrossEntropy`)."""
+    values = validate(TokenCrossEntropy(), model, batches, device=device, autocast=autocast, metric=metric)
+    return values["val_loss"], values["val_ppl"]
 
 
 def translate(

@@ -43,14 +43,13 @@ import torch
 
 import zoo.lora
 from zoo.io.atomic import write_text_atomic
-from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.training import distributed as dist_
 from zoo.training import prepare, pretrained, rundir, runlock, stopping
 from zoo.training.batching import Batch, BatchOrder, plan_once
 from zoo.training.config import ConfigError, TrainConfig
-from zoo.training.evaluate import validation_loss
+from zoo.training.evaluate import validate
 from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
 from zoo.training.precision import LossScaling, resolve_precision
@@ -140,6 +139,13 @@ class Trainer:
                 )
         if config.lora is not None:  # base frozen; adapters trainable, B = 0 so the outputs are unchanged
             zoo.lora.apply(self.model, config.lora)
+        # What the task trains on (DPO's keeps a frozen reference: the starting weights, never checkpointed).
+        self.objective = self.task.objective(
+            config,
+            self.spec,
+            model=self.model,
+            starting_model=lambda: self._starting_model(prepared.init_from),
+        )
         self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:
             dist_.checkpoint_activations(self.model)
@@ -191,6 +197,17 @@ class Trainer:
                 start_fresh(out, runtime)
             self._write_run_files()  # the resume is accepted: now the run's files may change
 
+    def _starting_model(self, init_from: Path | None) -> ZooModel:
+        """A new model holding the weights this run started from: ``model.init_from``'s, else the seed's
+        initialisation (built again from the seed, the global RNG left as it was)."""
+        device = self.runtime.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(self.config.seed)
+            model = build_model(self.spec, device=device)
+        if init_from is not None:
+            pretrained.load_weights(model, init_from)
+        return model
+
     def _write_run_files(self) -> None:
         """``train_config.yaml`` and ``run.json`` (rank 0)."""
         out = self.output_dir
@@ -201,6 +218,7 @@ class Trainer:
                 out,
                 task=self.task.name,
                 label_smoothing=self.label_smoothing,
+                objective=self.objective,
                 parameters=self.parameter_counts,
                 lora=self.config.lora,
                 init_from=self.config.model.init_from,
@@ -331,11 +349,11 @@ class Trainer:
 
     def _train_step(self, batches: list[Batch]) -> torch.Tensor:
         """One optimizer step on this process's ``batches``; returns its summed loss (on the device)."""
-        counts = [int((b.targets != IGNORE_INDEX).sum()) for b in batches]
+        counts = [self.objective.count(b) for b in batches]  # target tokens, or DPO's pairs
         local = sum(counts)
-        (step_tokens,) = dist_.all_reduce_sum([float(local)], self.runtime)
+        (step_count,) = dist_.all_reduce_sum([float(local)], self.runtime)
         # Each process's loss is scaled by world_size because DDP / FSDP average (not sum) the gradients.
-        scale = self.runtime.world_size / max(step_tokens, 1.0)
+        scale = self.runtime.world_size / max(step_count, 1.0)
         lr = learning_rate(
             self.config.schedule, self.step + 1, d_model=self.spec.d_model, total_steps=self.total_steps
         )
@@ -343,24 +361,20 @@ class Trainer:
         self.lr = lr
         step_loss = torch.zeros((), device=self.runtime.device)
         for k, batch in enumerate(batches):
-            # The head runs only where a target is (skipping padding, and MLM's ~85% unscored positions).
-            scored = batch.logits_mask()  # (B, T), on the CPU: selecting needs no device sync; or None
-            targets = batch.scored_targets(scored).to(self.runtime.device, non_blocking=True)  # (N,)
-            batch = batch.to(self.runtime.device)
             last = k == len(batches) - 1
             with dist_.no_gradient_sync(self.wrapped, enabled=self.runtime.distributed and not last):
-                with self.autocast():
-                    out = self.wrapped(**batch.inputs, logits_mask=scored)
-                logits = out.logits  # (N, V) or (B, L)
-                sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
+                sums = self.objective(
+                    self.wrapped, batch, device=self.runtime.device, autocast=self.autocast(), train=True
+                )
                 objective = sums.loss * scale
-                if out.aux_loss is not None:  # MoE: + coef x load-balancing loss, weighted like the tokens
+                if sums.aux_loss is not None:  # MoE: + coef x load-balancing loss, weighted like the units
                     objective = (
-                        objective + self.config.loss.router_aux_coef * out.aux_loss * counts[k] * scale
+                        objective + self.config.loss.router_aux_coef * sums.aux_loss * counts[k] * scale
                     )
-                    self.interval.add_aux(out.aux_loss, counts[k])
+                    self.interval.add_aux(sums.aux_loss, counts[k])
                 self.scaling.scale(objective).backward()  # fp16: times the loss scale
             self.interval.loss_sum += sums.loss.detach()  # on the device: no host sync per micro-batch
+            self.interval.add_metrics(sums.metrics)
             self.interval.input_tokens += batch.num_tokens
             step_loss = step_loss + sums.loss.detach()
         self.interval.target_tokens += local
@@ -379,8 +393,8 @@ class Trainer:
         self.reporter.report("on_log", self.state, record)
 
     def evaluate(self) -> dict[str, Any]:
-        """Validation loss and perplexity, and the task's scores (seq2seq's BLEU, classification's
-        accuracy) now; recorded and returned (on every process)."""
+        """Validation loss (and perplexity, or DPO's rewards: the task's objective), and the task's scores
+        (seq2seq's BLEU, classification's accuracy) now; recorded and returned (on every process)."""
         if self.valid_split is None or self.collate_valid is None:
             return {}
         collate = self.collate_valid
@@ -391,8 +405,13 @@ class Trainer:
             for i, units in enumerate(self.valid_plan)
         )
         metric = self.task.metric(self.spec)  # accuracy for classification
-        val_loss, val_ppl = validation_loss(
-            self.model, batches, device=self.runtime.device, autocast=self.autocast(), metric=metric
+        values = validate(
+            self.objective,
+            self.model,
+            batches,
+            device=self.runtime.device,
+            autocast=self.autocast(),
+            metric=metric,
         )
         scores: dict[str, Any] = {"val_bleu": None, **(metric.compute() if metric is not None else {})}
         scores |= self.task.scores(
@@ -403,7 +422,7 @@ class Trainer:
             autocast=self.autocast(),
         )
         self.wrapped.train()
-        record = self._record(val_loss=val_loss, val_ppl=val_ppl, **scores)
+        record = self._record(**values, **scores)
         self.reporter.report("on_eval", self.state, record)
         return record
 

@@ -29,6 +29,7 @@ from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
 from zoo.spec import LoraSpec
 from zoo.training.layout import RUN_NAME
+from zoo.training.objectives import Objective, TokenCrossEntropy
 from zoo.training.rundir import writing
 from zoo.training.state import TrainerState
 
@@ -149,15 +150,18 @@ def write_run_info(
     parameters: tuple[int, int] | None = None,
     lora: LoraSpec | None = None,
     init_from: Path | None = None,
+    objective: Objective | None = None,
 ) -> None:
     """``run.json``: what this run's losses are, for readers of ``metrics.jsonl`` (and its plot), and what
-    it trains: ``parameters`` (trainable, total) and a LoRA run's spec and base."""
-    smoothing = f"label smoothing {label_smoothing:g}" if label_smoothing else "no label smoothing"
+    it trains: ``parameters`` (trainable, total) and a LoRA run's spec and base. ``objective``: the task's
+    (`zoo.training.objectives`), which describes its losses (default: token cross-entropy)."""
+    if objective is None:
+        objective = TokenCrossEntropy(label_smoothing=label_smoothing)
     info: dict[str, Any] = {
         "task": task,
         "loss_label_smoothing": label_smoothing,
-        "loss": f"training objective per target token: cross-entropy with {smoothing}",
-        "val_loss": "validation negative log-likelihood per target token (no label smoothing)",
+        "loss": objective.description,
+        "val_loss": objective.validation_description,
     }
     if parameters is not None:
         info["parameters"] = {"trainable": parameters[0], "total": parameters[1]}

@@ -127,6 +127,7 @@ class Interval:
     def reset(self) -> None:
         self.loss_sum = torch.zeros((), device=self.device)  # the objective summed over target tokens
         self.aux_sum: torch.Tensor | None = None  # MoE: load-balancing loss x target tokens, summed
+        self.metric_sums: dict[str, torch.Tensor] = {}  # the objective's metrics (DPO's rewards), summed
         self.target_tokens, self.input_tokens = 0, 0
         self.start, self.paused_s = time.perf_counter(), 0.0
 
@@ -137,18 +138,28 @@ class Interval:
         self.paused_s += time.perf_counter() - start
 
     def measure(self, runtime: dist_.Runtime) -> dict[str, float]:
-        """``loss`` per target token and ``tokens_per_s`` (inputs) over every process, and for a
-        Mixture-of-Experts model ``aux_loss`` (its load-balancing loss, a token-weighted mean, not in
-        ``loss``); starts a new interval."""
-        aux = self.aux_sum
+        """``loss`` per target token (per the objective's unit: DPO's pairs) and ``tokens_per_s`` (inputs)
+        over every process, then the objective's metrics as means per unit, and for a Mixture-of-Experts
+        model ``aux_loss`` (its load-balancing loss, a token-weighted mean, not in ``loss``); starts a new
+        interval."""
+        aux, names = self.aux_sum, list(self.metric_sums)
         interval = [float(self.loss_sum), float(self.target_tokens), float(self.input_tokens)]
-        loss_sum, tokens, inputs, *aux_sum = dist_.all_reduce_sum(
+        interval += [float(self.metric_sums[name]) for name in names]
+        loss_sum, tokens, inputs, *rest = dist_.all_reduce_sum(
             interval + ([float(aux)] if aux is not None else []), runtime
         )
         seconds = max(time.perf_counter() - self.start - self.paused_s, 1e-9)
         self.reset()
         record = {"loss": loss_sum / max(tokens, 1.0), "tokens_per_s": inputs / seconds}
+        record |= {name: value / max(tokens, 1.0) for name, value in zip(names, rest)}
+        aux_sum = rest[len(names) :]
         return record | ({"aux_loss": aux_sum[0] / max(tokens, 1.0)} if aux_sum else {})
+
+    def add_metrics(self, sums: dict[str, torch.Tensor]) -> None:
+        """Count one micro-batch's metric sums (no host sync)."""
+        for name, value in sums.items():
+            value = value.detach().float()
+            self.metric_sums[name] = value if name not in self.metric_sums else self.metric_sums[name] + value
 
     def add_aux(self, aux_loss: torch.Tensor, tokens: int) -> None:
         """Count one micro-batch's load-balancing loss, weighted by its ``tokens`` targets (no host sync)."""

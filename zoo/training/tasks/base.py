@@ -10,13 +10,15 @@ A task is one object (`Task`) that answers everything setup and the loop need to
                    a raw split is read); `Task.encoder` (records -> raw token ids per side, cut to length);
                    `Task.units` (what batches are planned from: examples, or packed windows);
                    `Task.collator` (units -> one `Batch`)
-    loss, metrics  `Task.label_smoothing`, `Task.metric` (accuracy), `Task.scores` (BLEU),
+    loss, metrics  `Task.objective` (what each batch's loss is: token cross-entropy, or DPO's),
+                   `Task.label_smoothing`, `Task.metric` (accuracy), `Task.scores` (BLEU),
                    `Task.has_unused_parameters`
 
 Prepared data holds raw token ids, without special tokens: a task frames them (``bos ids eos``, or
 ``ids eos``) when it collates a batch, and cuts each framed sequence to the length limit keeping its
 closing token. Every batch has ``targets`` aligned with the logits its model returns
-(`Batch.logits_mask`), so one loss serves every task.
+(`Batch.logits_mask`), so one loss serves every token-level task; a task with another loss (DPO) returns
+its own `Task.objective`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.evaluate import ScoreAccumulator
+from zoo.training.objectives import Objective, TokenCrossEntropy
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -253,6 +256,20 @@ class Task(ABC):
         eps = config.loss.label_smoothing
         return eps if eps is not None else 0.0
 
+    def objective(
+        self,
+        config: TrainConfig,
+        spec: ModelSpec,
+        *,
+        model: ZooModel,
+        starting_model: Callable[[], ZooModel],
+    ) -> Objective:
+        """What the loop and validation compute on each batch (`zoo.training.objectives`): token
+        cross-entropy, label-smoothed as `label_smoothing` says, by default. ``model`` is the model being
+        trained (its adapters added, for LoRA); ``starting_model()`` builds a new one holding the weights
+        the run started from (``model.init_from``'s, or the seed's), for an objective that needs them."""
+        return TokenCrossEntropy(label_smoothing=self.label_smoothing(config))
+
     def metric(self, spec: ModelSpec) -> ScoreAccumulator | None:
         """A fresh accumulator of validation scores beyond the loss (None: the loss says it all)."""
         return None
@@ -402,23 +419,36 @@ def example_units(split: Split, sides: dict[str, int], *, limits: Limits) -> Uni
     Prepared data cut to a longer limit (or none) is cut here as ``data.too_long`` says: truncated (by the
     collator), skipped, or refused naming the first example over it. The offsets are read in chunks, never
     held whole."""
+    data = split.data
+
+    def measure(start: int, stop: int) -> np.ndarray:
+        columns = [data.read_lengths(side, start, stop) + extra for side, extra in sides.items()]
+        return np.stack(columns, axis=1)  # (n, sides)
+
+    return measured_units(split, measure, columns=len(sides), limits=limits)
+
+
+def measured_units(
+    split: Split, measure: Callable[[int, int], np.ndarray], *, columns: int, limits: Limits
+) -> Units:
+    """`example_units` with the lengths a task computes: ``measure(start, stop)`` gives examples
+    ``start:stop``'s (n, columns) framed lengths (a DPO pair's longest sequence, say)."""
     data, limit = split.data, limits.max_length
     n = data.num_examples
-    table = np.empty((n, len(sides)), dtype=np.uint16 if limit < 1 << 16 else np.int32)  # (N, sides)
+    table = np.empty((n, columns), dtype=np.uint16 if limit < 1 << 16 else np.int32)  # (N, columns)
     over = np.zeros(n, dtype=bool)
     for start in range(0, n, LENGTH_CHUNK):
         stop = min(start + LENGTH_CHUNK, n)
-        for j, (side, extra) in enumerate(sides.items()):
-            lengths = data.read_lengths(side, start, stop) + extra
-            longer = lengths > limit
-            if limits.too_long == "error" and longer.any():
-                i = start + int(np.argmax(longer))
-                raise DataError(
-                    f"{data.origin(i)}: {int(lengths[i - start])} tokens, more than the limit of {limit} "
-                    "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
-                )
-            over[start:stop] |= longer
-            table[start:stop, j] = np.minimum(lengths, limit)
+        lengths = measure(start, stop)  # (n, columns)
+        longer = lengths > limit
+        if limits.too_long == "error" and longer.any():
+            row = int(np.argmax(longer.any(axis=1)))
+            raise DataError(
+                f"{data.origin(start + row)}: {int(lengths[row].max())} tokens, more than the limit of {limit} "
+                "(data.max_length or the model's max_positions); set data.too_long to truncate or skip"
+            )
+        over[start:stop] = longer.any(axis=1)
+        table[start:stop] = np.minimum(lengths, limit)
     cut = np.flatnonzero(over)
     if not len(cut):
         return Units(table, name=lambda u: data.origin(u))
