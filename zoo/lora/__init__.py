@@ -5,13 +5,15 @@
     zoo.lora.save(model, "runs/adapter.safetensors")            # the adapters only, with the base's id and spec
     model = zoo.lora.load(zoo.load("runs/base"), "runs/adapter.safetensors")   # a different base is refused
     zoo.lora.merge(model); zoo.lora.unmerge(model)               # fold in and out, in place
+    with zoo.lora.disabled(model): base_logits = model(ids).logits   # the base alone, no weight copied
     plain = zoo.lora.merge_and_unload(model)                     # an ordinary zoo model: zoo.save, zoo.to_hf
     zoo.lora.to_peft(model, "peft_adapter/")                     # adapter_config.json + adapter_model.safetensors
 
 The modules, along the flow:
 
     layer.py    `LoraLinear`: a frozen linear plus its adapter; LoRA and DoRA forward, merge, unmerge
-    inject.py   target resolution, `apply`, `merge`, `unmerge`, `merge_and_unload`, `trainable_parameters`
+    inject.py   target resolution, `apply`, `merge`, `unmerge`, `merge_and_unload`, `disabled`,
+                `trainable_parameters`
     files.py    `save`, `load`, `read_adapter`: adapter-only safetensors with the base's spec and fingerprint
     peft.py     `to_peft`: the adapters in PEFT's format, for any model `zoo.to_hf` exports
 
@@ -26,6 +28,7 @@ from zoo.lora.inject import (
     adapter_modules,
     adapter_state,
     apply,
+    disabled,
     merge,
     merge_and_unload,
     resolve_targets,
@@ -45,6 +48,7 @@ __all__ = [
     "adapter_state",
     "apply",
     "base_fingerprint",
+    "disabled",
     "load",
     "merge",
     "merge_and_unload",

@@ -48,6 +48,7 @@ class LoraStackedLinear(nn.Module):
         for a in self.lora_A:  # each expert's A as a LoraLinear's: Kaiming-uniform(a=sqrt(5)); B = 0
             nn.init.kaiming_uniform_(a, a=math.sqrt(5))
         self.merged = False
+        self.disabled = False  # `zoo.lora.disabled`: the experts read the base weights alone
         self._original: torch.Tensor | None = None
 
     def extra_repr(self) -> str:
@@ -62,7 +63,7 @@ class LoraStackedLinear(nn.Module):
 
     def stacked_weight(self) -> torch.Tensor:
         """(E, O, I): the base weights plus each expert's update (just the weights once merged)."""
-        return self.weight if self.merged else self.weight + self.delta_weight()
+        return self.weight if self.merged or self.disabled else self.weight + self.delta_weight()
 
     @torch.no_grad()
     def merge_(self, *, keep_original: bool = True) -> None:

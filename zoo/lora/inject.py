@@ -1,5 +1,5 @@
 """Putting adapters into a model from outside, and taking them out: `apply`, `merge`, `unmerge`,
-`merge_and_unload`, `trainable_parameters`.
+`merge_and_unload`, `disabled` (the base alone, for a while), `trainable_parameters`.
 
 Nothing in `zoo.blocks` knows about LoRA. `apply` finds the projections a `LoraSpec` targets by walking the
 model's `Attention` and `FeedForward` blocks and replaces each ``nn.Linear`` attribute on its block by a
@@ -21,7 +21,8 @@ refused call leaves the model as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -176,6 +177,33 @@ def merge_and_unload(model: nn.Module) -> nn.Module:
         if attr in model.__dict__:
             delattr(model, attr)
     return model
+
+
+@contextmanager
+def disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """Inside the block ``model`` computes what its base does: every adapter's update is bypassed (its
+    projection runs the frozen base weight alone), with no copy of any weight. DPO's reference model under
+    LoRA is the trained model run this way, as PEFT's ``disable_adapter()``. Refuses merged adapters (the
+    base weights then hold the update: `unmerge` first).
+
+    >>> with zoo.lora.disabled(model):
+    ...     base_logits = model(input_ids).logits
+    """
+    modules = _require_adapters(model, "disabled")
+    merged = [path for path, module in modules.items() if module.merged]
+    if merged:
+        raise LoraError(
+            f"zoo.lora.disabled: {len(merged)} adapters are merged into the base weights (e.g. {merged[0]}); "
+            "zoo.lora.unmerge them first"
+        )
+    previous = [module.disabled for module in modules.values()]
+    for module in modules.values():
+        module.disabled = True
+    try:
+        yield model
+    finally:
+        for module, was in zip(modules.values(), previous):
+            module.disabled = was
 
 
 def trainable_parameters(model: nn.Module) -> tuple[int, int]:

@@ -53,6 +53,7 @@ class LoraLinear(nn.Module):
                 self.lora_magnitude = nn.Parameter(self._row_norm(self.weight))  # (O,)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.merged = False
+        self.disabled = False  # `zoo.lora.disabled`: forward is the base linear's alone
         self._original: torch.Tensor | None = (
             None  # the weight before `merge_`, when kept for an exact unmerge
         )
@@ -72,7 +73,7 @@ class LoraLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, I) -> (N, O)."""
         result = F.linear(x, self.weight, self.bias)  # (N, O)
-        if self.merged:
+        if self.merged or self.disabled:
             return result
         h = self.dropout(x)  # the adapter's input only
         lora = F.linear(F.linear(h, self.lora_A), self.lora_B) * self.scaling  # (N, r) -> (N, O)

@@ -37,7 +37,7 @@ from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
 
 # The task names a config accepts; each is a `zoo.training.tasks.Task` in ``zoo.training.tasks.TASKS``.
-Task = Literal["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification"]
+Task = Literal["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification", "dpo"]
 
 
 class ConfigError(ValueError):
@@ -213,6 +213,9 @@ class LossConfig(Section):
         None, ge=0.0, lt=1.0, description="Default: 0.1 for seq2seq (the paper, section 5.4), else 0."
     )
     mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="masked_lm: share of tokens predicted.")
+    dpo_beta: PositiveFloat = Field(
+        0.1, description="dpo: beta, how far the policy may move from the reference (DPO's KL weight)."
+    )
     router_aux_coef: float = Field(
         0.001,
         ge=0.0,
@@ -323,6 +326,9 @@ class TrainConfig(Section):
                 "lora needs model.init_from (a trained model to adapt): LoRA freezes the base weights, so a "
                 "base trained from scratch would stay at its random initialisation"
             )
+        eps = self.loss.label_smoothing
+        if self.task == "dpo" and eps is not None and eps >= 0.5:
+            raise ValueError(f"loss.label_smoothing ({eps}) for dpo is a label-flip probability: below 0.5")
         if self.lora is not None and self.distributed.strategy == "fsdp":
             raise ValueError(
                 "lora with distributed.strategy fsdp is not supported: use ddp (the adapters are a small "

@@ -1,0 +1,325 @@
+"""Preference tuning: Direct Preference Optimization (Rafailov et al. 2023, arXiv:2305.18290) on a decoder.
+
+Raw data is JSON lines, one preference pair a line: a prompt, the response preferred and the one rejected.
+
+    {"prompt": "Name a colour.", "chosen": " Red.", "rejected": " Colours are hard to name."}
+
+Prepared data has three sides of raw ids (`zoo.training.data.shards`): ``prompt``, ``chosen`` and
+``rejected``, each encoded on its own (a response starts where the prompt ends: a separating space belongs in
+the response, as in TRL's datasets). A pair becomes two sequences, framed as causal_lm frames a document
+(``bos`` where the tokenizer has one, then ``eos``), and only the response tokens are scored:
+
+    chosen row      bos p1 p2 p3 c1 c2 eos           targets: -100 except c1 c2 eos
+    rejected row    bos p1 p2 p3 r1 r2 r3 eos                 -100 except r1 r2 r3 eos
+
+A batch of P pairs holds the P chosen rows, then the P rejected ones, right-padded (one forward for both,
+as TRL's ``concatenated_forward``), and the head runs only at the scored positions. Its cost for the batch
+planner is two rows of its longer sequence. A pair over the length limit loses the end of its responses
+first (``data.too_long: truncate``; eos kept), or is skipped or refused.
+
+The loss (`DirectPreference`, `zoo.losses.dpo_loss`) compares each sequence's summed log-probability under
+the policy and under the reference model, the weights the run started from, frozen:
+
+    with ``lora``       the same model with its adapters disabled (`zoo.lora.disabled`): no weight copied
+    without             a frozen copy of ``model.init_from`` (or of the seed's initialisation), built once at
+                        setup and kept in eval mode: it doubles the weights' memory, as TRL's does
+
+The reference runs under ``torch.no_grad`` in eval mode (no dropout); the policy in train mode. Neither is
+checkpointed as a reference: a resumed run rebuilds it from ``init_from`` (or the adapters' base).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+import zoo.lora
+from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
+from zoo.spec import DecoderSpec, ModelSpec
+from zoo.training.batching import Batch
+from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
+from zoo.training.data import DataError
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.objectives import Objective, ObjectiveSums
+from zoo.training.tasks.base import (
+    Encode,
+    Framing,
+    LengthCuts,
+    Limits,
+    Split,
+    Task,
+    Tokenizers,
+    Units,
+    cut_texts,
+    field_text,
+    measured_units,
+    pad,
+    raw_ids,
+    rows,
+)
+from zoo.training.tasks.language_model import framing
+
+if TYPE_CHECKING:
+    from zoo.models.base import ZooModel
+
+RESPONSES = ("chosen", "rejected")
+
+
+class DPO(Task):
+    name = "dpo"
+    family = "decoder"
+    sides: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
+    fields: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
+
+    # -- the model -------------------------------------------------------------------------------------------
+
+    def natural_for(self, spec: ModelSpec) -> bool:
+        return False  # a decoder trains on causal_lm unless the config names dpo
+
+    def check_model(self, spec: ModelSpec, *, where: str) -> None:
+        if isinstance(spec, DecoderSpec) and spec.lm_head is None:
+            raise ConfigError("task dpo needs an LM head; the spec has lm_head: null")
+
+    # -- data --------------------------------------------------------------------------------------------
+
+    def check_data(self, data: DataConfig) -> None:
+        super().check_data(data)
+        for split in (data.train, data.valid):
+            if isinstance(split, ParallelFiles):
+                raise ConfigError(
+                    "data: dpo reads JSON lines {prompt, chosen, rejected}, not {source, target} files"
+                )
+
+    def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
+        return Source("jsonl", (files,), fields=self.fields, on_bad_line=on_bad_line)
+
+    def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
+        for record in iter_records(source, stats=stats):  # a missing key, null or empty text: bad lines there
+            wrong = next((name for name in self.fields if not isinstance(record.fields[name], str)), None)
+            if wrong is None:
+                yield record
+                continue
+            message = f"{record.origin}: {wrong!r} must be a string, found a list"
+            if source.on_bad_line == "error":
+                raise DataError(f"{message} (on_bad_line: skip passes over bad lines, counting them)")
+            if stats is not None:
+                stats.add(message)
+
+    def encoder(
+        self, tokenizers: Tokenizers, *, cuts: LengthCuts | None, labels: Sequence[str] = ()
+    ) -> Encode:
+        tokenizer, extra = tokenizers.target, framing(tokenizers).extra
+
+        def encode(records: list[Record]) -> dict[str, list[list[int] | None]]:
+            over: set[int] = set()
+            ids: dict[str, list[Any]] = {}
+            for side in self.sides:
+                texts, cut = cut_texts([field_text(r, side) for r in records], tokenizer, cuts)
+                ids[side] = raw_ids(tokenizer, texts)
+                over.update(cut)
+            if cuts is None:
+                return ids
+            # The limit holds a whole sequence, prompt + response: cut each as one (its end first).
+            prompts = ids["prompt"]
+            joined = {side: [[*p, *r] for p, r in zip(prompts, ids[side])] for side in RESPONSES}
+            cuts.apply(records, [(joined[side], extra) for side in RESPONSES], over)
+            kept: dict[str, list[list[int] | None]] = {side: [] for side in self.sides}
+            for i, prompt in enumerate(prompts):
+                chosen, rejected = joined["chosen"][i], joined["rejected"][i]
+                if chosen is None:  # skipped (too_long: skip): dropped on every side
+                    for side in self.sides:
+                        kept[side].append(None)
+                    continue
+                kept["prompt"].append(chosen[: len(prompt)])  # cut alike in both rows, if at all
+                kept["chosen"].append(chosen[len(prompt) :])
+                kept["rejected"].append(rejected[len(prompt) :])
+            return kept
+
+        return encode
+
+    def framed_sides(self, tokenizers: Tokenizers) -> dict[str, int]:
+        frame = framing(tokenizers)
+        return {
+            "prompt": frame.bos is not None,
+            "chosen": frame.eos is not None,
+            "rejected": frame.eos is not None,
+        }
+
+    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
+        """One unit per pair, costing two rows (chosen, rejected) of its longer framed sequence."""
+        data, extra = split.data, framing(tokenizers).extra
+
+        def measure(start: int, stop: int) -> np.ndarray:
+            prompt = data.read_lengths("prompt", start, stop)
+            longer = np.maximum(
+                data.read_lengths("chosen", start, stop), data.read_lengths("rejected", start, stop)
+            )
+            length = prompt.astype(np.int64) + longer + extra  # (n,)
+            return np.stack([length, length], axis=1)  # (n, 2): the batch pads both rows to it
+
+        return measured_units(split, measure, columns=2, limits=limits)
+
+    def collator(
+        self,
+        split: Split,
+        units: Units,
+        *,
+        spec: ModelSpec,
+        tokenizers: Tokenizers,
+        config: TrainConfig,
+        limits: Limits,
+    ) -> PreferenceCollator:
+        assert spec.pad_token_id is not None  # wire_spec refuses a spec without one
+        return PreferenceCollator(
+            split, units, framing=framing(tokenizers), pad_id=spec.pad_token_id, max_length=limits.max_length
+        )
+
+    # -- loss --------------------------------------------------------------------------------------------
+
+    def objective(
+        self,
+        config: TrainConfig,
+        spec: ModelSpec,
+        *,
+        model: ZooModel,
+        starting_model: Callable[[], ZooModel],
+    ) -> DirectPreference:
+        eps = self.label_smoothing(config)
+        if config.lora is not None:  # the base is the trained model with its adapters disabled
+            return DirectPreference(model, adapters=True, beta=config.loss.dpo_beta, label_smoothing=eps)
+        return DirectPreference(
+            frozen(starting_model()), adapters=False, beta=config.loss.dpo_beta, label_smoothing=eps
+        )
+
+
+def frozen(model: nn.Module) -> nn.Module:
+    """``model`` in eval mode with no parameter requiring a gradient."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval()
+
+
+# --- batches -----------------------------------------------------------------------------------------------
+
+
+class PreferenceCollator:
+    """Pair units -> a `Batch` of 2P rows, the P chosen sequences then the P rejected ones, right-padded;
+    targets are the next tokens at the response positions (and eos), -100 elsewhere."""
+
+    def __init__(self, split: Split, units: Units, *, framing: Framing, pad_id: int, max_length: int) -> None:
+        self.data, self.units, self.framing = split.data, units, framing
+        self.pad_id, self.max_length = pad_id, max_length
+
+    def __call__(self, units: np.ndarray, *, generator: torch.Generator | None = None) -> Batch:
+        examples = self.units.example_indices(units)
+        prompts = rows(self.data, examples, "prompt")
+        bos = self.framing.bos is not None
+        sequences, starts = [], []
+        for side in RESPONSES:
+            for prompt, response in zip(prompts, rows(self.data, examples, side)):
+                framed = self.framing([*prompt, *response], self.max_length)
+                sequences.append(framed)
+                starts.append(min(bos + len(prompt), len(framed) - 1))  # first response token (eos at least)
+        ids, mask = pad(sequences, self.pad_id)  # (2P, T)
+        start = torch.tensor(starts)  # (2P,)
+        position = torch.arange(1, ids.shape[1])  # (T - 1,): where target t - 1 sits
+        scored = mask[:, 1:].bool() & (position[None, :] >= start[:, None])  # (2P, T - 1)
+        targets = torch.full_like(ids, IGNORE_INDEX)  # (2P, T): position t predicts token t + 1
+        targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE_INDEX)
+        return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
+
+
+# --- the objective -----------------------------------------------------------------------------------------
+
+
+class DirectPreference(Objective):
+    """DPO's sigmoid loss per preference pair (`zoo.losses.dpo_loss`), with the reference model's sequence
+    log-probabilities computed alongside the policy's; its metrics, means over the pairs, are TRL's:
+    ``rewards/chosen`` and ``rewards/rejected`` (beta x (log pi - log pi_ref)), ``rewards/margins`` (their
+    difference) and ``rewards/accuracy`` (the share of pairs whose margin is positive).
+
+    ``reference``: the frozen reference model, or (``adapters=True``) the trained model itself, run with its
+    LoRA adapters disabled.
+    """
+
+    unit = "preference pair"
+
+    def __init__(
+        self, reference: nn.Module, *, adapters: bool, beta: float, label_smoothing: float = 0.0
+    ) -> None:
+        self.reference, self.adapters = reference, adapters
+        self.beta, self.label_smoothing = beta, label_smoothing
+        cdpo = f", conservative (cDPO) with label smoothing {label_smoothing:g}" if label_smoothing else ""
+        self.description = f"training objective per preference pair: DPO's sigmoid loss, beta {beta:g}{cdpo}"
+        self.validation_description = "validation DPO loss per preference pair (as in training)"
+
+    def count(self, batch: Batch) -> int:
+        return batch.targets.shape[0] // 2  # pairs: a chosen and a rejected row each
+
+    def __call__(
+        self,
+        model: nn.Module,
+        batch: Batch,
+        *,
+        device: torch.device,
+        autocast: AbstractContextManager | None = None,
+        train: bool = True,
+    ) -> ObjectiveSums:
+        scored = batch.logits_mask()  # (2P, T) on the CPU: the response positions
+        assert scored is not None  # a PreferenceCollator's targets are (2P, T)
+        rows_, pairs = scored.shape[0], scored.shape[0] // 2
+        row = scored.nonzero()[:, 0].to(device, non_blocking=True)  # (N,): each scored position's row
+        targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
+        batch = batch.to(device)
+        reference = self.reference_log_probs(batch, scored, targets, row, autocast=autocast)  # (2P,)
+        with autocast or nullcontext():
+            out = model(**batch.inputs, logits_mask=scored)
+        policy = sequence_log_probs(out.logits, targets, row, rows_)  # (2P,)
+        result = dpo_loss(
+            policy[:pairs],
+            policy[pairs:],
+            reference[:pairs],
+            reference[pairs:],
+            beta=self.beta,
+            label_smoothing=self.label_smoothing,
+        )
+        margins = result.chosen_rewards - result.rejected_rewards  # (P,)
+        metrics = {
+            "rewards/chosen": result.chosen_rewards.sum(),
+            "rewards/rejected": result.rejected_rewards.sum(),
+            "rewards/margins": margins.sum(),
+            "rewards/accuracy": (margins > 0).float().sum(),
+        }
+        return ObjectiveSums(
+            loss=result.losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics
+        )
+
+    @torch.no_grad()
+    def reference_log_probs(
+        self,
+        batch: Batch,
+        scored: torch.Tensor,
+        targets: torch.Tensor,
+        row: torch.Tensor,
+        *,
+        autocast: AbstractContextManager | None = None,
+    ) -> torch.Tensor:
+        """(2P,) each row's summed log-probability of its scored targets under the reference, in eval mode."""
+        model = self.reference
+        was_training = model.training
+        model.eval()  # no dropout; the policy's mode is restored below
+        try:
+            with zoo.lora.disabled(model) if self.adapters else nullcontext(), autocast or nullcontext():
+                logits = model(**batch.inputs, logits_mask=scored).logits  # (N, V)
+        finally:
+            model.train(was_training)
+        return sequence_log_probs(logits, targets, row, scored.shape[0])
+
+    def summary(self, loss: float, count: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        return {**super().summary(loss, count, metrics), "val_ppl": None}
