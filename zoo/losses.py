@@ -112,8 +112,9 @@ def sequence_log_probs(
 ) -> torch.Tensor:
     """Each sequence's log-probability of its scored tokens, summed: logits (N, V) and targets (N,) at the
     scored positions of a batch (a model run with ``logits_mask``), ``rows`` (N,) the row of each -> (num_rows,)
-    float32. A row with no scored position gets 0."""
-    token = -F.cross_entropy(logits.float(), targets, reduction="none")  # (N,) log p(target), fp32 for range
+    float32 (float64 for float64 logits). A row with no scored position gets 0."""
+    wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # at least fp32, for range
+    token = -F.cross_entropy(wide, targets, reduction="none")  # (N,) log p(target)
     return token.new_zeros(num_rows).index_add(0, rows, token)  # (num_rows,)
 
 

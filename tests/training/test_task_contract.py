@@ -69,6 +69,13 @@ def write_labelled(path: Path, seed: int) -> Path:
     return path
 
 
+def write_preferences(path: Path, seed: int) -> Path:
+    rows = [{"prompt": " ".join(s[:2]), "chosen": f" {s[2]}", "rejected": " " + " ".join(reversed(s[1:]))}
+            for s in sentences(60, seed)]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def write_tagged(path: Path, seed: int) -> Path:
     rows = [{"tokens": s, "tags": ["N" if w in ("cat", "dog", "fish", "bird") else "O" for w in s]}
             for s in sentences(60, seed)]  # fmt: skip
@@ -87,6 +94,7 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "masked_lm packed": (write_text, ".txt", BERT, {"data.packing": {"block_size": 32}}, None),
     "sequence_classification": (write_labelled, ".tsv", BERT, {}, "val_accuracy"),
     "token_classification": (write_tagged, ".jsonl", BERT, {}, "val_accuracy"),
+    "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
 }  # fmt: skip
 
 
