@@ -192,6 +192,8 @@ def test_training_plot_says_which_loss_is_label_smoothed(tmp_path: Path) -> None
     assert legend() == ["train loss (label-smoothed, ε=0.1)", "validation loss (NLL)"]
     (tmp_path / "run.json").write_text(json.dumps({"loss_label_smoothing": 0.0}))
     assert legend() == ["train loss (NLL)", "validation loss (NLL)"]
+    (tmp_path / "run.json").write_text(json.dumps({"loss_label_smoothing": 0.0, "loss_name": "DPO"}))
+    assert legend() == ["train loss (DPO)", "validation loss (DPO)"]  # a dpo run's losses are not NLL
 
 
 def test_training_plot_gives_custom_metrics_panels_of_their_own(tmp_path: Path) -> None:

@@ -219,7 +219,9 @@ def test_training_learns_the_preference_for_shorter_answers(pairs: tuple[Path, P
     )
     assert result.final["val_rewards/accuracy"] >= 0.9 and result.final["val_rewards/margins"] > 0.5
     run = json.loads((result.output_dir / "run.json").read_text())
-    assert run["task"] == "dpo" and "DPO's sigmoid loss, beta 0.1" in run["loss"]
+    assert (
+        run["task"] == "dpo" and "DPO's sigmoid loss, beta 0.1" in run["loss"] and run["loss_name"] == "DPO"
+    )
     for name in REWARDS:  # every training and validation record carries the rewards
         assert all(r[name] is not None for r in logged) and all(
             r[f"val_{name}"] is not None for r in validated

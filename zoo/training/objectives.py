@@ -50,6 +50,7 @@ class Objective(ABC):
     """The loss a task trains with, and what validation reports of it."""
 
     unit: str = "target token"  # what `count` counts, for run.json
+    loss_name: str = ""  # names both losses in run.json and plots when they are not token NLL ("DPO")
     description: str = ""  # the training loss, for run.json (`zoo.training.records.write_run_info`)
     validation_description: str = ""
 

@@ -163,6 +163,8 @@ def write_run_info(
         "loss": objective.description,
         "val_loss": objective.validation_description,
     }
+    if objective.loss_name:  # `zoo plot training` names the curves by it
+        info["loss_name"] = objective.loss_name
     if parameters is not None:
         info["parameters"] = {"trainable": parameters[0], "total": parameters[1]}
     if lora is not None:

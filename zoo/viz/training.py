@@ -7,7 +7,8 @@ are skipped and counted, missing keys leave gaps, and non-numeric values are ign
 
 The two losses are different quantities and the legend says so: training ``loss`` is the objective,
 label smoothing included, and ``val_loss`` is plain NLL. The smoothing comes from the run's ``run.json``
-(written beside the log since it existed); without one the training curve is just "train loss".
+(written beside the log since it existed); without one the training curve is just "train loss". A run
+whose losses are not token NLL names them there (``loss_name``: a DPO run's curves are "(DPO)").
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def _read_run_info(path: Path) -> dict[str, Any]:
 
 def curve_label(key: str, run: dict[str, Any]) -> str:
     """The legend entry of a series: the losses say what they measure; other keys are their names."""
+    name = run.get("loss_name")  # a loss other than token NLL (DPO's), named by run.json
+    if key in ("loss", "val_loss") and isinstance(name, str) and name:
+        return f"{'train' if key == 'loss' else 'validation'} loss ({name})"
     if key == "val_loss":
         return "validation loss (NLL)"
     if key == "loss":

@@ -249,6 +249,7 @@ class DirectPreference(Objective):
     """
 
     unit = "preference pair"
+    loss_name = "DPO"
 
     def __init__(
         self, reference: nn.Module, *, adapters: bool, beta: float, label_smoothing: float = 0.0
