@@ -436,3 +436,39 @@ def test_two_ddp_processes_train_dpo_like_one_process_accumulating_two_batches(
         for key in ("loss", *REWARDS):
             assert a[key] == pytest.approx(b[key], abs=1e-5), key
     assert one[-1]["rewards/margins"] != 0  # it trained: the comparison is not between two untouched models
+
+
+def test_zoo_data_prepare_writes_the_three_sides_and_a_run_trains_on_them(
+    pairs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    lines = [json.loads(line) for line in pairs[0].read_text().splitlines()]
+    texts = [text for r in lines for text in (r["prompt"], r["chosen"], r["rejected"])]
+    tokenizer = tmp_path / "tok.json"
+    train_tokenizer(iter(texts), kind="bpe", vocab_size=60, min_frequency=1).save(tokenizer)
+    out = tmp_path / "prepared"
+    assert (
+        main(
+            [
+                "data",
+                "prepare",
+                "--task",
+                "dpo",
+                "--tokenizer",
+                str(tokenizer),
+                "--out",
+                str(out),
+                str(pairs[0]),
+            ]
+        )
+        == 0
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["sides"]) == ["prompt", "chosen", "rejected"] and manifest["num_examples"] == len(
+        lines
+    )
+    for side in manifest["sides"]:
+        assert (out / f"{side}.tokens.bin").is_file() and (out / f"{side}.offsets.bin").is_file()
+    config = dpo_config(
+        tmp_path / "run", pairs, **{"data.train": {"prepared": str(out)}, "tokenizer.path": str(tokenizer)}
+    )
+    assert train(config, progress=False).step == 2

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import get_args
 
 from zoo.cli.sanitize import markup
+from zoo.training.config import Task as TaskName
 
 # The names of zoo.training.tasks.TASKS (a test keeps them equal), here without importing torch for --help.
-TASKS = ("seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification")
+TASKS = get_args(TaskName)
 FORMATS = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow")
 
 
