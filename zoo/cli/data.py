@@ -18,7 +18,7 @@ from pathlib import Path
 from zoo.cli.sanitize import markup
 
 # The names of zoo.training.tasks.TASKS (a test keeps them equal), here without importing torch for --help.
-TASKS = ("seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification")
+TASKS = ("seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification", "chat")
 FORMATS = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow")
 
 
