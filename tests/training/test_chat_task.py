@@ -50,7 +50,7 @@ CONVERSATION = [
 CONVERSATIONS = [
     CONVERSATION,
     [{"role": "user", "content": "Name a red bird."}, {"role": "assistant", "content": "A small red bird."}],
-    CONVERSATION[1:] + [{"role": "user", "content": "Why?"}],  # ends on a user turn: nothing after it trained
+    [*CONVERSATION[1:], {"role": "user", "content": "Why?"}],  # ends on a user turn: nothing after it trained
 ]
 
 # Meta-Llama-3-8B-Instruct's template, verbatim.
@@ -252,7 +252,7 @@ def test_a_changed_template_prepares_again(tmp_path: Path) -> None:
         "chat", [source], tokenizer=byte_level(CHATML_SPECIALS, chatml()), out=tmp_path / "p"
     )
     other = prepare_corpus(
-        "chat", [source], tokenizer=byte_level(CHATML_SPECIALS, chatml() + " "), out=tmp_path / "p"
+        "chat", [source], tokenizer=byte_level(CHATML_SPECIALS, "\n" + chatml()), out=tmp_path / "p"
     )
     assert first.written and not same.written and other.written
 
@@ -297,7 +297,7 @@ BAD_LINES = [
     ),
     (
         '{"messages": [{"role": "user", "content": 3}]}',
-        r"messages\[0\]\.content must be a string, found a int",
+        r"messages\[0\]\.content must be a string, found a number",
     ),
     ('{"messages": [{"role": "user", "content": "hi"}]}', r"no assistant message"),
     ('{"conversations": [{"from": "bot", "value": "x"}]}', r"conversations\[0\]\.from is 'bot'"),
@@ -319,7 +319,7 @@ def test_bad_lines_are_skipped_and_counted_with_on_bad_line_skip(tmp_path: Path)
     records = list(CHAT.records(CHAT.source(path, on_bad_line="skip"), stats=stats))
     assert [r.line for r in records] == [2]
     assert stats.skipped == len(BAD_LINES) and stats.examples[0].endswith(
-        "c.jsonl:1: not JSON (Expecting value at column 2)"
+        "c.jsonl:1: not JSON (Expecting value at column 1)"
     )
 
 

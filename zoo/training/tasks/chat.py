@@ -225,7 +225,7 @@ def conversation(line: str) -> tuple[list[str], list[str]] | str:
     except (ValueError, RecursionError):  # Python's 4,300-digit integers; nesting past the C parser's depth
         return "not JSON this reader accepts (an integer over 4,300 digits, or nested too deeply)"
     if not isinstance(obj, dict):
-        return f"expected a JSON object, found {type(obj).__name__}"
+        return f"expected a JSON object, found {_kind(obj)}"
     if "messages" in obj:
         found = _turns(obj["messages"], "messages", "role", "content", {r: r for r in ROLES})
     elif "conversations" in obj:
@@ -266,7 +266,14 @@ def _turns(
 
 
 def _kind(value: Any) -> str:
-    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", float: "a number"}
+    kinds = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }
     return "nothing" if value is None else kinds.get(type(value), f"a {type(value).__name__}")
 
 
