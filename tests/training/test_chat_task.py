@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,8 @@ def byte_level(specials: list[str], template: str) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     hf.train_from_iterator(texts() * 3, trainer)
-    return Tokenizer(hf, chat_template=template)
+    pad = {"pad": "<|endoftext|>"} if "<|endoftext|>" in specials else None  # as Qwen's config names it
+    return Tokenizer(hf, chat_template=template, special_tokens=pad)
 
 
 def zoo_trained() -> Tokenizer:
@@ -218,6 +220,7 @@ def test_the_mask_equals_transformers_assistant_masks(tmp_path: Path) -> None:
             return_dict=True,
             return_assistant_tokens_mask=True,
         )
+        assert isinstance(out, Mapping)  # return_dict: a BatchEncoding
         assert rows_of(data, i) == (list(out["input_ids"]), list(out["assistant_masks"]))
 
 
@@ -301,6 +304,7 @@ BAD_LINES = [
     ),
     ('{"messages": [{"role": "user", "content": "hi"}]}', r"no assistant message"),
     ('{"conversations": [{"from": "bot", "value": "x"}]}', r"conversations\[0\]\.from is 'bot'"),
+    ('{"messages": [{"role": ["user"], "content": "x"}]}', r"messages\[0\]\.role is a list; expected one of"),
     ('{"prompt": "hi"}', r"response must be a string .*found nothing"),
 ]
 
@@ -456,3 +460,19 @@ def test_lora_fine_tunes_adapters_on_conversations(tmp_path: Path) -> None:
     changed = {name for name in before if not torch.equal(before[name], after[name])}
     assert changed and all("qkv" in name for name in changed)  # merged adapters, nothing else moved
     assert result.step == 3
+
+
+def test_zoo_data_prepare_prepares_conversations_a_run_then_trains_on(tmp_path: Path) -> None:
+    tok = byte_level(CHATML_SPECIALS, chatml())
+    tok.save_pretrained(tmp_path / "tok")  # tokenizer.json and tokenizer_config.json, the template in it
+    source = write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in CONVERSATIONS])
+    args = ["data", "prepare", "--task", "chat", "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "p")]
+    assert main([*args, str(source)]) == 0
+    data = open_prepared(tmp_path / "p")
+    assert data.manifest.task == "chat" and rows_of(data, 0) == independent_mask(tok, CONVERSATION)
+    config = run_config(tmp_path, "run", max_steps=1, tokenizer={"path": str(tmp_path / "tok")})
+    config["data"] = {"train": {"prepared": str(tmp_path / "p")}}
+    end = tok.token_to_id("<|endoftext|>")  # Qwen's pad, and the bos and eos the alias lookup finds
+    specials = {"pad_token_id": end, "bos_token_id": end, "eos_token_id": end}
+    config["model"] = {**LLAMA, "overrides": {**LLAMA["overrides"], **specials}}
+    assert train(TrainConfig.from_dict(config), progress=False).step == 1

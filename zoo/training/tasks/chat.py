@@ -256,8 +256,9 @@ def _turns(
         if not isinstance(item, dict):
             return f"{where} must be an object with {role_key!r} and {content_key!r}, found {_kind(item)}"
         role, content = item.get(role_key), item.get(content_key)
-        if role not in roles:
-            return f"{where}.{role_key} is {role!r}; expected one of {', '.join(roles)}"
+        if not isinstance(role, str) or role not in roles:
+            found = repr(role) if isinstance(role, str) else _kind(role)
+            return f"{where}.{role_key} is {found}; expected one of {', '.join(roles)}"
         if not isinstance(content, str):
             return f"{where}.{content_key} must be a string, found {_kind(content)}"
         names.append(roles[role])
