@@ -3,7 +3,7 @@
 The key invariant: the prepared 0/1 mask equals the one found independently, by rendering each prefix of
 the conversation with the template and tokenizing it (and equals transformers' ``assistant_masks`` for a
 template marked with ``{% generation %}``), for multi-turn conversations with a system message, on zoo's
-default template and on real ones (Llama 3's, a Qwen2.5-style ChatML).
+default template and on real ones (Llama 3.1's and Qwen2.5's, from tests/io/data/chat_templates).
 """
 
 from __future__ import annotations
@@ -54,14 +54,10 @@ CONVERSATIONS = [
     [*CONVERSATION[1:], {"role": "user", "content": "Why?"}],  # ends on a user turn: nothing after it trained
 ]
 
-# Meta-Llama-3-8B-Instruct's template, verbatim.
-LLAMA3 = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
-    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
-    "{% endif %}"
-)
+TEMPLATES = Path(__file__).parents[1] / "io" / "data" / "chat_templates"  # real ones (SOURCES.md there)
+LLAMA3 = (TEMPLATES / "llama-3.1-instruct.jinja").read_text(encoding="utf-8")
+QWEN25 = (TEMPLATES / "qwen2.5-instruct.jinja").read_text(encoding="utf-8")
+QWEN3 = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
 LLAMA3_SPECIALS = [
     "<|begin_of_text|>",
     "<|end_of_text|>",
@@ -131,6 +127,7 @@ def zoo_trained() -> Tokenizer:
 TOKENIZERS = {
     "default": zoo_trained,
     "llama3": lambda: byte_level(LLAMA3_SPECIALS, LLAMA3),
+    "qwen2.5": lambda: byte_level(CHATML_SPECIALS, QWEN25),
     "chatml": lambda: byte_level(CHATML_SPECIALS, chatml()),
 }
 
@@ -190,7 +187,7 @@ def test_the_mask_is_the_tokens_each_answer_adds_to_its_prompt(name: str, tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("name", "end_of_turn"), [("default", "</s>"), ("llama3", "<|eot_id|>"), ("chatml", "<|im_end|>")]
+    ("name", "end_of_turn"), [("default", "</s>"), ("llama3", "<|eot_id|>"), ("qwen2.5", "<|im_end|>")]
 )
 def test_the_end_of_turn_token_is_trained_and_the_generation_prompt_is_not(
     name: str, end_of_turn: str, tmp_path: Path
@@ -225,13 +222,9 @@ def test_the_mask_equals_transformers_assistant_masks(tmp_path: Path) -> None:
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused_naming_the_line(tmp_path: Path) -> None:
-    # Like templates that drop the reasoning of earlier answers: an answer is rendered in full only last.
-    dropping = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-        "{% if m['role'] == 'assistant' and not loop.last %}...{% else %}{{ m['content'] }}{% endif %}"
-        "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    tok = byte_level(CHATML_SPECIALS, dropping)
+    # Qwen3's: the answer after the last user message gets a (here empty) <think> block, earlier ones not, so
+    # the first answer is rendered one way as the last message and another once the conversation goes on.
+    tok = byte_level(CHATML_SPECIALS, QWEN3)
     rows = [{"messages": CONVERSATION[1:3]}, {"messages": CONVERSATION}]
     with pytest.raises(DataError, match=r"chat\.jsonl:2: .*assistant message 2 .*not prefix-consistent"):
         prepared(tmp_path, tok, rows)
@@ -303,6 +296,7 @@ BAD_LINES = [
         r"messages\[0\]\.content must be a string, found a number",
     ),
     ('{"messages": [{"role": "user", "content": "hi"}]}', r"no assistant message"),
+    ('{"messages": [{"role": "assistant", "content": "hi"}]}', r"the first message is the assistant's"),
     ('{"conversations": [{"from": "bot", "value": "x"}]}', r"conversations\[0\]\.from is 'bot'"),
     ('{"messages": [{"role": ["user"], "content": "x"}]}', r"messages\[0\]\.role is a list; expected one of"),
     ('{"prompt": "hi"}', r"response must be a string .*found nothing"),
@@ -466,7 +460,16 @@ def test_zoo_data_prepare_prepares_conversations_a_run_then_trains_on(tmp_path: 
     tok = byte_level(CHATML_SPECIALS, chatml())
     tok.save_pretrained(tmp_path / "tok")  # tokenizer.json and tokenizer_config.json, the template in it
     source = write_jsonl(tmp_path / "c.jsonl", [{"messages": c} for c in CONVERSATIONS])
-    args = ["data", "prepare", "--task", "chat", "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "p")]
+    args = [
+        "data",
+        "prepare",
+        "--task",
+        "chat",
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--out",
+        str(tmp_path / "p"),
+    ]
     assert main([*args, str(source)]) == 0
     data = open_prepared(tmp_path / "p")
     assert data.manifest.task == "chat" and rows_of(data, 0) == independent_mask(tok, CONVERSATION)
@@ -476,3 +479,23 @@ def test_zoo_data_prepare_prepares_conversations_a_run_then_trains_on(tmp_path: 
     specials = {"pad_token_id": end, "bos_token_id": end, "eos_token_id": end}
     config["model"] = {**LLAMA, "overrides": {**LLAMA["overrides"], **specials}}
     assert train(TrainConfig.from_dict(config), progress=False).step == 1
+
+
+def test_a_run_keeps_its_tokenizers_template_and_resumes_exactly_with_it(tmp_path: Path) -> None:
+    tok = byte_level(CHATML_SPECIALS, QWEN25)
+    tok.save_pretrained(tmp_path / "tok")
+    end = tok.token_to_id("<|endoftext|>")
+    specials = {"pad_token_id": end, "bos_token_id": end, "eos_token_id": end}
+
+    def config(output: str, steps: int) -> TrainConfig:
+        data = run_config(tmp_path, output, max_steps=steps, tokenizer={"path": str(tmp_path / "tok")})
+        data["model"] = {**LLAMA, "overrides": {**LLAMA["overrides"], **specials}}
+        data["checkpoint"] = {"every_steps": 2}
+        return TrainConfig.from_dict(data)
+
+    train(config("straight", 4), progress=False)
+    train(config("split", 2), progress=False)
+    train(config("split", 4), progress=False, resume=True)
+    assert losses(tmp_path / "split") == pytest.approx(losses(tmp_path / "straight"), abs=1e-6)
+    for folder in ("split", "split/checkpoints/step-00000002"):
+        assert Tokenizer.from_file(tmp_path / folder).chat_template == QWEN25

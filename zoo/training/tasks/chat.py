@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer import ChatTemplateError, Tokenizer
 from zoo.io.tokenizer.errors import encode_checked
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, ModelSpec
@@ -242,6 +242,8 @@ def conversation(line: str) -> tuple[list[str], list[str]] | str:
         return found
     if "assistant" not in found[0]:
         return "no assistant message: nothing to train on"
+    if found[0][0] == "assistant":  # its prompt would be an empty conversation, which no template renders
+        return "the first message is the assistant's; a conversation opens with a system or user message"
     return found
 
 
@@ -283,7 +285,7 @@ def _kind(value: Any) -> str:
 
 def chat_template(tokenizer: Tokenizer) -> str:
     """The template conversations are rendered with: the tokenizer's own, else zoo's default."""
-    return tokenizer.chat_template or tokenizer.default_chat_template
+    return tokenizer.chat_template if tokenizer.chat_template is not None else tokenizer.default_chat_template
 
 
 def render(
@@ -310,7 +312,7 @@ def rendering(record: Record, tokenizer: Tokenizer, template: str) -> tuple[str,
     def text(upto: int, *, prompt: bool) -> str:
         try:
             return render(tokenizer, template, messages[:upto], add_generation_prompt=prompt)
-        except Exception as error:  # the template's raise_exception, or jinja's errors: the template's words
+        except ChatTemplateError as error:  # the template's raise_exception, or Jinja's errors, in its words
             what = "the conversation" if upto == len(messages) else f"messages[:{upto}]"
             raise DataError(f"{record.origin}: the chat template cannot render {what}: {error}") from None
 
