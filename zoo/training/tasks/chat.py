@@ -103,6 +103,8 @@ class Chat(Task):
     # -- tokenizers --------------------------------------------------------------------------------------
 
     def tokenizer_lines(self, records: Iterator[Record], *, side: str) -> Iterator[str]:
+        """Each message as zoo's default template writes it (``role: content``), for a tokenizer trained on
+        the conversations, which will render with that template."""
         for record in records:
             for role, content in zip(record.fields["roles"], record.fields["contents"]):
                 yield f"{role}: {content}"
