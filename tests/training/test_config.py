@@ -91,7 +91,7 @@ def test_packing_is_for_language_models_only(tmp_path: Path) -> None:
         }
     )
     assert config.data.packing is not None and config.data.packing.documents == "joined"
-    with pytest.raises(ConfigError, match=r"data\.packing is for causal_lm and masked_lm, not seq2seq"):
+    with pytest.raises(ConfigError, match=r"data\.packing is for causal_lm, masked_lm and chat, not seq2seq"):
         Trainer(config, progress=False)
 
 

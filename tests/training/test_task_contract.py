@@ -83,6 +83,18 @@ def write_tagged(path: Path, seed: int) -> Path:
     return path
 
 
+def write_conversations(path: Path, seed: int) -> Path:
+    rows = []
+    for k, s in enumerate(sentences(60, seed)):
+        turns = [
+            {"role": "user", "content": " ".join(s)},
+            {"role": "assistant", "content": " ".join(reversed(s))},
+        ]
+        rows.append({"messages": [{"role": "system", "content": "reverse"}, *turns] if k % 2 else turns})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # task (variant) -> (writer, suffix, model, config extras, a validation score the task adds)
 DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str, Any], str | None]] = {
     "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"eval": {"bleu": True, "bleu_samples": 4, "max_new_tokens": 4}},
@@ -94,6 +106,9 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "masked_lm packed": (write_text, ".txt", BERT, {"data.packing": {"block_size": 32}}, None),
     "sequence_classification": (write_labelled, ".tsv", BERT, {}, "val_accuracy"),
     "token_classification": (write_tagged, ".jsonl", BERT, {}, "val_accuracy"),
+    "chat": (write_conversations, ".jsonl", GPT, {}, None),
+    "chat packed": (write_conversations, ".jsonl", GPT, {"data.packing": {"block_size": 48, "documents": "separate"}},
+                    None),
     "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
 }  # fmt: skip
 

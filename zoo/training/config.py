@@ -37,7 +37,9 @@ from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
 
 # The task names a config accepts; each is a `zoo.training.tasks.Task` in ``zoo.training.tasks.TASKS``.
-Task = Literal["seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification", "dpo"]
+Task = Literal[
+    "seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification", "chat", "dpo"
+]
 
 
 class ConfigError(ValueError):
@@ -107,8 +109,8 @@ DataFiles = Path | ParallelFiles | PreparedFiles
 
 
 class PackingConfig(Section):
-    """causal_lm and masked_lm: documents framed, concatenated and cut into windows of ``block_size``
-    tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example."""
+    """causal_lm, masked_lm and chat: documents (conversations) framed, concatenated and cut into windows of
+    ``block_size`` tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example."""
 
     block_size: PositiveInt = Field(1024, description="Tokens per window; at most the model's max_positions.")
     documents: Literal["joined", "separate"] = Field(
@@ -123,13 +125,14 @@ class DataConfig(Section):
     modelling: a plain text file, one example a line (blank lines are skipped); sequence classification:
     ``text<TAB>label`` lines or JSON lines ``{"text": ..., "label": ...}``; token classification: JSON lines
     ``{"tokens": [...], "tags": [...]}`` or CoNLL-style ``token<TAB>tag`` lines, a blank line between
-    sentences (`zoo.training.tasks.classification`). Any of them may instead be ``{prepared: DIR}``, a
+    sentences (`zoo.training.tasks.classification`); chat: JSON lines of conversations
+    (`zoo.training.tasks.chat`). Any of them may instead be ``{prepared: DIR}``, a
     folder ``zoo data prepare`` wrote; raw files are prepared on the fly into a cache."""
 
     train: DataFiles
     valid: DataFiles | None = None
     packing: PackingConfig | None = Field(
-        None, description="causal_lm / masked_lm: pack documents into block_size windows."
+        None, description="causal_lm / masked_lm / chat: pack documents into block_size windows."
     )
     on_bad_line: Literal["error", "skip"] = Field(
         "error", description="A bad line in raw files: stop naming it, or skip it (counted, with a warning)."
@@ -140,6 +143,11 @@ class DataConfig(Section):
     too_long: Literal["truncate", "skip", "error"] = Field(
         "truncate",
         description="What to do with a longer sequence: cut it (with a warning), drop it, or stop.",
+    )
+    train_on_prompt: bool = Field(
+        False,
+        description="chat: train on every token of a conversation (system and user turns too), not only on "
+        "the assistant's answers and their end-of-turn tokens.",
     )
 
 
@@ -321,6 +329,8 @@ class TrainConfig(Section):
             raise ValueError(problem)
         if self.epochs is None and self.max_steps is None:
             raise ValueError("give epochs or max_steps (or both: training stops at whichever comes first)")
+        if self.data.train_on_prompt and self.task != "chat":
+            raise ValueError(f"data.train_on_prompt is for task chat, not {self.task or 'the default task'}")
         if self.lora is not None and self.model.init_from is None:
             raise ValueError(
                 "lora needs model.init_from (a trained model to adapt): LoRA freezes the base weights, so a "

@@ -28,7 +28,7 @@ from typing import Any
 from zoo.io.tokenizer import Tokenizer
 from zoo.training.config import DataFiles, ParallelFiles, PreparedFiles
 from zoo.training.data import DataError
-from zoo.training.data.prepare import prepare, prepared_cache_dir, tokenizer_fingerprint
+from zoo.training.data.prepare import prepare, prepared_cache_dir
 from zoo.training.data.shards import Manifest, PreparedData, open_prepared
 from zoo.training.data.sources import Format, OnBadLine, ReadStats, Record, Source
 from zoo.training.tasks import Task, get_task
@@ -127,9 +127,9 @@ def _options(task: Task, source: Source, limits: Limits | None) -> dict[str, Any
 
 def _fingerprints(task: Task, tokenizers: Tokenizers) -> dict[str, str]:
     return {
-        side: tokenizer_fingerprint(tok)
+        side: fingerprint
         for side in task.sides
-        if (tok := task.tokenizer_of(side, tokenizers)) is not None
+        if (fingerprint := task.fingerprint(side, tokenizers)) is not None
     }
 
 
@@ -146,8 +146,8 @@ def check_prepared(task: Task, data: PreparedData, tokenizers: Tokenizers, *, wh
         if made_by is not None and made_by != fingerprint:
             raise DataError(
                 f"{where}: {data.path}'s {side} ids were made by another tokenizer ({made_by[:19]}) than this "
-                f"run's ({fingerprint[:19]}); give the tokenizer it was prepared with (tokenizer.path), or "
-                "prepare it again"
+                f"run's ({fingerprint[:19]}); give the tokenizer it was prepared with (tokenizer.path, and "
+                "for chat the same chat template), or prepare it again"
             )
     task.check_prepared(data, where=where)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zoo.lora
-from zoo.io.names import TOKENIZER_NAME
+from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.models.build import build_model
 from zoo.spec import ModelSpec, load_spec, parse_spec, preset
@@ -213,7 +213,10 @@ def _lines(task: Task, files: DataFiles, side: str, *, on_bad_line: OnBadLine) -
 
 
 def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
+    """The run's tokenizer(s), as `zoo.save` writes them: with ``tokenizer_config.json`` (its special tokens and
+    chat template), so that the other processes and a resumed run render conversations with the same one."""
     tokenizers.target.save(directory / TOKENIZER_NAME)
+    tokenizers.target.save_config(directory / TOKENIZER_CONFIG_NAME)
     if tokenizers.source is not None:
         tokenizers.source.save(directory / SOURCE_TOKENIZER_NAME)
 

@@ -4,6 +4,8 @@
     causal_lm, masked_lm       `zoo.training.tasks.language_model`   plain text, packing, BERT's masking
     sequence_classification    `zoo.training.tasks.classification`   labelled text, a classifier head,
     token_classification                                             accuracy (and token F1)
+    chat                       `zoo.training.tasks.chat`             conversations (JSON lines), the loss on
+                                                                     the assistant's turns, packing
     dpo                        `zoo.training.tasks.dpo`              preference pairs, DPO's loss, a frozen
                                                                      reference (or LoRA's base)
 
@@ -20,6 +22,7 @@ from zoo.spec import ModelSpec
 from zoo.training.config import ConfigError
 from zoo.training.config import Task as TaskName
 from zoo.training.tasks.base import Task
+from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
 from zoo.training.tasks.dpo import DPO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
@@ -27,7 +30,15 @@ from zoo.training.tasks.seq2seq import Seq2Seq
 
 TASKS: dict[str, Task] = {
     task.name: task
-    for task in (Seq2Seq(), CausalLM(), MaskedLM(), SequenceClassification(), TokenClassification(), DPO())
+    for task in (
+        Seq2Seq(),
+        CausalLM(),
+        MaskedLM(),
+        SequenceClassification(),
+        TokenClassification(),
+        Chat(),
+        DPO(),
+    )
 }
 assert set(TASKS) == set(get_args(TaskName)), "every task the config accepts is registered, and only those"
 

@@ -186,7 +186,7 @@ class Task(ABC):
     def check_data(self, data: DataConfig) -> None:
         """Refuse data settings this task cannot use (a `ConfigError` naming the field)."""
         if data.packing is not None:
-            raise ConfigError(f"data.packing is for causal_lm and masked_lm, not {self.name}")
+            raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
 
     @abstractmethod
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
@@ -201,7 +201,7 @@ class Task(ABC):
         """What each side of the prepared data holds: token ids of the side's tokenizer by default
         (``info``: what `manifest_info` found, a classifier's labels)."""
         return {
-            side: SideInfo(vocab_size=tok.vocab_size, tokenizer=tokenizer_fingerprint(tok))
+            side: SideInfo(vocab_size=tok.vocab_size, tokenizer=self.fingerprint(side, tokenizers))
             for side in self.sides
             if (tok := self.tokenizer_of(side, tokenizers)) is not None
         }
@@ -209,6 +209,13 @@ class Task(ABC):
     def tokenizer_of(self, side: str, tokenizers: Tokenizers) -> Tokenizer | None:
         """The tokenizer that encodes ``side`` (None: the side holds no token ids, a classifier's labels)."""
         return tokenizers.for_source if side == "source" else tokenizers.target
+
+    def fingerprint(self, side: str, tokenizers: Tokenizers) -> str | None:
+        """What made ``side``'s ids, recorded in the manifest, checked against a prepared folder and part of
+        the cache key: its tokenizer's fingerprint (None: no tokenizer made them). A task whose ids depend on
+        more than the tokenizer (chat's template) adds that."""
+        tok = self.tokenizer_of(side, tokenizers)
+        return tokenizer_fingerprint(tok) if tok is not None else None
 
     @abstractmethod
     def encoder(

@@ -89,12 +89,7 @@ class LanguageModel(Task):
         packing = config.data.packing
         if packing is None:
             return super().units(split, tokenizers=tokenizers, limits=limits, config=config)
-        if packing.block_size > limits.max_length:
-            raise ConfigError(
-                f"data.packing.block_size ({packing.block_size}) exceeds the length limit ({limits.max_length}: "
-                "data.max_length or the model's max_positions)"
-            )
-        return Windows.of(split, framing(tokenizers), block_size=packing.block_size).units()
+        return packed_windows(split, framing(tokenizers), packing, limits).units()
 
     def collator(
         self,
@@ -109,11 +104,7 @@ class LanguageModel(Task):
         pad_id = spec.pad_token_id
         assert pad_id is not None  # wire_spec refuses a spec without one
         packing = config.data.packing
-        windows = (
-            Windows.of(split, framing(tokenizers), block_size=packing.block_size)
-            if packing is not None
-            else None
-        )
+        windows = packed_windows(split, framing(tokenizers), packing, limits) if packing is not None else None
         return LanguageModelCollator(
             split,
             units,
@@ -128,6 +119,18 @@ class LanguageModel(Task):
     def targets(self, spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig) -> Targets:
         """How a collated batch of ids becomes (model inputs, targets)."""
         raise NotImplementedError
+
+
+def packed_windows(
+    split: Split, framing: Framing, packing: PackingConfig, limits: Limits, *, side: str = "text"
+) -> Windows:
+    """The split's `Windows`; a block longer than the run's length limit is a `ConfigError`."""
+    if packing.block_size > limits.max_length:
+        raise ConfigError(
+            f"data.packing.block_size ({packing.block_size}) exceeds the length limit ({limits.max_length}: "
+            "data.max_length or the model's max_positions)"
+        )
+    return Windows.of(split, framing, block_size=packing.block_size, side=side)
 
 
 def framing(tokenizers: Tokenizers) -> Framing:
@@ -251,23 +254,25 @@ class MaskedTokens(Targets):
 class Windows:
     """The framed documents of a split end to end, cut into windows of ``block`` tokens.
 
-    ``ends[d]``: where document d's framed tokens end in the stream (the cumulative framed lengths).
+    ``ends[d]``: where document d's framed tokens end in the stream (the cumulative framed lengths of
+    ``side``; another side of the same lengths, chat's labels, is read in the same windows).
     """
 
     split: Split
     framing: Framing
     block: int
     ends: np.ndarray  # (D,) int64
+    side: str = "text"
 
     @classmethod
-    def of(cls, split: Split, framing: Framing, *, block_size: int) -> Windows:
+    def of(cls, split: Split, framing: Framing, *, block_size: int, side: str = "text") -> Windows:
         data, ends = split.data, np.empty(split.data.num_examples, dtype=np.int64)
         total = 0
         for start in range(0, data.num_examples, LENGTH_CHUNK):  # the offsets in chunks, never held whole
             stop = min(start + LENGTH_CHUNK, data.num_examples)
-            ends[start:stop] = total + np.cumsum(data.read_lengths("text", start, stop) + framing.extra)
+            ends[start:stop] = total + np.cumsum(data.read_lengths(side, start, stop) + framing.extra)
             total = int(ends[stop - 1])
-        return cls(split, framing, block_size, ends)
+        return cls(split, framing, block_size, ends, side)
 
     @property
     def total(self) -> int:
@@ -280,17 +285,21 @@ class Windows:
         lengths[-1, 0] = self.total - (count - 1) * self.block
         return Units(lengths, name=lambda u: f"{self.split.where}: window {u}")
 
-    def tokens(self, windows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """The token ids and document ids of each window: its documents found by a searchsorted over the
-        ends, their ids read in one span from the file, every position placed at once (no loop per token)."""
+    def tokens(
+        self, windows: np.ndarray, *, side: str | None = None
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The token ids (of ``side``, default the windows' own) and document ids of each window: its
+        documents found by a searchsorted over the ends, their ids read in one span from the file, every
+        position placed at once (no loop per token)."""
         data, bos, eos = self.split.data, self.framing.bos, self.framing.eos
+        side = side or self.side
         ids, docs = [], []
         for window in windows.tolist():
             low = window * self.block
             high = min(low + self.block, self.total)
             first, last = np.searchsorted(self.ends, [low, high - 1], side="right").tolist()
-            offsets = data.read_span("text", first, last + 2, what="offsets")  # (D + 1,) of its documents
-            span = data.read_span("text", int(offsets[0]), int(offsets[-1]))  # their raw ids, end to end
+            offsets = data.read_span(side, first, last + 2, what="offsets")  # (D + 1,) of its documents
+            span = data.read_span(side, int(offsets[0]), int(offsets[-1]))  # their raw ids, end to end
             positions = np.arange(low, high)  # (P,) in the stream
             doc = np.searchsorted(self.ends[first : last + 1], positions, side="right")  # (P,) 0 .. D - 1
             length = np.diff(offsets)[doc] + self.framing.extra  # framed length of each position's document
