@@ -36,6 +36,7 @@ _LAZY = {
     "train": "zoo.training.loop:train",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
     "TextStream": "zoo.generation.text:TextStream",
+    "ChatSession": "zoo.generation.chat:ChatSession",
     "summary": "zoo.analysis:summary",
     "embed": "zoo.embeddings:embed",
 }
