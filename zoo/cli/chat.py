@@ -83,6 +83,7 @@ def run_chat(args: argparse.Namespace) -> int:
         err_console.print(
             f"[dim]chatting with {markup(args.model)}; /help lists the commands, Ctrl-D leaves[/]",
             highlight=False,
+            soft_wrap=True,
         )
     told_dropped = False
     for line in _terminal_lines() if interactive else _piped_lines():
@@ -101,6 +102,7 @@ def run_chat(args: argparse.Namespace) -> int:
                 f"[dim]note: the oldest turns are dropped from the conversation to keep it within "
                 f"max_positions ({limit}) - max_new_tokens ({room}) = {limit - room} tokens[/]",
                 highlight=False,
+                soft_wrap=True,
             )
     return 0
 
@@ -148,16 +150,18 @@ def _command(session: Any, text: str) -> bool:
         return False
     if name == "/reset":
         session.reset()
-        err_console.print("[dim]conversation cleared[/]", highlight=False)
+        err_console.print("[dim]conversation cleared[/]", highlight=False, soft_wrap=True)
     elif name == "/system":
         session.set_system(rest.strip() or None)
         what = "system prompt set" if session.system else "no system prompt"
-        err_console.print(f"[dim]{what}; conversation cleared[/]", highlight=False)
+        err_console.print(f"[dim]{what}; conversation cleared[/]", highlight=False, soft_wrap=True)
     elif name == "/help":
         console.out(HELP, highlight=False)
     else:
         err_console.print(
-            f"[dim]unknown command {markup(name)}; /help lists the commands[/]", highlight=False
+            f"[dim]unknown command {markup(name)}; /help lists the commands[/]",
+            highlight=False,
+            soft_wrap=True,
         )
     return True
 
@@ -179,7 +183,7 @@ def _answer(session: Any, message: str, *, interactive: bool) -> None:
         if pieces is not None:
             pieces.close()  # the partial answer enters the conversation now
         console.out("", highlight=False)
-        err_console.print("[dim](stopped)[/]", highlight=False)
+        err_console.print("[dim](stopped)[/]", highlight=False, soft_wrap=True)
     except ValueError as error:
         if not interactive:
             raise
@@ -201,7 +205,9 @@ def _terminal_lines() -> Iterator[str]:
             console.out("", highlight=False)  # "interrupted" then starts its own line
             raise
         except UnicodeDecodeError:
-            err_console.print("[bold red]error:[/] that line is not UTF-8; check the terminal's encoding")
+            err_console.print(
+                "[bold red]error:[/] that line is not UTF-8; check the terminal's encoding", soft_wrap=True
+            )
 
 
 def _piped_lines() -> Iterator[str]:
