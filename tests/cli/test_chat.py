@@ -198,7 +198,7 @@ def test_at_a_terminal_an_error_is_a_line_and_the_chat_goes_on(folders, monkeypa
     assert main(["chat", str(folders["trained"]), "--max-new-tokens", "64", "--device", "cpu"]) == 0
     captured = capsys.readouterr()
     assert "error: the message is too long" in captured.err
-    assert captured.out.endswith(f"> {ANSWER}\n> \n")
+    assert captured.out == f"> > {ANSWER}\n> \n"
 
 
 def _stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:

@@ -187,7 +187,8 @@ def _answer(session: Any, message: str, *, interactive: bool) -> None:
     except ValueError as error:
         if not interactive:
             raise
-        console.out("", highlight=False)
+        if pieces is not None:  # the answer had begun: the error starts its own line
+            console.out("", highlight=False)
         err_console.print(f"[bold red]error:[/] {markup(one_line(error))}", highlight=False, soft_wrap=True)
 
 

@@ -30,8 +30,8 @@ its default one). Generation sits below io, so this module names no tokenizer cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -230,7 +230,7 @@ class ChatSession:
         # would keep the space a word-joining decoder puts after the prompt's last word).
         text = TextStream(self.tokenizer)
         new: list[int] = []
-        steps = iterate(run)
+        steps = cast("Generator[torch.Tensor, None, None]", iterate(run))  # a generator function's
         try:
             for tokens in steps:  # (1,)
                 token = int(tokens[0])
