@@ -35,6 +35,7 @@ _LAZY = {
     "read_hf_spec": "zoo.io.hf:read_hf_spec",
     "train": "zoo.training.loop:train",
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
+    "ChatTemplateError": "zoo.io.tokenizer:ChatTemplateError",
     "TextStream": "zoo.generation.text:TextStream",
     "ChatSession": "zoo.generation.chat:ChatSession",
     "summary": "zoo.analysis:summary",

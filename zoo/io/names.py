@@ -10,6 +10,7 @@
     tokenizer.json                      a `tokenizers` file (zoo's and Hugging Face's)
     tokenizer_config.json               transformers' tokenizer settings
     special_tokens_map.json             transformers' special tokens
+    chat_template.jinja                 a chat template (transformers >= 4.43 writes it beside the config)
 
 Imports nothing heavy, so the CLI and the training code can name files without loading torch.
 """
@@ -27,6 +28,7 @@ CONFIG_NAME = "config.json"
 TOKENIZER_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
+CHAT_TEMPLATE_NAME = "chat_template.jinja"
 
 
 def shard_name(index: int, count: int, tag: str | None = None) -> str:

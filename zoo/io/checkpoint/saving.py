@@ -9,7 +9,7 @@ Every file is written in a private temp folder in the same directory, fsynced an
     2. commit   sharded: write model.safetensors.index.json (one rename): the loader reads the new shards
                 single:  remove model.safetensors.index.json (one unlink): the loader reads model.safetensors
                          (with no index there, the rename in step 1 was the commit)
-    3. tokenizer.json, then spec.json (a copy for people and tools; the loader reads the spec in the weights)
+    3. tokenizer.json and tokenizer_config.json (its special tokens and chat template), then spec.json (a copy for people and tools; the loader reads the spec in the weights)
     4. remove the previous checkpoint's files: model.safetensors beside a new index, and every shard the
        new index does not name
 
@@ -41,7 +41,15 @@ from zoo.io.atomic import (
 )
 from zoo.io.checkpoint.files import CheckpointError, parse_size, plan_shards, unique_tensors
 from zoo.io.checkpoint.layout import checkpoint_metadata, index_document
-from zoo.io.names import INDEX_NAME, SHARD_PATTERN, SPEC_NAME, TOKENIZER_NAME, WEIGHTS_NAME, shard_name
+from zoo.io.names import (
+    INDEX_NAME,
+    SHARD_PATTERN,
+    SPEC_NAME,
+    TOKENIZER_CONFIG_NAME,
+    TOKENIZER_NAME,
+    WEIGHTS_NAME,
+    shard_name,
+)
 from zoo.quant.state import quantized_state
 
 if TYPE_CHECKING:
@@ -52,7 +60,7 @@ __all__ = ["save"]
 
 # The files a save writes, hence the temp files a killed one may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
-    "|".join(map(re.escape, (WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, TOKENIZER_NAME)))
+    "|".join(map(re.escape, (WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)))
     + "|"
     + SHARD_PATTERN.pattern
 )
@@ -68,7 +76,8 @@ def save(
     ``max_shard_size`` (bytes, or e.g. ``"500MB"``, ``"2GB"``) the weights go to
     ``model-00001-of-0000N-<tag>.safetensors`` shards (``<tag>``: 8 hex digits of this save's
     ``checkpoint_id``) plus ``model.safetensors.index.json``. ``tokenizer`` (a `zoo.Tokenizer`) is saved as
-    ``path/tokenizer.json``. The model is saved in its own dtype.
+    ``path/tokenizer.json`` and ``path/tokenizer_config.json`` (its special tokens, ``model_max_length`` and
+    chat template, which `zoo.load_tokenizer` reads back). The model is saved in its own dtype.
 
     Overwriting a checkpoint switches from the old one to the new one in one step: killed at any moment, the
     directory loads as exactly one of them (module docstring). One save per directory at a time.
@@ -115,6 +124,7 @@ def save(
     # 3. Files for people and tools.
     if tokenizer is not None:
         tokenizer.save(directory / TOKENIZER_NAME)
+        tokenizer.save_config(directory / TOKENIZER_CONFIG_NAME)
     write_text_atomic(directory / SPEC_NAME, spec.to_json(indent=2) + "\n")
 
     # 4. The previous checkpoint's files, now unreferenced.

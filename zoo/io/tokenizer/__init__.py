@@ -4,6 +4,7 @@
     ids = tok.encode("a sentence")                                       # [..., eos]
     batch = tok(["a", "b c"], padding=True, return_tensors="pt")         # transformers' batch interface
     tok.save_pretrained("out")                                           # a folder AutoTokenizer reads
+    tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)  # prompt ids
 
 The package, one job a module:
 
@@ -11,6 +12,7 @@ The package, one job a module:
     core.py        `Tokenizer`: loading, encode / decode, the batch call, named special ids
     batch.py       the batch call's argument checks, padding and tensors
     pretrained.py  the transformers folder: tokenizer_config.json read and written, the eos template
+    chat.py        chat templates rendered as transformers renders them (`ChatTemplateError`)
     training.py    `train_tokenizer` and the text it reads
     lengths.py     cutting a text before encoding to what a token limit can keep
     errors.py      the `tokenizers` library's encoding errors as one line naming the file (`TokenizerError`)
@@ -20,6 +22,7 @@ The package, one job a module:
 from __future__ import annotations
 
 from zoo.io.tokenizer.batch import Padding, Truncation
+from zoo.io.tokenizer.chat import ChatTemplateError
 from zoo.io.tokenizer.checks import check_special_tokens
 from zoo.io.tokenizer.core import PathLike, Tokenizer
 from zoo.io.tokenizer.errors import TokenizerError
@@ -29,6 +32,7 @@ from zoo.io.tokenizer.training import TokenizerKind, train_tokenizer
 __all__ = [
     "SPECIAL_TOKENS",
     "SPECIAL_TOKEN_ALIASES",
+    "ChatTemplateError",
     "Padding",
     "PathLike",
     "Tokenizer",

@@ -8,14 +8,19 @@ tokenizer's own post-processor frames each row, so the ids equal ``transformers.
 without one (those zoo trains) gets zoo's framing, ``[*ids, eos]``. :meth:`Tokenizer.save_pretrained` writes
 that framing into the exported ``tokenizer.json`` so that transformers agrees there too.
 
+:meth:`Tokenizer.apply_chat_template` renders a conversation with the tokenizer's chat template (read from
+``tokenizer_config.json`` or ``chat_template.jinja``) exactly as transformers does (`zoo.io.tokenizer.chat`);
+a tokenizer without one gets zoo's simple default, ``<role>: <content><eos>`` per message.
+
 Padding and truncation stored in a foreign ``tokenizer.json`` (sentence-transformers ships files padded to a
 fixed 128) are dropped on load: padding is a property of a batch, asked for per call, as in transformers.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -25,11 +30,17 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from zoo.io.atomic import write_text_atomic
 from zoo.io.jsonfile import TOKENIZER_BYTES, check_file_size
-from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from zoo.io.names import CHAT_TEMPLATE_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_args, check_length, pad_rows
+from zoo.io.tokenizer.chat import default_template, render_chat
 from zoo.io.tokenizer.errors import TokenizerError, encode_checked
-from zoo.io.tokenizer.pretrained import read_tokenizer_config, with_eos_template, write_folder
+from zoo.io.tokenizer.pretrained import (
+    read_tokenizer_config,
+    tokenizer_config,
+    with_eos_template,
+    write_folder,
+)
 from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS, looked_for
 
 PathLike = str | os.PathLike[str]
@@ -49,12 +60,21 @@ class Tokenizer:
         model_max_length: int | None = None,
         special_tokens: dict[str, str] | None = None,
         source: str | None = None,
+        chat_template: str | Mapping[str, str] | None = None,
+        named_tokens: Mapping[str, str] | None = None,
+        chat_template_source: str | None = None,
     ) -> None:
         """Wrap ``tokenizer`` (its stored padding and truncation are dropped, on a copy).
 
         ``special_tokens`` (``{"pad": "[PAD]", ...}``, as a ``tokenizer_config.json`` names them) take
         precedence over the lookup by :data:`SPECIAL_TOKEN_ALIASES`; ``model_max_length`` is the default
         ``max_length`` of :meth:`__call__`; ``source`` (its file) names it in errors.
+
+        ``chat_template``: the Jinja source of its chat template, or ``{name: source}`` for several (the
+        ``"default"`` one is :attr:`chat_template`); ``named_tokens``: every special token a
+        ``tokenizer_config.json`` names (``{"bos_token": "<s>", "sep_token": ...}``), the variables a
+        template sees (by default the special tokens found, as ``{"bos_token": ...}``);
+        ``chat_template_source``: the template's file, for errors.
         """
         names = dict(special_tokens or {})
         stored_pad = tokenizer.padding
@@ -72,13 +92,21 @@ class Tokenizer:
         self.model_max_length = model_max_length
         self.source = source or "the tokenizer"  # for messages: its file, when loaded from one
         self._chars_per_token: int | None = None  # computed on first use (reads the whole vocabulary)
+        templates = (
+            {"default": chat_template} if isinstance(chat_template, str) else dict(chat_template or {})
+        )
+        self.chat_template: str | None = templates.pop("default", None)
+        self._other_templates = templates  # named ones ("tool_use", ...), chosen by name
+        self._named_tokens = dict(named_tokens) if named_tokens is not None else None
+        self._template_source = chat_template_source
 
     @classmethod
     def from_file(cls, path: PathLike) -> Tokenizer:
         """Load a ``tokenizer.json`` (ours or a Hugging Face one); a directory means its ``tokenizer.json``.
 
-        A ``tokenizer_config.json`` beside it (a transformers folder) supplies ``model_max_length`` and the
-        special tokens it names, as ``AutoTokenizer.from_pretrained`` would use them.
+        A ``tokenizer_config.json`` beside it (a transformers folder) supplies ``model_max_length``, the
+        special tokens it names and its chat template, as ``AutoTokenizer.from_pretrained`` would use them;
+        a ``chat_template.jinja`` there is the chat template (it wins over the config's, as in transformers).
         """
         file = Path(path)
         if file.is_dir():  # files found in a folder must not be links out of it (`zoo.io.paths`)
@@ -96,32 +124,63 @@ class Tokenizer:
             ) from None
         if tok.get_vocab_size(with_added_tokens=True) == 0:
             raise TokenizerError(f"{file}: the tokenizer's vocabulary is empty: it cannot encode any text")
-        config = inside(file.parent, TOKENIZER_CONFIG_NAME)
-        model_max_length, special_tokens = read_tokenizer_config(config)
-        return cls(tok, model_max_length=model_max_length, special_tokens=special_tokens, source=str(file))
+        config = read_tokenizer_config(
+            inside(file.parent, TOKENIZER_CONFIG_NAME), inside(file.parent, CHAT_TEMPLATE_NAME)
+        )
+        return cls(
+            tok,
+            model_max_length=config.model_max_length,
+            special_tokens=config.special_tokens,
+            source=str(file),
+            chat_template=config.chat_templates,
+            named_tokens=config.named_tokens,
+            chat_template_source=config.chat_template_file,
+        )
 
     def save(self, path: PathLike) -> None:
         """Write ``tokenizer.json`` atomically: a reader sees the old file or the new one, never half of one."""
         write_text_atomic(Path(path), self._tok.to_str(pretty=True))
+
+    def save_config(self, path: PathLike) -> None:
+        """Write the ``tokenizer_config.json`` that goes beside :meth:`save`'s file (atomically): the special
+        tokens, ``model_max_length`` and the chat templates, which :meth:`from_file` reads back."""
+        config = tokenizer_config(
+            self._tok,
+            specials=self._config_specials(),
+            model_max_length=self.model_max_length,
+            chat_templates=self.chat_templates,
+        )
+        write_text_atomic(Path(path), json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
     def save_pretrained(self, directory: PathLike, *, model_max_length: int | None = None) -> Path:
         """Write a folder from which ``transformers.AutoTokenizer`` gives the ids of :meth:`__call__`.
 
         Three files, each written atomically: ``tokenizer.json``; ``tokenizer_config.json`` (class
         ``PreTrainedTokenizerFast``, the special tokens that exist, ``model_max_length`` when given or
-        known); ``special_tokens_map.json``. Without the config, transformers picks a tokenizer class from
+        known, the chat templates when it has any); ``special_tokens_map.json``. Without the config, transformers picks a tokenizer class from
         ``config.json``'s model_type instead (GPT-2's byte-level one for an exported gpt2), which splits
         and frames differently. Returns the folder.
         """
         limit = self.model_max_length if model_max_length is None else model_max_length
         check_length("model_max_length", limit)
-        specials = {
+        backend = with_eos_template(self._tok, self.eos_id)
+        return write_folder(
+            Path(directory),
+            backend,
+            specials=self._config_specials(),
+            model_max_length=limit,
+            chat_templates=self.chat_templates,
+        )
+
+    def _config_specials(self) -> dict[str, str | None]:
+        """The special tokens a written config names: those found, then every one the read config named
+        (``sep_token``, ``image_token``, ...), so that a chat template sees the same variables after a save."""
+        found = {
             f"{name}_token": self._tok.id_to_token(token_id)
             for name, token_id in self.special_ids().items()
             if token_id is not None
         }
-        backend = with_eos_template(self._tok, self.eos_id)
-        return write_folder(Path(directory), backend, specials=specials, model_max_length=limit)
+        return {**found, **(self._named_tokens or {})}
 
     @property
     def hf(self) -> HFTokenizer:
@@ -270,6 +329,108 @@ class Tokenizer:
     def decode_batch(self, batch: Iterable[Iterable[int]], *, skip_special_tokens: bool = True) -> list[str]:
         """:meth:`decode` for many id sequences."""
         return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
+
+    # --- chat templates -----------------------------------------------------------------------------------
+    @property
+    def has_chat_template(self) -> bool:
+        """Whether the tokenizer has a chat template of its own (else :meth:`apply_chat_template` uses
+        :attr:`default_chat_template`)."""
+        return self.chat_template is not None
+
+    @property
+    def chat_templates(self) -> dict[str, str]:
+        """Every chat template by name: ``"default"`` (:attr:`chat_template`) and named ones such as
+        ``"tool_use"`` (a config may hold several); empty when it has none."""
+        default = {"default": self.chat_template} if self.chat_template is not None else {}
+        return {**default, **self._other_templates}
+
+    @property
+    def default_chat_template(self) -> str:
+        """zoo's template for a tokenizer without one (those zoo trains): each message as
+        ``<role>: <content>`` closed by the eos token, after a bos at the start; ``add_generation_prompt``
+        appends ``assistant:``. A model fine-tuned on it answers after ``assistant:`` and stops at eos.
+        Only tokens the tokenizer has are written (without eos, a newline closes each message)."""
+        tokens = self._template_tokens()
+        has = {
+            name: self._tok.token_to_id(tokens.get(f"{name}_token", "")) is not None
+            for name in ("bos", "eos")
+        }
+        return default_template(bos=has["bos"], eos=has["eos"])
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tokenize: bool = True,
+        chat_template: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> str | list[int]:
+        """A conversation as the text (``tokenize=False``) or ids its chat model was trained on, equal to
+        ``transformers.AutoTokenizer.apply_chat_template(..., return_dict=False)``.
+
+        Args:
+            messages: ``[{"role": "system" | "user" | "assistant" | ..., "content": str}, ...]``; a content
+                may also be a list of parts (``{"type": "text", "text": ...}``, as OpenAI sends it), which is
+                passed to the template as it is.
+            add_generation_prompt: end with the header of an assistant turn, for the model to answer.
+            continue_final_message: leave the last message open (no end-of-turn), for the model to continue
+                it ("prefill"); a string names the field to continue (``"reasoning_content"``).
+            tokenize: return ids (encoded without adding special tokens: the template writes them) rather
+                than the text.
+            chat_template: a template's Jinja source, or the name of one of :attr:`chat_templates`; default
+                the tokenizer's own (the ``"tool_use"`` one when ``tools`` are given and it has one).
+            tools, documents: JSON schemas of callable tools and retrieval documents, for templates that
+                use them.
+            **template_kwargs: more variables for the template (``date_string``, ``enable_thinking``); they
+                override the special tokens (``bos_token``, ``eos_token``, ...) passed by default.
+
+        Unlike transformers, which raises, a tokenizer without a template uses
+        :attr:`default_chat_template`. Bad messages and template failures (including the template's own
+        ``raise_exception``, such as "roles must alternate") raise one
+        :class:`~zoo.io.tokenizer.chat.ChatTemplateError` (a ValueError) naming the template's file.
+        """
+        template, where = self._chosen_template(chat_template, tools)
+        text = render_chat(
+            template,
+            messages,
+            where=where,
+            special_tokens=self._template_tokens(),
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            tools=tools,
+            documents=documents,
+            template_kwargs=template_kwargs,
+        )
+        return self.encode_ids([text])[0] if tokenize else text
+
+    def _chosen_template(self, chat_template: str | None, tools: object) -> tuple[str, str]:
+        """(source, what to call it in errors) of the template :meth:`apply_chat_template` renders."""
+        own = self._template_source or f"the chat template of {self.source}"
+        templates = self.chat_templates
+        if chat_template is not None:
+            if chat_template in templates:
+                return templates[chat_template], own
+            return chat_template, "the chat_template argument"
+        if tools is not None and "tool_use" in templates:
+            return templates["tool_use"], own
+        if self.chat_template is not None:
+            return self.chat_template, own
+        return self.default_chat_template, "zoo's default chat template"
+
+    def _template_tokens(self) -> dict[str, str]:
+        """The special-token variables of a chat template: those the config named, as transformers passes
+        them; without a config, the special tokens found (``{"bos_token": "<s>", ...}``)."""
+        if self._named_tokens is not None:
+            return dict(self._named_tokens)
+        return {
+            f"{name}_token": token
+            for name, token_id in self.special_ids().items()
+            if token_id is not None and (token := self._tok.id_to_token(token_id)) is not None
+        }
 
     # --- vocabulary ---------------------------------------------------------------------------------------
     @property
