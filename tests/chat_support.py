@@ -3,7 +3,6 @@ few dozen steps to answer every message with one fixed sentence, and one that ne
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -38,10 +37,8 @@ def chat_tokenizer(template: str | None = CHATML) -> Tokenizer:
 
 
 def save_chat_model(model: zoo.ZooModel, tokenizer: Tokenizer, directory: Path) -> Path:
-    """``model`` and ``tokenizer`` saved as a zoo checkpoint whose tokenizer_config.json holds ChatML."""
+    """``model`` and ``tokenizer`` saved as a zoo checkpoint (its tokenizer_config.json holds the template)."""
     zoo.save(model, directory, tokenizer=tokenizer)
-    config = {"chat_template": CHATML, "eos_token": "</s>", "bos_token": "<s>", "pad_token": "<pad>"}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory
 
 

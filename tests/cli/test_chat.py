@@ -266,3 +266,14 @@ def test_weights_with_nan_are_refused_before_the_chat(folders, tmp_path, capsys)
     save_chat_model(model, zoo.load_tokenizer(folders["trained"]), tmp_path / "nan")
     assert main(["chat", str(tmp_path / "nan"), "--device", "cpu"]) == 2
     assert "lm_head.weight holds NaN or inf" in capsys.readouterr().err
+
+
+def test_a_hugging_face_folder_chats_as_its_zoo_checkpoint(folders, tmp_path, monkeypatch, capsys) -> None:
+    folder = folders["trained"]
+    hf = zoo.to_hf(zoo.load(folder), tmp_path / "hf", tokenizer=zoo.load_tokenizer(folder))
+    answers = []
+    for target in (folder, hf):
+        _stdin(monkeypatch, "hello there\nwho are you\n")
+        assert main(["chat", str(target), "--max-new-tokens", "24", "--device", "cpu"]) == 0
+        answers.append(capsys.readouterr().out)
+    assert answers[0] == answers[1] == f"{ANSWER}\n{ANSWER}\n"

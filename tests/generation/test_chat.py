@@ -50,6 +50,33 @@ def test_without_a_template_the_default_one_ends_a_turn_with_eos() -> None:
     assert end_of_turn_ids(tokenizer) == tuple(_ids(tokenizer, "</s>"))
 
 
+TEMPLATES = Path(__file__).resolve().parents[1] / "io" / "data" / "chat_templates"
+# Each public model's template (tests/io/data/chat_templates) and the token that ends its assistant turns.
+END_OF_TURN = {
+    "llama-3.1-instruct": "<|eot_id|>",
+    "llama-3.2-instruct": "<|eot_id|>",
+    "qwen2.5-instruct": "<|im_end|>",
+    "qwen3": "<|im_end|>",
+    "mistral-7b-instruct-v0.3": "</s>",
+    "gemma-2-it": "<end_of_turn>",
+    "gemma-3-it": "<end_of_turn>",
+    "phi-3.5-mini-instruct": "<|end|>",
+}
+
+
+@pytest.mark.parametrize("name", sorted(END_OF_TURN))
+def test_the_end_of_turn_token_is_found_in_real_templates(name: str) -> None:
+    tokenizer = chat_tokenizer(template=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"))
+    # Each family's markers as special tokens (the others stay text, as in a tokenizer without them).
+    markers = (
+        "<|eot_id|> <|start_header_id|> <|end_header_id|> <start_of_turn> <end_of_turn> <|end|> <|user|>"
+    )
+    tokenizer.hf.add_special_tokens([*markers.split(), "<|assistant|>", "<|system|>"])
+    found = end_of_turn_ids(tokenizer)
+    # First the turn's end; then maybe the eos some templates close the conversation with (Phi-3.5).
+    assert found[0] == tokenizer.token_to_id(END_OF_TURN[name]) and set(found[1:]) <= {tokenizer.eos_id}
+
+
 def test_a_greedy_answer_is_generate_on_the_rendered_conversation_token_for_token(trained) -> None:
     model, tokenizer, _ = trained
     session = ChatSession(model, tokenizer, system="be brief", max_new_tokens=24)
