@@ -109,7 +109,7 @@ def test_the_history_grows_resets_and_takes_a_new_system_prompt(trained) -> None
     session.set_system("talk like a cat")
     assert session.messages == [{"role": "system", "content": "talk like a cat"}]
     session.set_system(None)
-    assert session.messages == [] and session.system is None
+    assert session.messages == [] and session.system is None and session.render() == ""
     assert session.prompt_ids("hi") == tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True
     )

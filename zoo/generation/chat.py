@@ -192,7 +192,10 @@ class ChatSession:
         self.reset()
 
     def render(self, *, add_generation_prompt: bool = True) -> str:
-        """The text the model would see next: the conversation through the template."""
+        """The text the model would see next: the conversation through the template ("" while it is
+        empty: templates refuse an empty conversation)."""
+        if not self._messages:
+            return ""
         return str(
             apply_template(
                 self.tokenizer, self._messages, add_generation_prompt=add_generation_prompt, tokenize=False
