@@ -1,7 +1,9 @@
-"""``zoo tokenizer``: train a subword tokenizer on text files, or look at how one splits a sentence.
+"""``zoo tokenizer``: train a subword tokenizer on text files, look at how one splits a sentence, or at the
+prompt its chat template makes of a conversation.
 
 zoo tokenizer train --kind bpe --vocab-size 8000 data/*.txt --out tok.json
 zoo tokenizer encode tok.json "the cat eats fish"
+zoo tokenizer chat models/qwen chat.json --generation-prompt     # chat.json: [{"role": ..., "content": ...}]
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     encode.add_argument("tokenizer", type=Path, help="a tokenizer.json, or a directory holding one")
     encode.add_argument("text", type=utf8_text)
     encode.set_defaults(run=run_encode)
+
+    chat = commands.add_parser(
+        "chat",
+        help="show the prompt a tokenizer's chat template makes of a conversation (Tokenizer.apply_chat_template)",
+    )
+    chat.add_argument(
+        "tokenizer", type=Path, help="a tokenizer.json, or a directory holding one (and its template)"
+    )
+    chat.add_argument("messages", help='a JSON file of [{"role": ..., "content": ...}, ...], or - for stdin')
+    chat.add_argument(
+        "--generation-prompt", action="store_true", help="end with the header of an assistant turn"
+    )
+    chat.add_argument(
+        "--continue-final-message", action="store_true", help="leave the last message open for the model"
+    )
+    chat.add_argument(
+        "--template", type=Path, help="a Jinja file to render with instead of the tokenizer's own"
+    )
+    chat.add_argument("--ids", action="store_true", help="print the token ids instead of the text")
+    chat.set_defaults(run=run_chat)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -71,4 +93,35 @@ def run_encode(args: argparse.Namespace) -> int:
     tokens = [tokenizer.id_to_token(i) for i in ids]
     console.print(" ".join(f"{markup(t)}[dim]/{i}[/]" for t, i in zip(tokens, ids)), highlight=False)
     console.print(f"[dim]{len(ids)} tokens[/]")
+    return 0
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    import sys
+
+    from zoo.cli import console
+    from zoo.cli.sanitize import clean
+    from zoo.io.jsonfile import parse_json, read_json
+    from zoo.io.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_file(args.tokenizer)
+    if args.messages == "-":
+        messages = parse_json(sys.stdin.read(), where="the messages on stdin")
+    else:
+        messages = read_json(Path(args.messages), what="not a JSON list of messages")
+    template = args.template.read_text(encoding="utf-8") if args.template is not None else None
+    rendered = tokenizer.apply_chat_template(
+        messages,
+        add_generation_prompt=args.generation_prompt,
+        continue_final_message=args.continue_final_message,
+        tokenize=args.ids,
+        chat_template=template,
+    )
+    if isinstance(rendered, str):
+        console.print(
+            clean(rendered), markup=False, highlight=False, end="" if rendered.endswith("\n") else "\n"
+        )
+    else:
+        console.print(" ".join(map(str, rendered)), highlight=False)
+        console.print(f"[dim]{len(rendered)} tokens[/]")
     return 0
