@@ -37,6 +37,7 @@ _LAZY = {
     "Tokenizer": "zoo.io.tokenizer:Tokenizer",
     "ChatTemplateError": "zoo.io.tokenizer:ChatTemplateError",
     "TextStream": "zoo.generation.text:TextStream",
+    "ChatSession": "zoo.generation.chat:ChatSession",
     "summary": "zoo.analysis:summary",
     "embed": "zoo.embeddings:embed",
 }

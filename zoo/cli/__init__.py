@@ -36,6 +36,7 @@ COMMANDS = (
     "convert",
     "quantize",
     "generate",
+    "chat",
     "embed",
     "export",
 )

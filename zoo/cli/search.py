@@ -1,5 +1,6 @@
-"""The search options `zoo generate` and `zoo translate` share: the flags, the `GenerationConfig` fields
-they set, the new tokens of each output row, and torch's NaN-sampling error in zoo's words."""
+"""The search options `zoo generate` and `zoo translate` share (`zoo chat` the sampling ones): the flags,
+the `GenerationConfig` fields they set, the new tokens of each output row, and torch's NaN-sampling error
+in zoo's words."""
 
 from __future__ import annotations
 
@@ -14,26 +15,10 @@ from zoo.cli.options import add_device_option, add_dtype_option, parse_seed
 def search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int | None) -> None:
     """The search flags (group "search") and --device / --dtype (group "model") on ``parser``."""
     search = parser.add_argument_group("search")
-    search.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=default_new_tokens,
-        metavar="N",
-        help=f"most tokens to generate (default: {default_new_tokens or 'twice the source length + 10'})",
-    )
-    search.add_argument("--sample", action="store_true", help="sample instead of greedy search")
-    search.add_argument(
-        "--temperature", type=float, default=1.0, metavar="T", help="sampling temperature (default 1.0)"
-    )
-    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K likeliest")
-    search.add_argument(
-        "--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass, in (0, 1]"
-    )
-    search.add_argument(
-        "--seed",
-        type=parse_seed,
-        default=None,
-        help="random seed, for reproducible sampling (0 to 2**64 - 1)",
+    sampling_options(
+        search,
+        default_new_tokens=default_new_tokens,
+        new_tokens_help=str(default_new_tokens or "twice the source length + 10"),
     )
     search.add_argument("--beams", type=int, default=1, metavar="N", help="beam search with N beams")
     search.add_argument(
@@ -77,6 +62,34 @@ def search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int |
     run = parser.add_argument_group("model")
     add_device_option(run)
     add_dtype_option(run, default=None, help="cast the weights (default: as saved)")
+
+
+def sampling_options(
+    search: argparse._ArgumentGroup, *, default_new_tokens: int | None, new_tokens_help: str
+) -> None:
+    """--max-new-tokens, --sample, --temperature, --top-k, --top-p and --seed (`zoo chat` has only these
+    and --repetition-penalty); ``new_tokens_help`` says what the default of --max-new-tokens is."""
+    search.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=default_new_tokens,
+        metavar="N",
+        help=f"most tokens to generate (default: {new_tokens_help})",
+    )
+    search.add_argument("--sample", action="store_true", help="sample instead of greedy search")
+    search.add_argument(
+        "--temperature", type=float, default=1.0, metavar="T", help="sampling temperature (default 1.0)"
+    )
+    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K likeliest")
+    search.add_argument(
+        "--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass, in (0, 1]"
+    )
+    search.add_argument(
+        "--seed",
+        type=parse_seed,
+        default=None,
+        help="random seed, for reproducible sampling (0 to 2**64 - 1)",
+    )
 
 
 def search_settings(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
