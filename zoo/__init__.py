@@ -58,6 +58,7 @@ _SUBPACKAGES = (
     "analysis",
     "blocks",
     "embeddings",
+    "evaluation",
     "export",
     "generation",
     "io",
