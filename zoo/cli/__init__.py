@@ -37,6 +37,7 @@ COMMANDS = (
     "quantize",
     "generate",
     "embed",
+    "eval",
     "export",
 )
 

@@ -26,6 +26,7 @@ _LAZY = {
     "evaluate": "zoo.evaluation.harness:evaluate",
     "load_tasks": "zoo.evaluation.harness:load_tasks",
     "result_rows": "zoo.evaluation.harness:result_rows",
+    "results_json": "zoo.evaluation.harness:results_json",
 }
 
 __all__ = ["INSTALL_HINT", "EvaluationError", "LmEvalMissingError", *_LAZY]

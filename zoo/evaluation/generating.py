@@ -71,8 +71,9 @@ def generate_until(
     done = torch.zeros(B, dtype=torch.bool)  # (B,) ended: eos, or a stop string in its text
     eos = [eos_id] if eos_id is not None else []
     steps = 0
-    tokens_of = stream(
-        model, ids, mask, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id, **settings
+    net: Any = model  # a ZooModel is a GenerativeModel; mypy sees its nn.Module attributes as Tensor | Module
+    tokens_of: Any = stream(  # a generator: closed when every row is done
+        net, ids, mask, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad_id, **settings
     )
     for tokens in tokens_of:  # (B,) one step
         new[:, steps] = tokens.cpu()

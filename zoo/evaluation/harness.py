@@ -73,19 +73,26 @@ def evaluate(
     _check_number(bootstrap_iters, "bootstrap_iters", minimum=0)
     _check_number(seed, "seed", minimum=0)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
-        raise EvaluationError(f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}")
+        raise EvaluationError(
+            f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}"
+        )
     if isinstance(limit, float) and limit >= 1:
         limit = int(limit)
-    loaded = load_tasks(names, include_path)  # before the model: a bad task name costs no loading
+    manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
     lm = model if isinstance(model, lm_eval.api.model.LM) else None
     if lm is None:
         lm = ZooLM(model, tokenizer, batch_size=batch_size, device=device, dtype=dtype)
-    seeds = {} if seed is None else dict.fromkeys(
-        ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed"), seed
+    seeds = (
+        {}
+        if seed is None
+        else dict.fromkeys(
+            ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed"), seed
+        )
     )
     results = lm_eval.simple_evaluate(
         model=lm,
         tasks=loaded,
+        task_manager=manager,  # else lm-eval indexes its ~15,000 built-in task files again
         num_fewshot=num_fewshot,
         limit=limit,
         bootstrap_iters=bootstrap_iters,
@@ -103,6 +110,13 @@ def load_tasks(names: Sequence[str], include_path: PathLike | Sequence[PathLike]
 
     An unknown name, or a task whose data cannot be loaded, is an `EvaluationError` naming the task.
     """
+    return _load_tasks(_task_names(names), include_path)[1]
+
+
+def _load_tasks(
+    names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None
+) -> tuple[Any, list[Any]]:
+    """The `TaskManager` that found ``names`` and their task objects (see `load_tasks`)."""
     lm_eval = _import_lm_eval()
     folders = _include_paths(include_path)
     manager = None
@@ -128,7 +142,7 @@ def load_tasks(names: Sequence[str], include_path: PathLike | Sequence[PathLike]
             objects.append(found["groups"][name])
         else:
             objects.extend(found["tasks"].values())
-    return objects
+    return manager, objects
 
 
 def result_rows(results: dict[str, Any]) -> list[tuple[str, str, float | str, float | None]]:
@@ -151,8 +165,12 @@ def result_rows(results: dict[str, Any]) -> list[tuple[str, str, float | str, fl
                     continue
                 stderr = metrics.get(f"{metric}_stderr,{filter_name}")
                 name = metric if filter_name == "none" else f"{metric},{filter_name}"
-                ok = isinstance(stderr, int | float) and not isinstance(stderr, bool) and math.isfinite(stderr)
-                rows.append((str(metrics.get("alias", task)).strip(), name, value, float(stderr) if ok else None))
+                ok = (
+                    isinstance(stderr, int | float) and not isinstance(stderr, bool) and math.isfinite(stderr)
+                )
+                rows.append(
+                    (str(metrics.get("alias", task)).strip(), name, value, float(stderr) if ok else None)
+                )
     return rows
 
 
@@ -214,3 +232,19 @@ class _quiet:
 
     def __exit__(self, *exc: object) -> None:
         self.logger.setLevel(self.level)
+
+
+def results_json(results: dict[str, Any]) -> str:
+    """lm-eval's results as JSON text (numpy numbers as numbers; anything else JSON lacks as its str)."""
+    import json
+
+    def plain(value: Any) -> Any:
+        item = getattr(value, "item", None)  # numpy and torch scalars
+        if callable(item):
+            try:
+                return item()
+            except (TypeError, ValueError):
+                pass
+        return str(value)
+
+    return json.dumps(results, indent=2, ensure_ascii=False, default=plain) + "\n"

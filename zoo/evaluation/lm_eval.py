@@ -106,7 +106,9 @@ class ZooLM(TemplateLM):
         if tokenizer is not None:
             tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.from_file(tokenizer)
         if tok is None:
-            raise EvaluationError("ZooLM: a model object needs its tokenizer (tokenizer=zoo.Tokenizer or a path)")
+            raise EvaluationError(
+                "ZooLM: a model object needs its tokenizer (tokenizer=zoo.Tokenizer or a path)"
+            )
         spec = getattr(model, "spec", None)
         if spec is None or spec.family != "decoder" or getattr(model, "lm_head", None) is None:
             what = spec.family if spec is not None else type(model).__name__
@@ -114,7 +116,7 @@ class ZooLM(TemplateLM):
                 f"ZooLM evaluates decoder-only language models (an LM head); got a {what} model"
             )
         self.model = model.eval()
-        self.tokenizer = tok  # type: ignore[assignment]  # TemplateLM declares a transformers tokenizer
+        self.tokenizer = tok
         self.batch_size = _positive_int(batch_size, "batch_size")
         self._max_length = _positive_int(max_length or spec.max_positions, "max_length")
         self._max_gen_toks = _positive_int(max_gen_toks, "max_gen_toks")
@@ -129,9 +131,11 @@ class ZooLM(TemplateLM):
                 f"{tok.source}: the tokenizer has neither a bos nor an eos token; lm-eval conditions an empty "
                 "context on one of them"
             )
+        prefix = bos if bos is not None else eos
+        assert prefix is not None  # checked above
         self._eos = eos
-        self._prefix_id = bos if bos is not None else eos
-        self._pad_id = tok.pad_id if tok.pad_id is not None else self._prefix_id
+        self._prefix_id: int = prefix
+        self._pad_id: int = tok.pad_id if tok.pad_id is not None else prefix
         # The special tokens the tokenizer's post-processor puts before a text (transformers' encode adds
         # them), found once from a probe; and the prefix's text, which a string may already start with.
         probe = tok.hf.encode("a", add_special_tokens=True)
@@ -230,13 +234,14 @@ class ZooLM(TemplateLM):
                 out.append((pair, context_enc, whole[len(context_enc) :]))
             else:
                 alone = next(alone_ids)
-                if alone and alone[0] == self.prefix_token_id:  # it starts with the prefix: that is the context
+                # A continuation that starts with the prefix token has it as its context.
+                if alone and alone[0] == self.prefix_token_id:
                     out.append((pair, alone[:1], alone[1:]))
                 else:
                     out.append((pair, [self.prefix_token_id], alone))
         return out
 
-    def _loglikelihood_tokens(  # type: ignore[override]
+    def _loglikelihood_tokens(
         self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False, **kwargs: Any
     ) -> list[tuple[float, bool]]:
         """Score (key, context ids, continuation ids) requests, `batch_size` distinct inputs a forward pass."""
@@ -244,7 +249,9 @@ class ZooLM(TemplateLM):
         inputs: dict[tuple[int, ...], list[int]] = {}  # distinct model input -> the requests reading it
         for index, (_, context, continuation) in enumerate(requests):
             if not continuation:
-                raise EvaluationError(f"request {index}: the continuation has no tokens: there is nothing to score")
+                raise EvaluationError(
+                    f"request {index}: the continuation has no tokens: there is nothing to score"
+                )
             if len(continuation) > limit:
                 raise EvaluationError(
                     f"request {index}: a continuation of {len(continuation)} tokens is longer than the "
@@ -253,7 +260,8 @@ class ZooLM(TemplateLM):
             # Cut from the left to fit; the last token is only predicted, never read.
             row = tuple((context + continuation)[-(limit + 1) : -1])
             inputs.setdefault(row, []).append(index)
-        order = sorted(inputs, key=lambda row: (-len(row), row))  # longest first: a too-large batch fails early
+        # Longest first: a batch too large for the device fails at once, not at the end.
+        order = sorted(inputs, key=lambda row: (-len(row), row))
         results: list[tuple[float, bool]] = [(0.0, False)] * len(requests)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
@@ -275,7 +283,10 @@ class ZooLM(TemplateLM):
         owner: list[int] = []
         for index, tokens in enumerate(self._encode(strings)):
             pieces = get_rolling_token_windows(
-                token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1
+                token_list=tokens,
+                prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length,
+                context_len=1,
             )
             for context, continuation in map(make_disjoint_window, pieces):
                 windows.append((None, context, continuation))
