@@ -60,6 +60,7 @@ _SUBPACKAGES = (
     "analysis",
     "blocks",
     "embeddings",
+    "evaluation",
     "export",
     "generation",
     "io",

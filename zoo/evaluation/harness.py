@@ -1,0 +1,250 @@
+"""`evaluate`: lm-evaluation-harness tasks run on a zoo model, in one call (what ``zoo eval`` runs).
+
+    results = zoo.evaluation.evaluate("runs/gpt/final", tasks=["hellaswag", "arc_easy"], batch_size=16)
+    results = zoo.evaluation.evaluate(model, tokenizer=tok, tasks=["my_task"], include_path="tasks/")
+    for task, metric, value, stderr in zoo.evaluation.result_rows(results): ...
+
+Tasks are found by lm-eval's `TaskManager`: the folders of ``include_path`` (YAML task files) first, then
+lm-eval's built-in tasks, whose index (some 15,000 YAML files, a few seconds) is read only when a task is
+not among the included ones. Each task is loaded on its own so that one whose data cannot be had (a
+download while offline, a missing file) is one `EvaluationError` naming it. The results are lm-eval's own
+dictionary (``results``, ``configs``, ``versions``, ``n-shot``, ``higher_is_better``, ...), as
+``lm_eval.simple_evaluate`` returns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zoo.evaluation.errors import EvaluationError, LmEvalMissingError, missing_lm_eval
+
+if TYPE_CHECKING:
+    from zoo.io.tokenizer import Tokenizer
+    from zoo.models.base import ZooModel
+
+PathLike = str | os.PathLike[str]
+
+# Result keys that are not metrics: a task's name, its alias, how many samples it scored.
+_NOT_METRICS = ("alias", "name", "sample_len", "samples")
+
+
+def evaluate(
+    model: PathLike | ZooModel | Any,
+    tasks: str | Sequence[str],
+    *,
+    tokenizer: Tokenizer | PathLike | None = None,
+    include_path: PathLike | Sequence[PathLike] | None = None,
+    num_fewshot: int | None = None,
+    limit: int | float | None = None,
+    batch_size: int = 1,
+    device: str | None = None,
+    dtype: str | None = None,
+    seed: int | None = None,
+    bootstrap_iters: int = 100_000,
+    log_samples: bool = False,
+    gen_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run lm-eval ``tasks`` on ``model`` and return lm-eval's results dictionary.
+
+    Args:
+        model: a folder (zoo checkpoint or Hugging Face, with its tokenizer), a zoo decoder (with
+            ``tokenizer``), or an lm-eval ``LM`` (a `ZooLM` built by hand, or any other).
+        tasks: task, group or tag names (a list, or one string of names joined by commas).
+        include_path: folders (or YAML files) of task definitions of your own, e.g. local JSON data sets.
+        num_fewshot: examples put before each question (None: the task's own setting).
+        limit: documents per task, or a fraction of them when < 1 (None: all).
+        batch_size, device, dtype: as `ZooLM` takes them.
+        seed: seeds Python's, numpy's, torch's and the few-shot sampler's generators (None: lm-eval's
+            defaults, 0 / 1234 / 1234 / 1234).
+        bootstrap_iters: resamples for the standard errors of metrics without a closed form (0: none).
+        log_samples: keep every request and response under ``"samples"``.
+        gen_kwargs: generation settings that override the tasks' own (``{"max_gen_toks": 64}``).
+    """
+    lm_eval = _import_lm_eval()
+    from zoo.evaluation.lm_eval import ZooLM
+
+    names = _task_names(tasks)
+    _check_number(num_fewshot, "num_fewshot", minimum=0)
+    _check_number(bootstrap_iters, "bootstrap_iters", minimum=0)
+    _check_number(seed, "seed", minimum=0)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
+        raise EvaluationError(
+            f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}"
+        )
+    if isinstance(limit, float) and limit >= 1:
+        limit = int(limit)
+    manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
+    lm = model if isinstance(model, lm_eval.api.model.LM) else None
+    if lm is None:
+        lm = ZooLM(model, tokenizer, batch_size=batch_size, device=device, dtype=dtype)
+    seeds = (
+        {}
+        if seed is None
+        else dict.fromkeys(
+            ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed"), seed
+        )
+    )
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=loaded,
+        task_manager=manager,  # else lm-eval indexes its ~15,000 built-in task files again
+        num_fewshot=num_fewshot,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        log_samples=log_samples,
+        gen_kwargs=gen_kwargs,
+        **seeds,
+    )
+    if results is None:  # only on a rank other than 0 of a distributed run, which this is not
+        raise EvaluationError("lm-eval returned no results")
+    return dict(results)
+
+
+def load_tasks(names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None = None) -> list[Any]:
+    """lm-eval's task (or group) objects for ``names``, each loaded on its own, data included.
+
+    An unknown name, or a task whose data cannot be loaded, is an `EvaluationError` naming the task.
+    """
+    return _load_tasks(_task_names(names), include_path)[1]
+
+
+def _load_tasks(
+    names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None
+) -> tuple[Any, list[Any]]:
+    """The `TaskManager` that found ``names`` and their task objects (see `load_tasks`)."""
+    lm_eval = _import_lm_eval()
+    folders = _include_paths(include_path)
+    manager = None
+    if folders:
+        manager = lm_eval.tasks.TaskManager(include_path=folders, include_defaults=False)
+    if manager is None or any(name not in manager.all_tasks for name in names):
+        with _quiet("lm_eval"):  # the built-in index warns about its own duplicate names
+            manager = lm_eval.tasks.TaskManager(include_path=folders or None)
+    unknown = [name for name in names if name not in manager.all_tasks and not Path(name).is_file()]
+    if unknown:
+        where = f" nor in --include-path {', '.join(folders)}" if folders else ""
+        raise EvaluationError(
+            f"unknown task {', '.join(map(repr, unknown))}: not one of lm-eval's tasks, groups or tags{where} "
+            "(`lm-eval ls tasks` lists them)"
+        )
+    objects: list[Any] = []
+    for name in names:
+        try:
+            found = manager.load([name])
+        except Exception as error:  # datasets raises many kinds (ConnectionError, its own, OSError...)
+            raise EvaluationError(f"task {name!r}: its data could not be loaded: {_reason(error)}") from error
+        if name in found["groups"]:
+            objects.append(found["groups"][name])
+        else:
+            objects.extend(found["tasks"].values())
+    return manager, objects
+
+
+def result_rows(results: dict[str, Any]) -> list[tuple[str, str, float | str, float | None]]:
+    """(task, metric, value, stderr) for every metric in lm-eval's ``results``, groups included.
+
+    The metric is lm-eval's name with its filter when that is not the default ``none``
+    (``exact_match,strict-match``); stderr is None where lm-eval gives none ("N/A", or no bootstrap).
+    """
+    rows: list[tuple[str, str, float | str, float | None]] = []
+    sections = [results.get("results", {}), results.get("groups", {})]
+    seen: set[str] = set()
+    for section in sections:
+        for task, metrics in section.items():
+            if task in seen:
+                continue
+            seen.add(task)
+            for key, value in metrics.items():
+                metric, _, filter_name = key.partition(",")
+                if key in _NOT_METRICS or metric.endswith("_stderr") or not filter_name:
+                    continue
+                stderr = metrics.get(f"{metric}_stderr,{filter_name}")
+                name = metric if filter_name == "none" else f"{metric},{filter_name}"
+                ok = (
+                    isinstance(stderr, int | float) and not isinstance(stderr, bool) and math.isfinite(stderr)
+                )
+                rows.append(
+                    (str(metrics.get("alias", task)).strip(), name, value, float(stderr) if ok else None)
+                )
+    return rows
+
+
+def _import_lm_eval() -> Any:
+    try:
+        import lm_eval
+        import lm_eval.api.model
+        import lm_eval.tasks
+    except ModuleNotFoundError as error:
+        if missing_lm_eval(error):
+            raise LmEvalMissingError() from None
+        raise
+    return lm_eval
+
+
+def _task_names(tasks: str | Sequence[str]) -> list[str]:
+    items = tasks.split(",") if isinstance(tasks, str) else list(tasks)
+    if not all(isinstance(item, str) for item in items):
+        raise EvaluationError(f"tasks must be task names (strings); got {tasks!r}")
+    names = [item.strip() for item in items if item.strip()]
+    if not names:
+        raise EvaluationError("tasks: no task named (e.g. tasks=['hellaswag'] or 'arc_easy,piqa')")
+    return list(dict.fromkeys(names))  # a task named twice runs once
+
+
+def _include_paths(include_path: PathLike | Sequence[PathLike] | None) -> list[str]:
+    if include_path is None:
+        return []
+    items = [include_path] if isinstance(include_path, str | os.PathLike) else list(include_path)
+    folders = []
+    for item in items:
+        path = Path(item).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"--include-path {path}: no such folder (of lm-eval task YAML files)")
+        folders.append(str(path))
+    return folders
+
+
+def _check_number(value: object, name: str, *, minimum: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+        raise EvaluationError(f"{name} must be an int >= {minimum} or None; got {value!r}")
+
+
+def _reason(error: BaseException) -> str:
+    """An exception's first line, with its type when the message alone says little."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _quiet:
+    """Raise a logger's level to ERROR inside a ``with`` block."""
+
+    def __init__(self, name: str) -> None:
+        self.logger = logging.getLogger(name)
+
+    def __enter__(self) -> None:
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.setLevel(self.level)
+
+
+def results_json(results: dict[str, Any]) -> str:
+    """lm-eval's results as JSON text (numpy numbers as numbers; anything else JSON lacks as its str)."""
+    import json
+
+    def plain(value: Any) -> Any:
+        item = getattr(value, "item", None)  # numpy and torch scalars
+        if callable(item):
+            try:
+                return item()
+            except (TypeError, ValueError):
+                pass
+        return str(value)
+
+    return json.dumps(results, indent=2, ensure_ascii=False, default=plain) + "\n"
