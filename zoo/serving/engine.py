@@ -254,7 +254,9 @@ class Engine:
         if request.temperature > 0:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
-        return _Job(request, room, generator, TextStream(self.tokenizer, prompt_ids=context), StopText(request.stop))
+        return _Job(
+            request, room, generator, TextStream(self.tokenizer, prompt_ids=context), StopText(request.stop)
+        )
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.waiting if j.request.cancelled]:
@@ -355,7 +357,9 @@ class Engine:
             self.cache.cursor.length = cursor = T  # nothing to keep: start afresh
             self.cache.mask.zero_()
         elif cursor < T:  # the prompt is longer than the running sequences: make room before the cursor
-            oldest = min(self.starts[i] for i, job in enumerate(self.slots) if job is not None and self.live[i])
+            oldest = min(
+                self.starts[i] for i, job in enumerate(self.slots) if job is not None and self.live[i]
+            )
             self.cache.shift(oldest, T - cursor)
             self.starts = [s + T - cursor for s in self.starts]
             cursor = T
@@ -403,7 +407,10 @@ class Engine:
             logits,
             self.temperature[:rows],
             self.top_p[:rows],
-            [job.generator if job is not None and i in busy else None for i, job in enumerate(self.slots[:rows])],
+            [
+                job.generator if job is not None and i in busy else None
+                for i, job in enumerate(self.slots[:rows])
+            ],
         )
         self.next_ids[:rows] = tokens
         chosen = tokens.tolist()

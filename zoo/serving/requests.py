@@ -77,9 +77,13 @@ class Completion:
         if not self.prompt:
             raise RequestError("the prompt is empty", param="prompt")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise RequestError(f"max_tokens must be a positive integer, got {self.max_tokens!r}", param="max_tokens")
+            raise RequestError(
+                f"max_tokens must be a positive integer, got {self.max_tokens!r}", param="max_tokens"
+            )
         if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:
-            raise RequestError(f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature")
+            raise RequestError(
+                f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature"
+            )
         if not math.isfinite(self.top_p) or not 0.0 < self.top_p <= 1.0:
             raise RequestError(f"top_p must be in (0, 1], got {self.top_p!r}", param="top_p")
         if len(self.stop) > 4 or any(not isinstance(s, str) or not s for s in self.stop):

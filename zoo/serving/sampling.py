@@ -41,6 +41,8 @@ def choose(
     scores = logits[rows].float() / temperature[rows, None]  # (S, V)
     scores = nucleus(scores, top_p[rows])
     cdf = scores.softmax(dim=-1).cumsum(dim=-1)  # (S, V)
-    uniform = torch.stack([torch.rand((), generator=generators[i], device=generators[i].device) for i in sampled])
+    uniform = torch.stack(
+        [torch.rand((), generator=generators[i], device=generators[i].device) for i in sampled]
+    )
     drawn = torch.searchsorted(cdf, (uniform.to(cdf.device) * cdf[:, -1])[:, None]).squeeze(1)
     return tokens.index_put((rows,), drawn.clamp(max=logits.shape[-1] - 1))
