@@ -88,6 +88,7 @@ LAYERS = (
     ("zoo.io",),
     ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
     ("zoo.analysis", "zoo.training", "zoo.embeddings"),  # embeddings: models and tokenizers loaded by io
+    ("zoo.serving",),  # the engine (models, generation) and its HTTP layer
     ("zoo.demo", "zoo.viz"),
     ("zoo.cli",),
     ("zoo.__main__",),

@@ -38,6 +38,7 @@ COMMANDS = (
     "generate",
     "embed",
     "export",
+    "serve",
 )
 
 # The distribution's name, new and old; the package itself is `zoo` either way.
