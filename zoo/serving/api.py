@@ -168,6 +168,10 @@ def create_app(
     async def _http_error(request: Any, error: HTTPError) -> Any:
         return JSONResponse(error.body(), status_code=error.status)
 
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Any, error: RequestError) -> Any:
+        return JSONResponse(bad(str(error), error.param).body(), status_code=400)
+
     @app.exception_handler(StarletteHTTPException)
     async def _starlette_error(request: Any, error: Any) -> Any:
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"

@@ -121,8 +121,8 @@ class Engine:
             raise ValueError(f"max_length ({self.limit}) leaves no room for a prompt and a new token")
         self.tokenizer = tokenizer
         self.max_batch, self.max_queue, self.prefill_tokens = max_batch, max_queue, prefill_tokens
-        eos = {spec.eos_token_id, getattr(tokenizer, "eos_id", None)}
-        self.eos = {i for i in eos if i is not None}
+        # the spec's end-of-sequence token, as `model.generate` reads it (outputs equal generate's)
+        self.eos = {spec.eos_token_id} if spec.eos_token_id is not None else set()
         self.device = next(model.parameters()).device
         self._inbox: queue.SimpleQueue[Completion | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -265,6 +265,7 @@ class Engine:
         for i, job in enumerate(self.slots):  # a slot reserved by the prefill: dropped when it joins
             if job is not None and job.request.cancelled and bool(self.live[i]):
                 self._release(job)
+                self._retire()
 
     # prefill
 
@@ -445,15 +446,13 @@ class Engine:
         return True
 
     def _release(self, job: _Job) -> None:
-        """Free ``job``'s slot (it finished, or was cancelled: then it is retired here)."""
+        """Free ``job``'s slot (it finished, or was cancelled)."""
         i = job.slot
         self.slots[i] = None
         self.live[i] = False
         self.cache.mask[i] = False
         self.positions[i] = 0
         self.next_ids[i] = 0
-        if job.request.cancelled:
-            self._retire()
 
     def _retire(self, count: int = 1) -> None:
         with self._lock:
