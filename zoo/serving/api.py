@@ -256,7 +256,10 @@ def create_app(
         events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
 
         def emit(index: int) -> Callable[[Event], None]:
-            return lambda event: loop.call_soon_threadsafe(events.put_nowait, (index, event))
+            def put(event: Event) -> None:
+                loop.call_soon_threadsafe(events.put_nowait, (index, event))
+
+            return put
 
         most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
         requests = sampling.completions(prompt, max(most - len(prompt), 1), emit)

@@ -262,9 +262,9 @@ class Engine:
         for job in [j for j in self.waiting if j.request.cancelled]:
             self.waiting.remove(job)
             self._retire()
-        for i, job in enumerate(self.slots):  # a slot reserved by the prefill: dropped when it joins
-            if job is not None and job.request.cancelled and bool(self.live[i]):
-                self._release(job)
+        for i, held in enumerate(self.slots):  # a slot reserved by the prefill: dropped when it joins
+            if held is not None and held.request.cancelled and bool(self.live[i]):
+                self._release(held)
                 self._retire()
 
     # prefill
@@ -399,7 +399,7 @@ class Engine:
             self.next_ids[:rows, None],
             self.positions[:rows, None],
             cache.mask[:rows, : c + 1],
-            cache.view(rows),
+            cache.view(rows),  # type: ignore[arg-type]  # a StackCache, as StepFn's KVCache is
             self.state,
         )  # (rows, V)
         cache.mask[:rows, c] = self.live[:rows]
@@ -491,13 +491,9 @@ class Engine:
             return
         sampled = job.generator is not None
         source = torch.tensor([list(request.prompt)], device=self.device)
+        warp: dict[str, Any] = {"temperature": request.temperature, "top_p": request.top_p} if sampled else {}
         steps = stream(
-            self.model,
-            source,
-            max_new_tokens=job.room,
-            do_sample=sampled,
-            generator=job.generator,
-            **({"temperature": request.temperature, "top_p": request.top_p} if sampled else {}),
+            self.model, source, max_new_tokens=job.room, do_sample=sampled, generator=job.generator, **warp
         )
         try:
             for tokens in steps:

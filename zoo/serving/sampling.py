@@ -34,15 +34,14 @@ def choose(
 ) -> torch.Tensor:
     """logits (R, V), temperature (R,) (0 = greedy), top_p (R,), one generator per row -> tokens (R,)."""
     tokens = logits.argmax(dim=-1)  # (R,)
-    sampled = [i for i, g in enumerate(generators) if g is not None]
+    drawing = [(i, g) for i, g in enumerate(generators) if g is not None]
+    sampled = [i for i, _ in drawing]
     if not sampled:
         return tokens
     rows = torch.tensor(sampled, device=logits.device)
     scores = logits[rows].float() / temperature[rows, None]  # (S, V)
     scores = nucleus(scores, top_p[rows])
     cdf = scores.softmax(dim=-1).cumsum(dim=-1)  # (S, V)
-    uniform = torch.stack(
-        [torch.rand((), generator=generators[i], device=generators[i].device) for i in sampled]
-    )
+    uniform = torch.stack([torch.rand((), generator=g, device=g.device) for _, g in drawing])
     drawn = torch.searchsorted(cdf, (uniform.to(cdf.device) * cdf[:, -1])[:, None]).squeeze(1)
     return tokens.index_put((rows,), drawn.clamp(max=logits.shape[-1] - 1))

@@ -31,7 +31,7 @@ def _uvicorn() -> Any:
 def _server(app: Any, host: str, port: int, grace_s: float) -> Any:
     uvicorn = _uvicorn()
 
-    class QuietServer(uvicorn.Server):  # type: ignore[misc,name-defined]
+    class QuietServer(uvicorn.Server):  # type: ignore[name-defined]
         """uvicorn's server, whose signal handling does not re-raise the signal once shut down (its
         default, which would end the process with the signal's status rather than 0)."""
 

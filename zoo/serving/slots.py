@@ -27,6 +27,7 @@ and a slot's columns are contiguous in positions, so the window's mask stays rig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -56,8 +57,7 @@ class SlotCache:
     """Keys/values (N, 2, B, K, L, D), a (B, L) attention mask and the cursor every slot shares."""
 
     def __init__(self, stack: Stack, *, slots: int, length: int) -> None:
-        first = stack.layers[0]
-        attention = first.self_attn  # type: ignore[union-attr]
+        attention: Any = stack.layers[0].self_attn  # nn.ModuleList types its items as Module
         weight = next(stack.parameters())
         self.slots, self.max_length = slots, length
         self.cursor = Cursor()
