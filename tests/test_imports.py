@@ -88,7 +88,7 @@ LAYERS = (
     ("zoo.io",),
     ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
     ("zoo.analysis", "zoo.training", "zoo.embeddings"),  # embeddings: models and tokenizers loaded by io
-    ("zoo.evaluation",),  # lm-eval's adapter: models, io (load_pretrained) and generation
+    ("zoo.evaluation", "zoo.serving"),  # lm-eval's adapter; the serving engine and its HTTP layer
     ("zoo.demo", "zoo.viz"),
     ("zoo.cli",),
     ("zoo.__main__",),

@@ -40,6 +40,7 @@ COMMANDS = (
     "embed",
     "eval",
     "export",
+    "serve",
 )
 
 # The distribution's name, new and old; the package itself is `zoo` either way.

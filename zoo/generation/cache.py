@@ -194,7 +194,9 @@ class KVCache:
             else None
         )
         self.local_buffer = (
-            torch.empty(num_local, *shape, self.window or 0, head_dim, dtype=dtype, device=device)
+            # zeros, not empty: a slot not yet written is masked, but a weight of 0 times a NaN left in
+            # uninitialised memory is still NaN
+            torch.zeros(num_local, *shape, self.window or 0, head_dim, dtype=dtype, device=device)
             if num_local
             else None
         )

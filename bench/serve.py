@@ -1,0 +1,227 @@
+"""``zoo serve`` under load: generated tokens/s and time to first token at 1, 8 and 32 concurrent clients,
+continuous batching (``--max-batch 32``) against the same model served one request at a time
+(``--max-batch 1``).
+
+    python -m bench.serve                          # 4 layers, d_model 256, 32 new tokens: about 2 minutes
+    python -m bench.serve --new-tokens 64 --clients 1 8 32 --requests 2
+
+Localhost only and bounded: a model (llama-shaped, random weights, float32) and a BPE tokenizer are saved to a
+temporary folder, each server is a ``python -m zoo serve`` subprocess on a free port, and each level runs
+``--requests`` streamed completions per client (the `openai` client, one thread per client; greedy, every
+prompt a different length, 16-64 tokens, ``max_tokens`` = ``--new-tokens``). Throughput counts the
+completion tokens of every request (``usage``) over the level's wall time; time to first token is from
+sending a request to its first chunk of text. Writes serve.json and serve.md to bench/results/local/, or
+--out DIR; --update writes the tracked bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/serve.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import report
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "a",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+]
+
+
+def make_model(folder: Path, *, layers: int, width: int) -> None:
+    import torch
+
+    import zoo
+    from zoo.io.tokenizer import train_tokenizer
+
+    lines = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(12)) + f" {i}" for i in range(2000)]
+    tok = train_tokenizer(iter(lines), kind="bpe", vocab_size=1000)
+    ids = tok.special_ids()
+    spec = zoo.preset(
+        "llama-tiny",
+        num_layers=layers,
+        d_model=width,
+        vocab_size=tok.vocab_size,
+        max_positions=512,
+        eos_token_id=None,  # random weights: every request runs to max_tokens
+        pad_token_id=ids["pad"],
+        bos_token_id=ids["bos"],
+        **{"attention.num_heads": width // 64, "attention.num_kv_heads": width // 64, "ffn.d_ff": 4 * width},
+    )
+    torch.manual_seed(0)
+    zoo.save(zoo.build(spec), folder, tokenizer=tok)
+
+
+def start_server(folder: Path, max_batch: int) -> tuple[subprocess.Popen[str], str]:
+    command = [
+        sys.executable,
+        "-m",
+        "zoo",
+        "serve",
+        str(folder),
+        "--port",
+        "0",
+        "--max-batch",
+        str(max_batch),
+    ]
+    command += ["--max-queue", "256", "--model-name", "bench"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if " at http" not in line:
+        process.kill()
+        raise RuntimeError(f"zoo serve did not start: {line!r}")
+    return process, line.split(" at ")[1].strip()
+
+
+def run_level(url: str, clients: int, requests: int, new_tokens: int) -> dict[str, Any]:
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, timeout=600)
+    ttft: list[float] = []
+    tokens: list[int] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        for r in range(requests):
+            words = 16 + (index * 13 + r * 7) % 48
+            prompt = " ".join(WORDS[(index + j) % len(WORDS)] for j in range(words))
+            sent, first, used = time.perf_counter(), None, 0
+            for chunk in client.completions.create(
+                model="bench",
+                prompt=prompt,
+                max_tokens=new_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            ):
+                if first is None and chunk.choices and chunk.choices[0].text:
+                    first = time.perf_counter() - sent
+                if chunk.usage is not None:
+                    used = chunk.usage.completion_tokens
+            with lock:
+                ttft.append(first if first is not None else time.perf_counter() - sent)
+                tokens.append(used)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    ordered = sorted(ttft)
+    return {
+        "clients": clients,
+        "requests": len(tokens),
+        "tokens": sum(tokens),
+        "wall_s": wall,
+        "tokens_per_s": sum(tokens) / wall,
+        "ttft_p50_s": statistics.median(ordered),
+        "ttft_p99_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
+    }
+
+
+def markdown(record: dict[str, Any]) -> str:
+    m = record["machine"]
+    lines = [
+        f"Measured on {m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}, "
+        f"{record['new_tokens']} new tokens a request, {record['requests']} requests per client.",
+        "",
+        "| server | clients | tokens/s | vs one at a time | TTFT p50 | TTFT p99 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    by = {(r["server"], r["clients"]): r for r in record["results"]}
+    for (server, clients), r in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        base = by.get(("max-batch 1", clients))
+        ratio = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "–"
+        lines.append(
+            f"| {server} | {clients} | {r['tokens_per_s']:,.0f} | {ratio} | "
+            f"{r['ttft_p50_s'] * 1000:,.0f} ms | {r['ttft_p99_s'] * 1000:,.0f} ms |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=1, help="requests per client at each level")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--max-batch", type=int, default=32, help="the continuous-batching server's slots")
+    report.add_output_options(parser)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "machine": report.machine("cpu"),
+        "model": f"llama-shaped, {args.layers} layers, d_model {args.width}, float32",
+        "new_tokens": args.new_tokens,
+        "requests": args.requests,
+        "results": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "model"
+        make_model(folder, layers=args.layers, width=args.width)
+        for name, batch in ((f"max-batch {args.max_batch}", args.max_batch), ("max-batch 1", 1)):
+            process, url = start_server(folder, batch)
+            try:
+                run_level(url, 2, 1, 4)  # warm-up
+                for clients in args.clients:
+                    row = {"server": name, **run_level(url, clients, args.requests, args.new_tokens)}
+                    record["results"].append(row)
+                    print(
+                        f"{name:14s} {clients:3d} clients  {row['tokens_per_s']:8.1f} tokens/s  "
+                        f"TTFT p50 {row['ttft_p50_s'] * 1000:7.0f} ms  p99 {row['ttft_p99_s'] * 1000:7.0f} ms",
+                        flush=True,
+                    )
+            finally:
+                process.terminate()
+                process.wait(timeout=60)
+    record["elapsed_s"] = time.perf_counter() - started
+    out = report.output_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "serve.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "serve.md").write_text(markdown(record))
+    print(f"\n{markdown(record)}\nwrote {out}/serve.json and serve.md in {record['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

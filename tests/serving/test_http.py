@@ -1,0 +1,236 @@
+"""The OpenAI-compatible server, through the real `openai` client against a server on a free localhost port:
+every greedy answer equals `zoo.generation.stream_text` of its prompt alone (the same tokens as
+`model.generate`, detokenised incrementally)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+import torch
+
+import zoo
+from tests.serving.conftest import MODEL_NAME
+from zoo.generation import stream_text
+from zoo.serving import Engine
+from zoo.serving.server import Server
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _client(server: Server, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=60)
+
+
+def _expected(pretrained: zoo.Pretrained, prompt: str, new: int) -> str:
+    tok = pretrained.tokenizer
+    ids = torch.tensor([tok.encode(prompt, add_bos=True, add_eos=False)])
+    return "".join(p[0] for p in stream_text(pretrained.model, tok, ids, max_new_tokens=new))
+
+
+def test_models_lists_the_served_model(server: Server) -> None:
+    assert [m.id for m in _client(server).models.list().data] == [MODEL_NAME]
+
+
+def test_a_greedy_completion_and_its_usage(server: Server, pretrained: zoo.Pretrained) -> None:
+    out = _client(server).completions.create(
+        model=MODEL_NAME, prompt="the cat sat", max_tokens=12, temperature=0
+    )
+    [choice] = out.choices
+    assert choice.text == _expected(pretrained, "the cat sat", 12) and choice.finish_reason == "length"
+    prompt_tokens = len(pretrained.tokenizer.encode("the cat sat", add_bos=True, add_eos=False))
+    assert out.usage is not None and (out.usage.prompt_tokens, out.usage.completion_tokens) == (
+        prompt_tokens,
+        12,
+    )
+    assert out.usage.total_tokens == prompt_tokens + 12
+
+
+def test_streaming_sends_the_same_text_in_chunks_then_usage(server: Server) -> None:
+    client = _client(server)
+    whole = client.completions.create(model=MODEL_NAME, prompt="the dog", max_tokens=10, temperature=0)
+    chunks = list(
+        client.completions.create(
+            model=MODEL_NAME,
+            prompt="the dog",
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text and len([c for c in chunks if c.choices]) > 2
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+
+
+def test_chat_renders_the_messages_and_streams(server: Server, pretrained: zoo.Pretrained) -> None:
+    client = _client(server)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat"}]
+    out = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+    rendered = "system: be brief\nuser: the cat\nassistant:"  # no template: role lines
+    assert out.choices[0].message.content == _expected(pretrained, rendered, 8)
+    assert out.choices[0].message.role == "assistant" and out.object == "chat.completion"
+    streamed = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+    )
+    deltas = [c.choices[0].delta for c in streamed]
+    assert deltas[0].role == "assistant"
+    assert "".join(d.content or "" for d in deltas) == out.choices[0].message.content
+
+
+def test_n_stop_and_seed(server: Server, pretrained: zoo.Pretrained) -> None:
+    client = _client(server)
+    greedy = client.completions.create(model=MODEL_NAME, prompt="the mat", max_tokens=10, temperature=0, n=2)
+    assert [c.index for c in greedy.choices] == [0, 1] and greedy.choices[0].text == greedy.choices[1].text
+    assert greedy.usage is not None and greedy.usage.completion_tokens == 20
+    full = greedy.choices[0].text
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    cut = client.completions.create(
+        model=MODEL_NAME, prompt="the mat", max_tokens=10, temperature=0, stop=stop
+    )
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].text == full[: full.index(stop)]
+    sampled = [
+        client.completions.create(
+            model=MODEL_NAME, prompt="the mat", max_tokens=10, temperature=1.0, seed=s, n=2
+        )
+        for s in (3, 3, 4)
+    ]
+    texts = [[c.text for c in out.choices] for out in sampled]
+    assert texts[0] == texts[1] and texts[0] != texts[2] and texts[0][0] != texts[0][1]
+
+
+def _error(call: object) -> tuple[int, dict]:
+    with pytest.raises(openai.APIStatusError) as caught:
+        call()  # type: ignore[operator]
+    return caught.value.status_code, caught.value.body  # type: ignore[return-value]
+
+
+def test_errors_are_openai_shaped_with_the_parameter_named(server: Server) -> None:
+    client = _client(server)
+    status, body = _error(lambda: client.completions.create(model=MODEL_NAME, prompt="x", top_p=1.5))
+    assert status == 400 and body["param"] == "top_p" and "top_p" in body["message"]
+    assert body["type"] == "invalid_request_error" and set(body) == {"message", "type", "param", "code"}
+    status, body = _error(lambda: client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=0))
+    assert status == 400 and body["param"] == "max_tokens"
+    status, body = _error(
+        lambda: client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "bot", "content": "x"}])  # type: ignore[list-item]
+    )
+    assert status == 400 and body["param"] == "messages[0].role"
+    status, body = _error(lambda: client.completions.create(model=MODEL_NAME, prompt="the cat " * 100))
+    assert status == 413 and body["code"] == "context_length_exceeded" and "at most 95" in body["message"]
+    status, body = _error(lambda: client.completions.create(model="other", prompt="x"))
+    assert status == 404 and body["param"] == "model"
+
+
+def test_a_wrong_or_missing_api_key_is_401(pretrained: zoo.Pretrained) -> None:
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_length=32)
+    with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME, api_key="sesame") as server:
+        status, body = _error(lambda: _client(server, "wrong").models.list())
+        assert status == 401 and body["code"] == "invalid_api_key"
+        assert requests.get(server.url + "/models", timeout=30).status_code == 401
+        assert _client(server, "sesame").models.list().data[0].id == MODEL_NAME
+
+
+def test_a_full_queue_is_503(pretrained: zoo.Pretrained) -> None:
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_queue=0, max_length=400)
+    with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME) as server:
+        client = _client(server)
+        running = client.completions.create(model=MODEL_NAME, prompt="the", max_tokens=300, stream=True)
+        next(iter(running))  # it holds the only slot
+        status, body = _error(lambda: client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=2))
+        assert status == 503 and body["code"] == "overloaded"
+        running.close()
+
+
+def test_32_concurrent_clients_get_their_greedy_text(server: Server, pretrained: zoo.Pretrained) -> None:
+    client = _client(server)
+    jobs = [(f"the cat number {i} sat" + " on the mat" * (i % 4), 3 + (i * 7) % 20) for i in range(32)]
+
+    def ask(job: tuple[str, int]) -> str:
+        prompt, new = job
+        if new % 2:
+            return (
+                client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=new, temperature=0)
+                .choices[0]
+                .text
+            )
+        chunks = client.completions.create(
+            model=MODEL_NAME, prompt=prompt, max_tokens=new, temperature=0, stream=True
+        )
+        return "".join(c.choices[0].text for c in chunks)
+
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(ask, jobs))
+    assert answers == [_expected(pretrained, prompt, new) for prompt, new in jobs]
+
+
+def test_the_server_keeps_answering_after_a_client_disconnects_mid_stream(
+    server: Server, pretrained: zoo.Pretrained
+) -> None:
+    body = {"model": MODEL_NAME, "prompt": "the cat", "max_tokens": 80, "stream": True, "temperature": 0}
+    with requests.post(server.url + "/completions", json=body, stream=True, timeout=30) as response:
+        lines = response.iter_lines(decode_unicode=True)
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[6:])["choices"][0]["finish_reason"] is None
+    # the slot is freed at the engine's next step: nothing stays in flight
+    done = threading.Event()
+    for _ in range(200):
+        if server.engine._in_flight == 0:
+            done.set()
+            break
+        threading.Event().wait(0.05)
+    assert done.is_set(), server.engine._in_flight
+    out = _client(server).completions.create(model=MODEL_NAME, prompt="the dog", max_tokens=5, temperature=0)
+    assert out.choices[0].text == _expected(pretrained, "the dog", 5)
+
+
+def test_zoo_serve_prints_its_url_and_exits_cleanly_on_sigterm(saved: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ZOO_API_KEY": "k"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zoo",
+            "serve",
+            str(saved),
+            "--port",
+            "0",
+            "--max-batch",
+            "2",
+            "--model-name",
+            "t",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("zoo serve: t at http://127.0.0.1:"), line + (
+            process.stderr.read() if process.stderr else ""
+        )
+        url = line.split(" at ")[1].strip()
+        client = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+        assert client.completions.create(model="t", prompt="the", max_tokens=3).usage.completion_tokens == 3  # type: ignore[union-attr]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -1,0 +1,22 @@
+"""Serving: a continuous-batching engine and an OpenAI-compatible HTTP layer (``zoo serve``).
+
+    engine = Engine(model, tokenizer, max_batch=8).start()      # slots, one batched KV cache, a thread
+    engine.submit([Completion(prompt=ids, max_tokens=20, emit=callback)])
+    app = create_app(engine, tokenizer, model_name="tiny")       # FastAPI (the `serve` extra), lazily
+
+`zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.api`
+speaks HTTP, `zoo.serving.server` runs it (docs/serving.md).
+"""
+
+from zoo.serving.engine import Engine
+from zoo.serving.requests import (
+    Completion,
+    Delta,
+    Done,
+    Failed,
+    PromptTooLong,
+    QueueFull,
+    RequestError,
+)
+
+__all__ = ["Completion", "Delta", "Done", "Engine", "Failed", "PromptTooLong", "QueueFull", "RequestError"]

@@ -1,0 +1,507 @@
+"""The continuous-batching engine: a fixed number of slots, one batched KV cache, one background thread.
+
+Shapes: B slots (``max_batch``), L = the longest sequence a slot holds (prompt + new tokens), V vocab,
+k requests prefilled together, T their (left-padded) prompt length.
+
+Each turn of the engine's loop:
+
+    1. take new requests (a bounded queue: `submit` raises `QueueFull` when every slot is busy and
+       ``max_queue`` requests already wait) and drop cancelled ones, freeing their slots;
+    2. prefill: start a group of waiting requests when slots are free (as many as fit ``prefill_tokens``
+       padded tokens), or run the next chunk of the group already started — at most one chunk a turn, so
+       a long prompt delays the running sequences' next token by one chunk, not by its whole prefill.
+       The group's own small cache holds its keys; after its last chunk each request samples its first
+       token and joins a slot: its keys are copied to end at the shared cursor (`zoo.serving.slots`);
+    3. decode: ONE forward of the next token of every busy slot, then each request's own sampling,
+       detokenisation and stop checks; a finished request leaves its slot at once.
+
+A request finishes on an end-of-sequence token, a stop string, ``max_tokens``, or when its sequence would
+outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests are token-equal to
+``model.generate`` of each prompt alone: a slot's keys, mask and positions are those of a left-padded row.
+
+Encoder-decoder models are served one request at a time (`zoo.generation.stream` with the prompt as the
+source), without batching: their cross-attention keys would need a per-slot memory as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from zoo.generation import KVCache, TextStream, stream
+from zoo.generation.compiled import compiled_decode_step
+from zoo.generation.config import check_model
+from zoo.generation.session import StepFn, decode_step
+from zoo.serving.requests import (
+    Completion,
+    Delta,
+    Done,
+    Failed,
+    FinishReason,
+    PromptTooLong,
+    QueueFull,
+    RequestError,
+    StopText,
+)
+from zoo.serving.sampling import choose
+from zoo.serving.slots import SlotCache
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.05  # how long the idle loop sleeps on its inbox before looking at its flags again
+
+
+@dataclass
+class _Job:
+    """One request in the engine: its sampling state, its text so far, its slot."""
+
+    request: Completion
+    room: int  # new tokens it may still take at most: max_tokens, within max_positions
+    generator: torch.Generator | None  # None: greedy
+    text: TextStream
+    stop: StopText
+    tokens: list[int] = field(default_factory=list)
+    slot: int = -1
+
+    @property
+    def prompt_length(self) -> int:
+        return len(self.request.prompt)
+
+
+@dataclass
+class _Prefill:
+    """A group of prompts prefilled together, left-padded to T, a chunk per engine turn."""
+
+    jobs: list[_Job]
+    slots: torch.Tensor  # (k,) the slots they will join
+    ids: torch.Tensor  # (k, T)
+    mask: torch.Tensor  # (k, T) bool
+    positions: torch.Tensor  # (k, T)
+    cache: KVCache  # (k, T) columns
+    chunk: int
+    done: int = 0
+
+
+class Engine:
+    """Serve completions from ``model`` (with ``tokenizer`` to detokenise) with continuous batching.
+
+    >>> engine = Engine(model, tokenizer, max_batch=8).start()
+    >>> engine.submit([Completion(prompt=ids, max_tokens=20, emit=print)])
+    >>> engine.close()
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch: int = 8,
+        max_queue: int = 64,
+        max_length: int | None = None,
+        prefill_tokens: int = 512,
+        compile: bool = False,
+    ) -> None:
+        """``max_length``: the longest sequence (prompt + new tokens) a slot holds, default and at most the
+        model's ``max_positions``; ``prefill_tokens``: the padded prompt tokens one prefill chunk runs."""
+        self.model = check_model(model)
+        model.eval()
+        spec = self.model.spec
+        if max_batch < 1 or max_queue < 0 or prefill_tokens < 1:
+            raise ValueError("max_batch and prefill_tokens must be >= 1, max_queue >= 0")
+        self.seq2seq = not self.model.continues_input
+        self.limit = min(spec.max_positions, max_length or spec.max_positions)
+        if self.limit < 2:
+            raise ValueError(f"max_length ({self.limit}) leaves no room for a prompt and a new token")
+        self.tokenizer = tokenizer
+        self.max_batch, self.max_queue, self.prefill_tokens = max_batch, max_queue, prefill_tokens
+        # the spec's end-of-sequence token, as `model.generate` reads it (outputs equal generate's)
+        self.eos = {spec.eos_token_id} if spec.eos_token_id is not None else set()
+        self.device = next(model.parameters()).device
+        self._inbox: queue.SimpleQueue[Completion | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._in_flight = 0  # submitted and not yet finished: the queue bound counts these
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        if not self.seq2seq:
+            self._setup_slots(compile)
+
+    def _setup_slots(self, compile: bool) -> None:
+        stack = self.model.prepare_generation(
+            torch.zeros(1, 1, dtype=torch.long, device=self.device), None, num_beams=1
+        ).stack
+        if getattr(stack.positions, "switch_length", None) is not None:
+            # LongRoPE re-rotates every cached key once a sequence passes its original context (`Session`):
+            # slots of different lengths share one forward, so that cannot be done per slot.
+            raise ValueError("zoo serve: models with LongRoPE scaling (switch_length) cannot be batched")
+        self.stack = stack
+        B, L = self.max_batch, self.limit
+        self.cache = SlotCache(stack, slots=B, length=L)
+        self.next_ids = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) the token each slot feeds
+        self.positions = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) its position
+        self.live = torch.zeros(B, dtype=torch.bool, device=self.device)  # (B,) busy slots
+        self.temperature = torch.ones(B, device=self.device)  # (B,)
+        self.top_p = torch.ones(B, device=self.device)  # (B,)
+        self.slots: list[_Job | None] = [None] * B
+        self.starts = [0] * B  # the first live column of each busy slot
+        self.step: StepFn = compiled_decode_step(self.model, rows=B) if compile else decode_step
+        self.compiled = compile  # a compiled step runs every slot (one static shape)
+        self.state = self.model.prepare_generation(
+            torch.zeros(1, 1, dtype=torch.long, device=self.device), None, num_beams=1
+        )
+        self.waiting: deque[_Job] = deque()
+        self.prefill: _Prefill | None = None
+
+    # ---- the client side (any thread) ----
+
+    def start(self) -> Engine:
+        """Start the engine's thread; returns self."""
+        self._thread = threading.Thread(target=self._loop, name="zoo-serve-engine", daemon=True)
+        self._thread.start()
+        return self
+
+    def check(self, request: Completion) -> None:
+        """Raise `RequestError` (a bad parameter) or `PromptTooLong` for a request this engine cannot take."""
+        request.check()
+        vocab = self.model.input_vocab_size
+        if min(request.prompt) < 0 or max(request.prompt) >= vocab:
+            raise RequestError(f"prompt token ids must lie in [0, {vocab})", param="prompt")
+        most = self.model.spec.max_positions if self.seq2seq else self.limit - 1
+        if len(request.prompt) > most:
+            raise PromptTooLong(
+                f"the prompt has {len(request.prompt)} tokens; this model takes at most {most}"
+                + ("" if self.seq2seq else " (to leave room for one new token)"),
+                param="prompt",
+            )
+
+    def submit(self, requests: Sequence[Completion]) -> None:
+        """Queue ``requests`` together (all or none): `QueueFull` when they do not fit; `RequestError` for a
+        bad one. Their events come through each request's ``emit``, from the engine's thread."""
+        for request in requests:
+            self.check(request)
+        with self._lock:
+            if self._closing:
+                raise QueueFull("the server is shutting down")
+            if self._in_flight + len(requests) > self.max_batch + self.max_queue:
+                raise QueueFull(
+                    f"the server is busy: {self.max_batch} requests running and {self.max_queue} waiting"
+                )
+            self._in_flight += len(requests)
+        for request in requests:
+            self._inbox.put(request)
+
+    def close(self) -> None:
+        """Stop: requests still running or waiting get `Failed` ("the server is shutting down")."""
+        with self._lock:
+            self._closing = True
+        self._inbox.put(None)
+        if self._thread is not None:
+            self._thread.join()
+
+    # ---- the engine's thread ----
+
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while not self._closing:
+                try:
+                    self._turn()
+                except Exception as error:  # a bug must not kill the server: fail what ran, go on
+                    logger.exception("zoo serve: engine step failed")
+                    self._fail_all(f"internal error: {error}")
+            self._fail_all("the server is shutting down")
+
+    def _turn(self) -> None:
+        busy = (not self.seq2seq) and (self.prefill is not None or bool(self.waiting) or any(self.slots))
+        self._take(block=not busy)
+        if self.seq2seq:
+            return
+        self._drop_cancelled()
+        self._prefill_chunk()
+        if any(self.slots):
+            self._decode()
+
+    def _take(self, *, block: bool) -> None:
+        """Move new requests from the inbox to the waiting queue (waiting a little when idle)."""
+        try:
+            request = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while request is not None:
+            job = self._job(request)
+            if self.seq2seq:
+                self._run_seq2seq(job)
+            else:
+                self.waiting.append(job)
+            try:
+                request = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _job(self, request: Completion) -> _Job:
+        if self.seq2seq:
+            room = min(request.max_tokens, self.model.spec.max_positions - 1)  # after the start token
+            context: Sequence[int] = ()  # a source is not the beginning of the text
+        else:
+            room = min(request.max_tokens, self.limit - len(request.prompt))
+            context = request.prompt
+        generator = None
+        if request.temperature > 0:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
+        return _Job(
+            request, room, generator, TextStream(self.tokenizer, prompt_ids=context), StopText(request.stop)
+        )
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self.waiting if j.request.cancelled]:
+            self.waiting.remove(job)
+            self._retire()
+        for i, held in enumerate(self.slots):  # a slot reserved by the prefill: dropped when it joins
+            if held is not None and held.request.cancelled and bool(self.live[i]):
+                self._release(held)
+                self._retire()
+
+    # prefill
+
+    def _prefill_chunk(self) -> None:
+        if self.prefill is None:
+            self.prefill = self._start_prefill()
+            if self.prefill is None:
+                return
+        run = self.prefill
+        start, end = run.done, min(run.done + run.chunk, run.ids.shape[1])
+        padded = not bool(run.mask.all())  # asked once a chunk: no mask at all takes SDPA's causal path
+        logits = decode_step(
+            self.model,
+            run.ids[:, start:end],
+            run.positions[:, start:end],
+            run.mask[:, :end] if padded else None,
+            run.cache,
+            self.state,
+        )  # (k, V)
+        run.done = end
+        if end == run.ids.shape[1]:
+            self.prefill = None
+            self._join(run, logits)
+
+    def _start_prefill(self) -> _Prefill | None:
+        free = [i for i, job in enumerate(self.slots) if job is None]
+        if not free or not self.waiting:
+            return None
+        group = [self.waiting.popleft()]
+        longest = group[0].prompt_length
+        while self.waiting and len(group) < len(free):
+            longest_next = max(longest, self.waiting[0].prompt_length)
+            if longest_next * (len(group) + 1) > self.prefill_tokens:
+                break
+            group.append(self.waiting.popleft())
+            longest = longest_next
+        k, T = len(group), longest
+        ids = torch.zeros(k, T, dtype=torch.long)
+        mask = torch.zeros(k, T, dtype=torch.bool)
+        for row, job in enumerate(group):  # left padding, as generate pads a batch
+            ids[row, T - job.prompt_length :] = torch.tensor(job.request.prompt)
+            mask[row, T - job.prompt_length :] = True
+        slots = free[:k]
+        for job, slot in zip(group, slots):
+            job.slot = slot
+            self.slots[slot] = job  # reserved: not busy until it joins (`live`)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = KVCache(
+            num_layers=self.cache.buffer.shape[0],
+            batch_size=k,
+            num_kv_heads=self.cache.buffer.shape[3],
+            head_dim=self.cache.buffer.shape[5],
+            max_length=T,
+            cross_attention=False,
+            dtype=self.cache.buffer.dtype,
+            device=self.device,
+        )
+        return _Prefill(
+            jobs=group,
+            slots=torch.tensor(slots, device=self.device),
+            ids=ids,
+            mask=mask,
+            positions=(mask.long().cumsum(dim=1) - 1).clamp(min=0),  # (k, T) left pads skipped
+            cache=cache,
+            chunk=max(1, self.prefill_tokens // k),
+        )
+
+    def _join(self, run: _Prefill, logits: torch.Tensor) -> None:
+        """The group's first tokens; the ones not finished by it take their slots at the cursor."""
+        jobs = run.jobs
+        first = choose(
+            logits,
+            torch.tensor([max(j.request.temperature, 1e-6) for j in jobs], device=self.device),
+            torch.tensor([j.request.top_p for j in jobs], device=self.device),
+            [j.generator for j in jobs],
+        ).tolist()
+        staying = []
+        for row, job in enumerate(jobs):
+            if job.request.cancelled:
+                self._retire()
+            elif not self._add(job, first[row]):
+                staying.append(row)
+                continue
+            self.slots[job.slot] = None
+        if not staying:
+            return
+        T = run.ids.shape[1]
+        cursor = self.cache.length
+        if not self.live.any():
+            self.cache.cursor.length = cursor = T  # nothing to keep: start afresh
+            self.cache.mask.zero_()
+        elif cursor < T:  # the prompt is longer than the running sequences: make room before the cursor
+            oldest = min(
+                self.starts[i] for i, job in enumerate(self.slots) if job is not None and self.live[i]
+            )
+            self.cache.shift(oldest, T - cursor)
+            self.starts = [s + T - cursor for s in self.starts]
+            cursor = T
+        keep = torch.tensor(staying, device=self.device)
+        rows = run.slots[keep]
+        keys = run.cache.buffer[:, :, keep]  # (N, 2, k', K, T, D)
+        self.cache.place(rows, keys, run.mask[keep])
+        for row in staying:
+            job = jobs[row]
+            self.starts[job.slot] = cursor - job.prompt_length
+        self.next_ids[rows] = torch.tensor([first[r] for r in staying], device=self.device)
+        self.positions[rows] = torch.tensor([jobs[r].prompt_length for r in staying], device=self.device)
+        self.temperature[rows] = torch.tensor(
+            [max(jobs[r].request.temperature, 1e-6) for r in staying], device=self.device
+        )
+        self.top_p[rows] = torch.tensor([jobs[r].request.top_p for r in staying], device=self.device)
+        self.live[rows] = True
+
+    # decode
+
+    def _decode(self) -> None:
+        busy = [i for i, job in enumerate(self.slots) if job is not None and bool(self.live[i])]
+        if not busy:
+            return
+        cache, B = self.cache, self.max_batch
+        if cache.length == cache.max_length:  # compact: every live span moves to start at column 0
+            oldest = min(self.starts[i] for i in busy)
+            assert oldest > 0, "a slot reached the cache length without finishing"
+            cache.shift(oldest, -oldest)
+            self.starts = [s - oldest for s in self.starts]
+        rows = B if self.compiled else busy[-1] + 1
+        c = cache.length
+        cache.mask[:rows, c] = True  # idle slots attend to their own column only: no row is all masked
+        logits = self.step(
+            self.model,
+            self.next_ids[:rows, None],
+            self.positions[:rows, None],
+            cache.mask[:rows, : c + 1],
+            cache.view(rows),  # type: ignore[arg-type]  # a StackCache, as StepFn's KVCache is
+            self.state,
+        )  # (rows, V)
+        cache.mask[:rows, c] = self.live[:rows]
+        self.positions[:rows] += self.live[:rows]
+        tokens = choose(
+            logits,
+            self.temperature[:rows],
+            self.top_p[:rows],
+            [
+                job.generator if job is not None and i in busy else None
+                for i, job in enumerate(self.slots[:rows])
+            ],
+        )
+        self.next_ids[:rows] = tokens
+        chosen = tokens.tolist()
+        for i in busy:
+            job = self.slots[i]
+            assert job is not None
+            if self._add(job, chosen[i]):
+                self._release(job)
+
+    # per request
+
+    def _add(self, job: _Job, token: int) -> bool:
+        """Record a new token of ``job``: emit its new text, or finish it (True) when it ended."""
+        job.tokens.append(token)
+        ended = token in self.eos  # not detokenised: the text ends here
+        piece, stopped = job.stop.add(job.text.flush() if ended else job.text.push(token))
+        full = len(job.tokens) >= job.room
+        if full and not (stopped or ended):
+            more, stopped = job.stop.add(job.text.flush())
+            piece += more
+        if not (stopped or ended or full):
+            if piece:
+                job.request.emit(Delta(piece, (token,)))
+            return False
+        if not stopped:
+            piece += job.stop.rest()
+        if piece:
+            job.request.emit(Delta(piece, (token,)))
+        reason: FinishReason = "stop" if stopped or ended else "length"
+        job.request.emit(Done(job.stop.text, tuple(job.tokens), reason, job.prompt_length))
+        self._retire()
+        return True
+
+    def _release(self, job: _Job) -> None:
+        """Free ``job``'s slot (it finished, or was cancelled)."""
+        i = job.slot
+        self.slots[i] = None
+        self.live[i] = False
+        self.cache.mask[i] = False
+        self.positions[i] = 0
+        self.next_ids[i] = 0
+
+    def _retire(self, count: int = 1) -> None:
+        with self._lock:
+            self._in_flight -= count
+
+    def _fail_all(self, message: str) -> None:
+        """Fail every request the engine holds (and any still in its inbox), and reset the batch."""
+        jobs: list[_Job] = []
+        if not self.seq2seq:
+            jobs = list(self.waiting) + [job for job in self.slots if job is not None]
+            self.waiting.clear()
+            self.prefill = None
+            self.slots = [None] * self.max_batch
+            self.live.zero_()
+            self.cache.mask.zero_()
+            self.positions.zero_()
+        requests = [job.request for job in jobs]
+        while True:
+            try:
+                request = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if request is not None:
+                requests.append(request)
+        for request in requests:
+            if not request.cancelled:
+                request.emit(Failed(message))
+        self._retire(len(requests))
+
+    # encoder-decoder: one request at a time
+
+    def _run_seq2seq(self, job: _Job) -> None:
+        request = job.request
+        if request.cancelled:
+            self._retire()
+            return
+        sampled = job.generator is not None
+        source = torch.tensor([list(request.prompt)], device=self.device)
+        warp: dict[str, Any] = {"temperature": request.temperature, "top_p": request.top_p} if sampled else {}
+        steps = stream(
+            self.model, source, max_new_tokens=job.room, do_sample=sampled, generator=job.generator, **warp
+        )
+        try:
+            for tokens in steps:
+                if request.cancelled:
+                    self._retire()
+                    return
+                if self._add(job, int(tokens[0])):
+                    return
+        except Exception as error:
+            request.emit(Failed(f"internal error: {error}"))
+            self._retire()

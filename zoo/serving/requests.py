@@ -1,0 +1,129 @@
+"""What a client asks the engine for, and what the engine tells it back.
+
+One `Completion` is one sequence (an OpenAI request with ``n`` > 1 is n of them, `zoo.serving.api`). The
+engine reports through the request's ``emit`` callback, from its own thread: zero or more `Delta` events,
+then exactly one `Done` (or one `Failed`). The HTTP layer hands them to the event loop thread-safely.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+class RequestError(ValueError):
+    """A request parameter the engine cannot take: ``param`` names it (OpenAI's error ``param``)."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class PromptTooLong(RequestError):
+    """The prompt leaves no room for a new token (HTTP 413)."""
+
+
+class QueueFull(RuntimeError):
+    """Every slot is busy and the waiting queue is full (HTTP 503)."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str  # new text, safe to show (never part of a stop string)
+    token_ids: tuple[int, ...]  # the tokens produced since the last event
+
+
+@dataclass(frozen=True)
+class Done:
+    text: str  # the whole completion, cut before a stop string
+    token_ids: tuple[int, ...]  # every generated token (an end-of-sequence token included)
+    finish_reason: FinishReason
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str
+
+
+Event = Delta | Done | Failed
+
+
+@dataclass
+class Completion:
+    """One sequence to generate. ``temperature`` 0 is greedy search; ``seed`` makes sampling reproducible
+    (its own `torch.Generator`, whatever else runs beside it); ``stop``: strings that end the text (cut
+    before them); ``max_tokens``: new tokens at most."""
+
+    prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
+    max_tokens: int
+    emit: Callable[[Event], None]
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: Sequence[str] = ()
+    cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
+
+    def cancel(self) -> None:
+        """Stop generating (a client went away): the slot is freed at the next step, nothing more is emitted."""
+        self.cancelled = True
+
+    def check(self) -> None:
+        """Raise `RequestError` naming the first bad parameter."""
+        if not self.prompt:
+            raise RequestError("the prompt is empty", param="prompt")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise RequestError(
+                f"max_tokens must be a positive integer, got {self.max_tokens!r}", param="max_tokens"
+            )
+        if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:
+            raise RequestError(
+                f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature"
+            )
+        if not math.isfinite(self.top_p) or not 0.0 < self.top_p <= 1.0:
+            raise RequestError(f"top_p must be in (0, 1], got {self.top_p!r}", param="top_p")
+        if len(self.stop) > 4 or any(not isinstance(s, str) or not s for s in self.stop):
+            raise RequestError("stop must be up to 4 non-empty strings", param="stop")
+
+
+class StopText:
+    """The text of a completion as it grows, held back where it could be the start of a stop string.
+
+    ``add`` returns (text safe to emit, whether a stop string was found); on a stop the text is cut before it.
+    """
+
+    def __init__(self, stop: Sequence[str]) -> None:
+        self.stop = tuple(stop)
+        self.text = ""  # everything decoded so far (cut at a stop string once found)
+        self.emitted = 0
+
+    def add(self, piece: str) -> tuple[str, bool]:
+        before = len(self.text)
+        self.text += piece
+        # a stop string found now ends at or after the old end: look from the longest one's reach back
+        reach = max(before - max((len(s) for s in self.stop), default=0) + 1, 0)
+        found = [i for s in self.stop if (i := self.text.find(s, reach)) >= 0]
+        if found:
+            self.text = self.text[: min(found)]
+            return self._emit(len(self.text)), True
+        return self._emit(len(self.text) - self._held()), False
+
+    def _held(self) -> int:
+        """How many trailing characters could begin a stop string."""
+        for n in range(min(max((len(s) for s in self.stop), default=1) - 1, len(self.text)), 0, -1):
+            tail = self.text[-n:]
+            if any(s.startswith(tail) for s in self.stop):
+                return n
+        return 0
+
+    def rest(self) -> str:
+        """The text still held back (the completion ended without a stop string)."""
+        return self._emit(len(self.text))
+
+    def _emit(self, upto: int) -> str:
+        piece, self.emitted = self.text[self.emitted : upto], max(self.emitted, upto)
+        return piece
