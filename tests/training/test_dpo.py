@@ -131,11 +131,12 @@ def response_log_prob(model: torch.nn.Module, prompt: list[int], response: list[
     return logp[positions - 1, ids[0, positions]].sum()
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.2], ids=["dpo", "cdpo"])
+@pytest.mark.parametrize(("eps", "alpha"), [(0.0, 0.0), (0.2, 0.0), (0.0, 0.7)], ids=["dpo", "cdpo", "rpo"])
 def test_the_loss_equals_a_hand_computation_in_plain_torch(
-    pairs: tuple[Path, Path], tmp_path: Path, eps: float
+    pairs: tuple[Path, Path], tmp_path: Path, eps: float, alpha: float
 ) -> None:
-    config = dpo_config(tmp_path / "run", pairs, **{"loss.label_smoothing": eps, "loss.dpo_beta": 0.5})
+    overrides = {"loss.label_smoothing": eps, "loss.dpo_beta": 0.5, "loss.dpo_nll_coef": alpha}
+    config = dpo_config(tmp_path / "run", pairs, **overrides)
     trainer = Trainer(config, progress=False)
     try:
         objective = trainer.objective
@@ -155,7 +156,7 @@ def test_the_loss_equals_a_hand_computation_in_plain_torch(
         rows = [json.loads(line) for line in pairs[0].read_text().splitlines()]
         bos, eos = tok.bos_id, tok.eos_id
         assert bos is not None and eos is not None
-        loss, chosen_rewards, rejected_rewards = 0.0, [], []
+        loss, chosen_rewards, rejected_rewards, nlls = 0.0, [], [], []
         for i in examples.tolist():
             prompt = [bos, *tok.encode_ids([rows[i]["prompt"]])[0]]
             chosen = [*tok.encode_ids([rows[i]["chosen"]])[0], eos]
@@ -167,7 +168,8 @@ def test_the_loss_equals_a_hand_computation_in_plain_torch(
             )
             h = float((pc - rc) - (pr - rr))
             sigmoid = 1 / (1 + math.exp(-0.5 * h))
-            loss += -(1 - eps) * math.log(sigmoid) - eps * math.log(1 - sigmoid)
+            nlls.append(-float(pc) / len(chosen))  # RPO: the chosen response's mean token NLL
+            loss += -(1 - eps) * math.log(sigmoid) - eps * math.log(1 - sigmoid) + alpha * nlls[-1]
             chosen_rewards.append(0.5 * float(pc - rc))
             rejected_rewards.append(0.5 * float(pr - rr))
         assert abs(total - loss) < 1e-6, (total, loss)
@@ -178,6 +180,9 @@ def test_the_loss_equals_a_hand_computation_in_plain_torch(
             "rewards/margins": sum(margins),
             "rewards/accuracy": float(sum(m > 0 for m in margins)),
         }
+        if alpha:
+            expected["nll/chosen"] = sum(nlls)
+        assert set(sums.metrics) == set(expected)
         for name, value in expected.items():
             assert abs(float(sums.metrics[name]) - value) < 1e-6, name
         assert 0 < expected["rewards/accuracy"] < 4  # the perturbation made a mix, so accuracy is measured

@@ -224,6 +224,12 @@ class LossConfig(Section):
     dpo_beta: PositiveFloat = Field(
         0.1, description="dpo: beta, how far the policy may move from the reference (DPO's KL weight)."
     )
+    dpo_nll_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="dpo: this times the chosen response's mean token NLL is added to each pair's loss (RPO; "
+        "TRL's rpo_alpha), so the chosen answers' likelihood does not fall with the rejected ones'; 0 = off.",
+    )
     router_aux_coef: float = Field(
         0.001,
         ge=0.0,

@@ -190,12 +190,14 @@ class DPO(Task):
         model: ZooModel,
         starting_model: Callable[[], ZooModel],
     ) -> DirectPreference:
-        eps = self.label_smoothing(config)
+        settings = {
+            "beta": config.loss.dpo_beta,
+            "label_smoothing": self.label_smoothing(config),
+            "nll_coef": config.loss.dpo_nll_coef,
+        }
         if config.lora is not None:  # the base is the trained model with its adapters disabled
-            return DirectPreference(model, adapters=True, beta=config.loss.dpo_beta, label_smoothing=eps)
-        return DirectPreference(
-            frozen(starting_model()), adapters=False, beta=config.loss.dpo_beta, label_smoothing=eps
-        )
+            return DirectPreference(model, adapters=True, **settings)
+        return DirectPreference(frozen(starting_model()), adapters=False, **settings)
 
 
 def frozen(model: nn.Module) -> nn.Module:
@@ -245,19 +247,32 @@ class DirectPreference(Objective):
     difference) and ``rewards/accuracy`` (the share of pairs whose margin is positive).
 
     ``reference``: the frozen reference model, or (``adapters=True``) the trained model itself, run with its
-    LoRA adapters disabled.
+    LoRA adapters disabled. ``nll_coef`` > 0 adds that times the chosen response's mean token NLL to each
+    pair's loss (RPO, Pang et al. 2024, arXiv:2404.19733; TRL's ``rpo_alpha``): DPO alone may lower the chosen
+    answers' likelihood along with the rejected ones' (what they share, such as the right number in both a
+    short and a long answer, is pushed down in the rejected context); the NLL term holds it up. Its mean is
+    logged as ``nll/chosen``.
     """
 
     unit = "preference pair"
     loss_name = "DPO"
 
     def __init__(
-        self, reference: nn.Module, *, adapters: bool, beta: float, label_smoothing: float = 0.0
+        self,
+        reference: nn.Module,
+        *,
+        adapters: bool,
+        beta: float,
+        label_smoothing: float = 0.0,
+        nll_coef: float = 0.0,
     ) -> None:
         self.reference, self.adapters = reference, adapters
-        self.beta, self.label_smoothing = beta, label_smoothing
+        self.beta, self.label_smoothing, self.nll_coef = beta, label_smoothing, nll_coef
         cdpo = f", conservative (cDPO) with label smoothing {label_smoothing:g}" if label_smoothing else ""
-        self.description = f"training objective per preference pair: DPO's sigmoid loss, beta {beta:g}{cdpo}"
+        rpo = f", plus {nll_coef:g} x the chosen response's mean token NLL (RPO)" if nll_coef else ""
+        self.description = (
+            f"training objective per preference pair: DPO's sigmoid loss, beta {beta:g}{cdpo}{rpo}"
+        )
         self.validation_description = "validation DPO loss per preference pair (as in training)"
 
     def count(self, batch: Batch) -> int:
@@ -290,6 +305,7 @@ class DirectPreference(Objective):
             beta=self.beta,
             label_smoothing=self.label_smoothing,
         )
+        losses = result.losses  # (P,)
         margins = result.chosen_rewards - result.rejected_rewards  # (P,)
         metrics = {
             "rewards/chosen": result.chosen_rewards.sum(),
@@ -297,9 +313,12 @@ class DirectPreference(Objective):
             "rewards/margins": margins.sum(),
             "rewards/accuracy": (margins > 0).float().sum(),
         }
-        return ObjectiveSums(
-            loss=result.losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics
-        )
+        if self.nll_coef:
+            lengths = torch.bincount(row, minlength=rows_)[:pairs].clamp(min=1)  # (P,) chosen tokens scored
+            nll = -policy[:pairs] / lengths  # (P,) the chosen response's mean token NLL
+            losses = losses + self.nll_coef * nll
+            metrics["nll/chosen"] = nll.detach().sum()
+        return ObjectiveSums(loss=losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics)
 
     @torch.no_grad()
     def reference_log_probs(
