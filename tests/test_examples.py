@@ -56,3 +56,17 @@ def test_example_data_scripts_write_exactly_the_bundled_files(script, tmp_path):
         assert bundled.read_bytes() == (tmp_path / name).read_bytes(), (
             f"{bundled} differs from what {script} writes"
         )
+
+
+def test_instruct_example_runs_its_three_stages_quickly(tmp_path):
+    """examples/instruct.py end to end at a few steps per stage: pretraining, chat SFT and DPO each train and are
+    scored on the held-out questions (the README's figures come from the full run)."""
+    example = runpy.run_path(str(EXAMPLES / "instruct.py"), run_name="not_main")
+    facts = example["facts"]()
+    tune, held_out = example["split"](facts, 0)
+    assert len(facts) == 610 and not {(f.a, f.op, f.b) for f in tune} & {(f.a, f.op, f.b) for f in held_out}
+    results = example["main"](["--quick", "--out", str(tmp_path / "run")])
+    assert set(results) == {"pretrained", "sft", "dpo"}
+    for name in ("pretrain", "sft", "dpo"):
+        assert (tmp_path / "run" / name / "model.safetensors").is_file()
+    assert all(0.0 <= s.correct <= 1.0 and 0.0 <= s.short <= 1.0 for s in results.values())
