@@ -154,6 +154,25 @@ def test_stop_strings_cut_the_text_and_end_the_request() -> None:
     assert "".join(d.text for d in got.deltas.get(0, [])) == done.text  # nothing of the stop string leaked
 
 
+def test_a_stop_token_ends_the_request_and_is_not_text() -> None:
+    """``stop_token_ids`` (a chat template's end-of-turn token): the first one generated ends the request, as
+    the model's eos would, its text left out."""
+    model = tiny_decoder()
+    prompt = _prompts(120, [5])[0]
+    reference = _alone(model, prompt, 30)
+    stop_at = next(i for i in range(2, 30) if reference[i] not in reference[:i])  # a token's first appearance
+    engine = Engine(model, Digits(), max_batch=2, max_length=64).start()
+    got = Collect()
+    try:
+        engine.submit([got.request(0, prompt, 30, stop_token_ids=(reference[stop_at],))])
+        got.wait(1)
+    finally:
+        engine.close()
+    done = got.done[0]
+    assert done.finish_reason == "stop" and list(done.token_ids) == reference[: stop_at + 1]
+    assert done.text == Digits().decode(reference[:stop_at])
+
+
 def test_stop_text_holds_back_a_possible_stop_string() -> None:
     text = StopText(["END", "xy"])
     assert text.add("abc E") == ("abc ", False)  # "E" may begin "END"

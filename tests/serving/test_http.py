@@ -78,8 +78,13 @@ def test_chat_renders_the_messages_and_streams(server: Server, pretrained: zoo.P
     client = _client(server)
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat"}]
     out = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=8, temperature=0)  # type: ignore[arg-type]
-    rendered = "system: be brief\nuser: the cat\nassistant:"  # no template: role lines
-    assert out.choices[0].message.content == _expected(pretrained, rendered, 8)
+    tok = pretrained.tokenizer  # no template of its own: zoo's default one ("role: content</s>" turns)
+    prompt = torch.tensor([tok.apply_chat_template(messages, add_generation_prompt=True)])
+    ids = pretrained.model.generate(prompt, max_new_tokens=8)[0, prompt.shape[1] :].tolist()
+    assert tok.eos_id is not None  # the default template ends a turn with it: the answer stops there
+    pieces = stream_text(pretrained.model, tok, prompt, max_new_tokens=8, eos_token_id=tok.eos_id)
+    assert out.choices[0].message.content == "".join(p[0] for p in pieces)  # the text streaming gives
+    assert out.choices[0].finish_reason == ("stop" if tok.eos_id in ids else "length")
     assert out.choices[0].message.role == "assistant" and out.object == "chat.completion"
     streamed = client.chat.completions.create(
         model=MODEL_NAME,

@@ -18,9 +18,10 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from zoo.generation.chat import end_of_turn_ids
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
 from zoo.serving.requests import (
@@ -126,7 +127,12 @@ class Sampling:
         self.include_usage = self.stream and options.get("include_usage") is True
 
     def completions(
-        self, prompt: list[int], room: int, emit: Callable[[int], Callable[[Event], None]]
+        self,
+        prompt: list[int],
+        room: int,
+        emit: Callable[[int], Callable[[Event], None]],
+        *,
+        stop_token_ids: Sequence[int] = (),
     ) -> list[Completion]:
         """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
         return [
@@ -138,6 +144,7 @@ class Sampling:
                 top_p=self.top_p,
                 seed=None if self.seed is None else (self.seed + i) % (1 << 63),
                 stop=self.stop,
+                stop_token_ids=stop_token_ids,
             )
             for i in range(self.n)
         ]
@@ -163,6 +170,9 @@ def create_app(
     created = int(time.time())
     bos = getattr(tokenizer, "bos_id", None)
     eos = getattr(tokenizer, "eos_id", None)
+    # A chat answer also ends at the token its template closes an assistant turn with (Llama 3's <|eot_id|>
+    # where the model's eos is <|end_of_text|>); computed once, from a rendered sample.
+    turn_ends = () if engine.seq2seq else end_of_turn_ids(tokenizer)
 
     @app.exception_handler(HTTPError)
     async def _http_error(request: Any, error: HTTPError) -> Any:
@@ -211,9 +221,9 @@ def create_app(
             )
         return body
 
-    def encode(text: str, *, templated: bool = False) -> list[int]:
+    def encode(text: str) -> list[int]:
         if not engine.seq2seq:
-            return tokenizer.encode(text, add_bos=bos is not None and not templated, add_eos=False)
+            return tokenizer.encode(text, add_bos=bos is not None, add_eos=False)
         return tokenizer.encode(text, add_eos=eos is not None)
 
     async def models(request: Any) -> Any:
@@ -248,8 +258,9 @@ def create_app(
     async def chat_completions(request: Any) -> Any:
         body = await read_body(request)
         sampling = Sampling(body, max_tokens_names=("max_tokens", "max_completion_tokens"))
-        text, templated = render_chat(tokenizer, check_messages(body.get("messages")))
-        return await respond(request, sampling, encode(text, templated=templated), chat=True)
+        messages = check_messages(body.get("messages"))
+        prompt = render_chat(tokenizer, messages) if not engine.seq2seq else encode(messages[-1]["content"])
+        return await respond(request, sampling, prompt, chat=True)
 
     async def respond(request: Any, sampling: Sampling, prompt: list[int], *, chat: bool) -> Any:
         loop = asyncio.get_running_loop()
@@ -262,7 +273,9 @@ def create_app(
             return put
 
         most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
-        requests = sampling.completions(prompt, max(most - len(prompt), 1), emit)
+        requests = sampling.completions(
+            prompt, max(most - len(prompt), 1), emit, stop_token_ids=turn_ends if chat else ()
+        )
         try:
             engine.submit(requests)
         except PromptTooLong as error:

@@ -1,8 +1,9 @@
-"""Chat messages -> the prompt text a model continues, through its tokenizer's chat template.
+"""Chat messages -> the prompt a model continues, through its tokenizer's chat template.
 
-A tokenizer with a template (``tok.has_chat_template``) renders the messages with it, the assistant's turn
-opened (``add_generation_prompt``); one without gets plain "role: content" lines and "assistant:", which a
-model fine-tuned on no particular format continues as well as any.
+The messages are rendered with the tokenizer's template, the assistant's turn opened
+(``add_generation_prompt``); a tokenizer without one (those zoo trains) uses zoo's default template, the one
+`task: chat` fine-tunes with. The answer ends at the model's eos or at the token the template closes an
+assistant turn with (`zoo.generation.chat.end_of_turn_ids`: ``<|im_end|>``, ``<|eot_id|>``, ...).
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ def check_messages(messages: Any) -> list[dict[str, str]]:
     return checked
 
 
-def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> tuple[str, bool]:
-    """(the prompt text, whether it came from the tokenizer's template — which then holds any bos token)."""
-    if getattr(tokenizer, "has_chat_template", False):
-        return tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False), True
-    lines = [f"{m['role']}: {m['content']}" for m in messages]
-    return "\n".join([*lines, "assistant:"]), False
+def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """The prompt's token ids: the messages rendered by the tokenizer's chat template (which writes any bos
+    token itself); a template that refuses the conversation (Gemma's has no system role) is a `RequestError`
+    naming ``messages``."""
+    try:
+        ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    except ValueError as error:  # ChatTemplateError: the template's own message
+        raise RequestError(f"the chat template refused the messages: {error}", param="messages") from None
+    return list(ids)

@@ -426,7 +426,9 @@ class Engine:
     def _add(self, job: _Job, token: int) -> bool:
         """Record a new token of ``job``: emit its new text, or finish it (True) when it ended."""
         job.tokens.append(token)
-        ended = token in self.eos  # not detokenised: the text ends here
+        ended = (
+            token in self.eos or token in job.request.stop_token_ids
+        )  # not detokenised: the text ends here
         piece, stopped = job.stop.add(job.text.flush() if ended else job.text.push(token))
         full = len(job.tokens) >= job.room
         if full and not (stopped or ended):

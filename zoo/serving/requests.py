@@ -57,7 +57,8 @@ Event = Delta | Done | Failed
 class Completion:
     """One sequence to generate. ``temperature`` 0 is greedy search; ``seed`` makes sampling reproducible
     (its own `torch.Generator`, whatever else runs beside it); ``stop``: strings that end the text (cut
-    before them); ``max_tokens``: new tokens at most."""
+    before them); ``stop_token_ids``: tokens that end it besides the model's eos (a chat template's
+    end-of-turn token, vLLM's ``stop_token_ids``), not part of the text; ``max_tokens``: new tokens at most."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -66,6 +67,7 @@ class Completion:
     top_p: float = 1.0
     seed: int | None = None
     stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
