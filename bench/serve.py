@@ -1,8 +1,9 @@
 """``zoo serve`` under load: generated tokens/s and time to first token at 1, 8 and 32 concurrent clients,
 continuous batching (``--max-batch 32``) against the same model served one request at a time
-(``--max-batch 1``).
+(``--max-batch 1``), and against ``transformers serve --continuous-batching`` on the same weights (exported
+with ``zoo.to_hf``) where transformers has it (``--no-transformers`` leaves it out).
 
-    python -m bench.serve                          # 4 layers, d_model 256, 32 new tokens: about 2 minutes
+    python -m bench.serve                          # 4 layers, d_model 256, 32 new tokens: about a minute
     python -m bench.serve --new-tokens 64 --clients 1 8 32 --requests 2
 
 Localhost only and bounded: a model (llama-shaped, random weights, float32) and a BPE tokenizer are saved to a
@@ -18,12 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ if __package__ in (None, ""):  # `python bench/serve.py`
 from bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
+ONE_AT_A_TIME = "zoo max-batch 1"
 WORDS = [
     "the",
     "of",
@@ -86,6 +91,16 @@ def make_model(folder: Path, *, layers: int, width: int) -> None:
     zoo.save(zoo.build(spec), folder, tokenizer=tok)
 
 
+def export_hf(folder: Path, out: Path) -> Path:
+    """The zoo checkpoint as a Hugging Face folder (weights and tokenizer), for transformers serve."""
+    import zoo
+
+    model, tokenizer, _ = zoo.load_pretrained(folder)
+    zoo.to_hf(model, out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def start_server(folder: Path, max_batch: int) -> tuple[subprocess.Popen[str], str]:
     command = [
         sys.executable,
@@ -108,7 +123,49 @@ def start_server(folder: Path, max_batch: int) -> tuple[subprocess.Popen[str], s
     return process, line.split(" at ")[1].strip()
 
 
-def run_level(url: str, clients: int, requests: int, new_tokens: int) -> dict[str, Any]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_transformers(hf_folder: Path) -> tuple[subprocess.Popen[str], str]:
+    """``transformers serve FOLDER --continuous-batching`` on CPU, on a free localhost port, once it answers."""
+    import urllib.request
+
+    port = free_port()
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(hf_folder)]
+    command += ["--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"transformers serve exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return process, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise RuntimeError("transformers serve did not answer within 180 s")
+
+
+def has_transformers_serve() -> bool:
+    try:
+        import fastapi  # noqa: F401
+        import transformers.cli.transformers  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_level(
+    url: str, clients: int, requests: int, new_tokens: int, *, model: str = "bench"
+) -> dict[str, Any]:
     import openai
 
     client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, timeout=600)
@@ -120,22 +177,23 @@ def run_level(url: str, clients: int, requests: int, new_tokens: int) -> dict[st
         for r in range(requests):
             words = 16 + (index * 13 + r * 7) % 48
             prompt = " ".join(WORDS[(index + j) % len(WORDS)] for j in range(words))
-            sent, first, used = time.perf_counter(), None, 0
+            sent, first, used, pieces = time.perf_counter(), None, 0, 0
             for chunk in client.completions.create(
-                model="bench",
+                model=model,
                 prompt=prompt,
                 max_tokens=new_tokens,
                 temperature=0,
                 stream=True,
                 stream_options={"include_usage": True},
             ):
-                if first is None and chunk.choices and chunk.choices[0].text:
-                    first = time.perf_counter() - sent
+                if chunk.choices and chunk.choices[0].text:
+                    first = first if first is not None else time.perf_counter() - sent
+                    pieces += 1
                 if chunk.usage is not None:
                     used = chunk.usage.completion_tokens
             with lock:
                 ttft.append(first if first is not None else time.perf_counter() - sent)
-                tokens.append(used)
+                tokens.append(used or pieces)  # a server that sends no usage: one chunk per token
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
     start = time.perf_counter()
@@ -162,15 +220,19 @@ def markdown(record: dict[str, Any]) -> str:
         f"Measured on {m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}, "
         f"{record['new_tokens']} new tokens a request, {record['requests']} requests per client.",
         "",
-        "| server | clients | tokens/s | vs one at a time | TTFT p50 | TTFT p99 |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| server | clients | tokens/s | vs one at a time | zoo vs this | TTFT p50 | TTFT p99 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     by = {(r["server"], r["clients"]): r for r in record["results"]}
+    zoo_name = next(
+        (server for server, _ in by if server.startswith("zoo") and server != ONE_AT_A_TIME), None
+    )
     for (server, clients), r in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        base = by.get(("max-batch 1", clients))
+        base, ours = by.get((ONE_AT_A_TIME, clients)), by.get((zoo_name, clients)) if zoo_name else None
         ratio = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "–"
+        versus = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours and server != zoo_name else "–"
         lines.append(
-            f"| {server} | {clients} | {r['tokens_per_s']:,.0f} | {ratio} | "
+            f"| {server} | {clients} | {r['tokens_per_s']:,.0f} | {ratio} | {versus} | "
             f"{r['ttft_p50_s'] * 1000:,.0f} ms | {r['ttft_p99_s'] * 1000:,.0f} ms |"
         )
     return "\n".join(lines) + "\n"
@@ -181,11 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--requests", type=int, default=1, help="requests per client at each level")
+    parser.add_argument("--requests", type=int, default=4, help="requests per client at each level")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--max-batch", type=int, default=32, help="the continuous-batching server's slots")
+    parser.add_argument(
+        "--no-transformers", action="store_true", help="leave out transformers serve --continuous-batching"
+    )
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     started = time.perf_counter()
@@ -199,12 +264,24 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "model"
         make_model(folder, layers=args.layers, width=args.width)
-        for name, batch in ((f"max-batch {args.max_batch}", args.max_batch), ("max-batch 1", 1)):
-            process, url = start_server(folder, batch)
+        servers: list[tuple[str, Callable[[], tuple[subprocess.Popen[str], str]], str]] = [
+            (f"zoo max-batch {args.max_batch}", lambda: start_server(folder, args.max_batch), "bench"),
+            (ONE_AT_A_TIME, lambda: start_server(folder, 1), "bench"),
+        ]
+        if not args.no_transformers and has_transformers_serve():
+            hf = export_hf(folder, Path(tmp) / "hf")
+            servers.append(
+                ("transformers serve --continuous-batching", lambda: start_transformers(hf), str(hf))
+            )
+        else:
+            record["transformers"] = "not run (--no-transformers, or transformers serve is not installed)"
+        for name, start, model in servers:
+            process, url = start()
             try:
-                run_level(url, 2, 1, 4)  # warm-up
+                run_level(url, 2, 1, 4, model=model)  # warm-up
                 for clients in args.clients:
-                    row = {"server": name, **run_level(url, clients, args.requests, args.new_tokens)}
+                    level = run_level(url, clients, args.requests, args.new_tokens, model=model)
+                    row = {"server": name, **level}
                     record["results"].append(row)
                     print(
                         f"{name:14s} {clients:3d} clients  {row['tokens_per_s']:8.1f} tokens/s  "

@@ -41,7 +41,16 @@ def test_results_go_to_a_folder_git_ignores_unless_update_is_given(bench_modules
 
 
 @pytest.mark.parametrize(
-    "module", ["bench.run", "bench.attention", "bench.quant", "bench.moe", "bench.embed", "bench.lm_eval"]
+    "module",
+    [
+        "bench.run",
+        "bench.attention",
+        "bench.quant",
+        "bench.moe",
+        "bench.embed",
+        "bench.lm_eval",
+        "bench.serve",
+    ],
 )
 def test_every_bench_writes_where_the_output_options_say(module: str, bench_modules: None) -> None:
     import importlib
