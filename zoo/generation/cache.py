@@ -78,6 +78,12 @@ class SelfAttentionSlot:
         end = self._cache.length
         return self._keys[:, :, :end], self._values[:, :, :end]
 
+    @property
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole preallocated keys and values, (B, K, L, D) views, written or not
+        (`zoo.generation.graphs` attends to all L positions under a mask)."""
+        return self._keys, self._values
+
 
 class RollingSlot:
     """One self-attention application's W slots of a rolling buffer (`zoo.blocks.attention.KVSlot`).

@@ -34,12 +34,15 @@ from zoo.generation.config import (
     token_ids,
     validated,
 )
+from zoo.generation.graphs import CudaGraphStep
 from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.sampling import BadWords, LogitsProcessors, check_finite, sample
 from zoo.generation.session import Session, StepFn, decode_step
 
 Streamer = Callable[[torch.Tensor], Any]
+# False: eager; True: torch.compile (`compiled_decode_step`); "cuda-graphs": one CUDA graph replayed per token
+Compile = bool | Literal["cuda-graphs"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def generate(
     decoder_attention_mask: torch.Tensor | None = ...,
     generator: torch.Generator | None = ...,
     streamer: Streamer | None = ...,
-    compile: bool = ...,
+    compile: Compile = ...,
     return_scores: Literal[False] = ...,
     **overrides: Any,
 ) -> torch.Tensor: ...
@@ -129,7 +132,7 @@ def generate(
     decoder_attention_mask: torch.Tensor | None = ...,
     generator: torch.Generator | None = ...,
     streamer: Streamer | None = ...,
-    compile: bool = ...,
+    compile: Compile = ...,
     return_scores: Literal[True],
     **overrides: Any,
 ) -> GenerationOutput: ...
@@ -143,7 +146,7 @@ def generate(
     decoder_attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     streamer: Streamer | None = None,
-    compile: bool = False,
+    compile: Compile = False,
     return_scores: bool = False,
     **overrides: Any,
 ) -> torch.Tensor | GenerationOutput:
@@ -164,7 +167,9 @@ def generate(
         decoder_attention_mask: (B, P) 1 = token, 0 = left padding of ``decoder_input_ids``.
         generator: the random source of sampling (not with ``seed``).
         streamer: called with each step's new tokens (B,) as they are produced (not with beam search).
-        compile: run the decode step through ``torch.compile`` (`compiled_decode_step`).
+        compile: True runs the decode step through ``torch.compile`` (`compiled_decode_step`);
+            ``"cuda-graphs"`` captures the per-token step as a CUDA graph once per run and replays it
+            (`zoo.generation.graphs`; on CPU the same static-shape step runs uncaptured).
         return_scores: return a `GenerationOutput` (sequences and beam scores) instead of the ids alone.
 
     The model runs in eval mode (dropout off) under ``torch.no_grad``; its previous mode is restored.
@@ -211,7 +216,7 @@ def stream(
     decoder_input_ids: torch.Tensor | None = None,
     decoder_attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
-    compile: bool = False,
+    compile: Compile = False,
     **overrides: Any,
 ) -> Iterator[torch.Tensor]:
     """Like `generate` (same arguments, no beam search), but yield each step's new tokens (B,) as they come.
@@ -242,7 +247,7 @@ def prepare_stream(
     config: GenerationConfig | None,
     overrides: dict[str, Any],
     generator: torch.Generator | None,
-    compile: bool,
+    compile: Compile,
     *,
     decoder_input_ids: torch.Tensor | None = None,
     decoder_attention_mask: torch.Tensor | None = None,
@@ -318,7 +323,7 @@ def prepare(
     overrides: Mapping[str, Any],
     *,
     generator: torch.Generator | None,
-    compile: bool,
+    compile: Compile,
     decoder_input_ids: torch.Tensor | None = None,
     decoder_attention_mask: torch.Tensor | None = None,
 ) -> Run:
@@ -377,7 +382,7 @@ def prepare(
         eos=_ids_tensor(eos, device),
         pad=pad,
         generator=generator,
-        step=compiled_decode_step(model, rows=rows) if compile else decode_step,
+        step=_decode_step(model, rows=rows, compile=compile),
         decoder_prompt=prompt,
         bad_words=BadWords(config.bad_words_ids, eos_ids=eos, device=device)
         if config.bad_words_ids
@@ -385,6 +390,17 @@ def prepare(
         forced_bos=_ids_tensor(forced_bos, device),
         forced_eos=_ids_tensor(forced_eos, device),
     )
+
+
+def _decode_step(model: GenerativeModel, *, rows: int, compile: Compile) -> StepFn:
+    """The per-token step a run uses (a fresh one per run for CUDA graphs: the graph records its buffers)."""
+    if compile == "cuda-graphs":
+        return CudaGraphStep()
+    if compile is True:
+        return compiled_decode_step(model, rows=rows)
+    if compile is False:
+        return decode_step
+    raise ValueError(f"generate: compile must be True, False or 'cuda-graphs', got {compile!r}")
 
 
 def _ids_tensor(ids: tuple[int, ...], device: torch.device) -> torch.Tensor | None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from zoo.generation.config import GenerationConfig
-from zoo.generation.generate import iterate, prepare_stream
+from zoo.generation.generate import Compile, iterate, prepare_stream
 from zoo.generation.protocol import GenerativeModel
 
 __all__ = ["TextStream", "stream_text"]
@@ -118,7 +118,7 @@ def stream_text(
     decoder_attention_mask: torch.Tensor | None = None,
     skip_special_tokens: bool = True,
     generator: torch.Generator | None = None,
-    compile: bool = False,
+    compile: Compile = False,
     **overrides: Any,
 ) -> Iterator[list[str]]:
     """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (B * n with
