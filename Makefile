@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test test-all test-gpu lint format bench clean
+.PHONY: demo test test-all test-gpu gpu-wheels gpu-check lint format bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,20 @@ test-all: $(VENV)/.installed-dev
 # On a machine with a CUDA GPU: the tests marked `cuda` (each skips itself where CUDA is absent).
 test-gpu: $(VENV)/.installed-dev
 	$(PY) -m pytest -m cuda -rs
+
+# The offline CUDA machine's Python has torch and most of zoo's needs but not pydantic: `make gpu-wheels` (with
+# network) downloads what it lacks as CPython 3.12 manylinux x86-64 wheels into .whl/ (ignored by git); there,
+# `make gpu-check` (plain python3, no venv) installs them without network, runs the cuda tests, the GPU bench
+# and the demo in under 7 minutes, and writes logs and one JSON of figures to $$OUT (bench/README.md).
+GPU_WHEELS ?= pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+	typing-extensions==4.16.0
+gpu-wheels:
+	rm -rf .whl && $(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+
+gpu-check:
+	$(PYTHON) bench/gpu_check.py
 
 lint: $(VENV)/.installed-dev
 	$(PY) -m ruff check . && $(PY) -m ruff format --check . && $(PY) -m mypy

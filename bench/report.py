@@ -81,8 +81,9 @@ def markdown(record: dict[str, Any]) -> str:
     if "gpu" in m:
         peak = m.get("bf16_peak_tflops")
         gpu = f" ({m['gpu']}, dense bf16 peak {f'{peak:g} TFLOP/s' if peak else 'unknown'})"
+    bandwidth = f", device copy {m['copy_bandwidth_gbs']:,.0f} GB/s" if m.get("copy_bandwidth_gbs") else ""
     lines = [
-        f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), {m['device']}{gpu}, "
+        f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), {m['device']}{gpu}{bandwidth}, "
         f"torch {m['torch']}, transformers {m.get('transformers', '-')}; median of {record['repeats']} alternating "
         f"repetitions after {record['warmup']} warm-up, (slowest–fastest) in brackets.",
         "",
@@ -99,12 +100,16 @@ def markdown(record: dict[str, Any]) -> str:
         mfu = any("mfu" in r for r in rows)  # GPU bf16 training rows: model TFLOP/s and MFU columns
         process = any("process_mib" in r for r in rows)  # generation on CPU: the whole process's peak too
         memory_title = "peak memory over the model" if section == "generate" else "peak memory"
+        floor = any("vs_weights_floor" in r for r in rows)  # gpu-check: rate over the weights-read floor
+        estimate = any("estimate_mib" in r for r in rows)  # gpu-check: zoo.summary's training estimate
         lines += [
             f"**{title}**",
             "",
-            f"| workload | contender | {unit} | vs HF |{' TFLOP/s | MFU |' if mfu else ''} {memory_title} |"
+            f"| workload | contender | {unit} | vs HF |{' vs weights floor |' if floor else ''}"
+            f"{' TFLOP/s | MFU |' if mfu else ''} {memory_title} |{' zoo.summary estimate |' if estimate else ''}"
             f"{' process peak |' if process else ''} parameters |",
-            f"|---|---|---:|---:|{'---:|---:|' if mfu else ''}---:|{'---:|' if process else ''}---:|",
+            f"|---|---|---:|---:|{'---:|' if floor else ''}{'---:|---:|' if mfu else ''}---:|"
+            f"{'---:|' if estimate else ''}{'---:|' if process else ''}---:|",
         ]
         for r in rows:
             ratio = f"{r['vs_hf']:.2f}x" if r.get("vs_hf") else "–"
@@ -112,9 +117,15 @@ def markdown(record: dict[str, Any]) -> str:
             params = f"{r['parameters']:,}" if r.get("parameters") else "–"
             flops = f" {r['tflops']:,.1f} | {mfu_text(r)} |" if "tflops" in r else (" – | – |" if mfu else "")
             whole = (f" {r['process_mib']:.0f} MiB |" if r.get("process_mib") else " – |") if process else ""
+            to_floor = (
+                (f" {r['vs_weights_floor']:.2f}x |" if "vs_weights_floor" in r else " – |") if floor else ""
+            )
+            estimated = (
+                (f" {r['estimate_mib']:.0f} MiB |" if "estimate_mib" in r else " – |") if estimate else ""
+            )
             lines.append(
                 f"| {r['workload']} | {r['contender']} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
-                f"| {ratio} |{flops} {memory} |{whole} {params} |"
+                f"| {ratio} |{to_floor}{flops} {memory} |{estimated}{whole} {params} |"
             )
         lines.append("")
     return "\n".join(lines)

@@ -4,6 +4,7 @@
     python -m bench                     # every shape, compiled decoding too, peak memory: ~15 minutes
     python -m bench --device cuda       # on a GPU: adds bf16 training (+ torch.compile) with its MFU
     python -m bench --only generate     # one section
+    python -m bench --device cuda --gpu-check   # `make gpu-check`'s rows, ~3 minutes on one H100
 
 Writes results.json and results.md to bench/results/local/ (ignored by git), or --out DIR; --update writes
 the tracked bench/results/, which the README's tables come from.
@@ -26,8 +27,8 @@ if __package__ in (None, ""):  # `python bench/run.py`
 from bench import contenders, report
 from bench.memory import measure
 from bench.peaks import bf16_peak_tflops
-from bench.timing import alternate
-from bench.workloads import GenerateWorkload, TrainWorkload, suite
+from bench.timing import PeakMemory, alternate
+from bench.workloads import GenerateWorkload, TrainWorkload, gpu_check_suite, suite
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -46,10 +47,36 @@ def run_train(workload: TrainWorkload, args: argparse.Namespace) -> list[dict[st
     rows = _rows("train", workload.name, timings, workload.tokens_per_step, parameters)
     if workload.precision == "bf16" and args.device.startswith("cuda"):
         _add_mfu(rows, workload, args.peak_tflops)
-    if not args.no_memory:
+    if args.gpu_check:
+        _train_memory_in_process(rows, runs, workload, args.device, parameters)
+    elif not args.no_memory:
         for row in rows:
             row.update(measure("train", workload.name, row["contender"], device=args.device) or {})
     return rows
+
+
+# Bytes a parameter holds through a training step outside the activations: float32 weight and gradient and
+# Adam's two float32 moments (bf16 autocast keeps all four in float32).
+STATE_BYTES = 16
+
+
+def _train_memory_in_process(
+    rows: list[dict[str, Any]], runs: dict[str, Any], workload: TrainWorkload, device: str, parameters: int
+) -> None:
+    """``peak_mib`` of one more step of each contender, measured in this process (a compiled step is not
+    compiled again, as a fresh process would): the step's peak over what was allocated before it, plus the
+    model's own states (`STATE_BYTES` a parameter), as tests/cuda measures it; beside it ``estimate_mib``,
+    `zoo.summary`'s ``training_step_bytes`` for the same shape (dtype bf16 for mixed precision: the same 16
+    bytes a parameter, bf16 activations)."""
+    import zoo
+
+    dtype = "bf16" if workload.precision == "bf16" else "float32"
+    estimate = zoo.summary(workload.spec, seq_len=workload.seq, batch=workload.batch, dtype=dtype)
+    for row in rows:
+        with PeakMemory(device) as memory:
+            runs[row["contender"]]()
+        row["peak_mib"] = (memory.peak + STATE_BYTES * parameters) / 2**20
+        row["estimate_mib"] = estimate.training_step_bytes / 2**20
 
 
 def _add_mfu(rows: list[dict[str, Any]], workload: TrainWorkload, peak_tflops: float | None) -> None:
@@ -82,11 +109,33 @@ def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[d
     with torch.inference_mode():
         timings = alternate(runs, device=args.device, warmup=1, repeats=args.repeats)
     rows = _rows("generate", workload.name, timings, workload.batch * workload.new_tokens, parameters)
-    if not args.no_memory:
+    if args.gpu_check:
+        _weights_floor(rows, workload, models["zoo"], args)
+        for row in rows:
+            if row["contender"] != "floor":
+                with torch.inference_mode(), PeakMemory(args.device) as memory:
+                    runs[row["contender"]]()
+                row["peak_mib"] = memory.peak / 2**20  # the call's peak over everything resident before it
+    elif not args.no_memory:
         for row in rows:
             if row["contender"] != "floor":
                 row.update(measure("generate", workload.name, row["contender"], device=args.device) or {})
     return rows
+
+
+def _weights_floor(rows: list[dict[str, Any]], workload: GenerateWorkload, model: Any, args: Any) -> None:
+    """``vs_weights_floor`` of each row: its rate over the weights-read floor, the tokens/s of a decoder that
+    does nothing but read every weight once per step at the device's measured copy bandwidth
+    (``batch x bandwidth / weight bytes``)."""
+    from bench.bandwidth import copy_bandwidth
+
+    if args.bandwidth is None:
+        args.bandwidth = copy_bandwidth(args.device)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # tied: counted once
+    floor = workload.batch * args.bandwidth / weight_bytes
+    for row in rows:
+        row["weights_floor_rate"] = floor
+        row["vs_weights_floor"] = row["rate"] / floor
 
 
 def _rows(kind: str, workload: str, timings: dict, units: int, parameters: int) -> list[dict[str, Any]]:
@@ -129,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--gpu-check",
+        action="store_true",
+        help="`make gpu-check`'s rows (bf16 training with MFU, bf16 decoding with CUDA graphs, memory against "
+        "zoo.summary, the weights-read floor), sized for ~3 minutes on one H100",
+    )
+    parser.add_argument("--tiny", action="store_true", help="with --gpu-check: test-sized shapes (CPU tests)")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
@@ -143,10 +199,16 @@ def main(argv: list[str] | None = None) -> int:
             )
         torch.cuda.set_device(torch.device(args.device))
         args.peak_tflops = args.peak_tflops or bf16_peak_tflops(torch.cuda.get_device_name())
-    args.repeats = args.repeats or (2 if args.quick else 5)
+    if args.tiny and not args.gpu_check:
+        parser.error("--tiny goes with --gpu-check")
+    args.repeats = args.repeats or (3 if args.gpu_check else 2 if args.quick else 5)
     args.no_memory = args.no_memory or args.quick
+    args.bandwidth = None  # bytes/s of a device copy, measured once when a row needs it
     torch.manual_seed(0)
-    workloads = suite(quick=args.quick, device=args.device)
+    if args.gpu_check:
+        workloads = gpu_check_suite(tiny=args.tiny)
+    else:
+        workloads = suite(quick=args.quick, device=args.device)
     record: dict[str, Any] = {
         "machine": report.machine(args.device, peak_tflops=args.peak_tflops),
         "quick": args.quick,
@@ -172,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     record["elapsed_s"] = time.perf_counter() - started
+    if args.bandwidth is not None:
+        record["machine"]["copy_bandwidth_gbs"] = args.bandwidth / 1e9
     json_path, md_path = report.write(record, report.output_dir(args))
     print(f"\n{report.markdown(record)}\nwrote {json_path} and {md_path} in {record['elapsed_s']:.0f} s")
     return 0

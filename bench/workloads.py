@@ -151,6 +151,15 @@ GPT2_MEDIUM = {
 TRANSFORMER_BASE = {**MARIAN, "vocab_size": 37000, "max_positions": 1024}
 
 
+# `make gpu-check` (bench/gpu_check.py) reads its figures from the rows of these workloads.
+GPT2_MEDIUM_TRAIN = "gpt2-medium-shaped train step, seq 1024, bf16 + compile"
+TRANSFORMER_BASE_TRAIN = "transformer-base (Marian-shaped) seq2seq train step, bf16"
+
+
+def gpt2_medium_greedy(batch: int) -> str:
+    return f"gpt2-medium-shaped greedy, batch {batch}, bfloat16"
+
+
 @dataclass(frozen=True)
 class Suite:
     train: list[TrainWorkload] = field(default_factory=list)
@@ -210,7 +219,7 @@ def suite(*, quick: bool, device: str) -> Suite:
     if device.startswith("cuda"):
         train += [
             TrainWorkload(
-                "gpt2-medium-shaped train step, seq 1024, bf16 + compile",
+                GPT2_MEDIUM_TRAIN,
                 "decoder",
                 GPT2_MEDIUM,
                 batch=8,
@@ -219,7 +228,7 @@ def suite(*, quick: bool, device: str) -> Suite:
                 compile=True,
             ),
             TrainWorkload(
-                "transformer-base (Marian-shaped) seq2seq train step, bf16",
+                TRANSFORMER_BASE_TRAIN,
                 "encoder-decoder",
                 TRANSFORMER_BASE,
                 batch=64,
@@ -229,4 +238,54 @@ def suite(*, quick: bool, device: str) -> Suite:
                 contenders=("zoo", "hf", "torch"),
             ),
         ]
+    return Suite(train=train, generate=generate)
+
+
+def gpu_check_suite(*, tiny: bool = False) -> Suite:
+    """`make gpu-check`'s rows, sized to run in about 3 minutes on one H100: the two bf16 training rows (zoo
+    and transformers; compiling GPT-2 medium's step is most of the time) and bf16 greedy decoding of GPT-2
+    medium's shape at batch 1 and 8, eager, with CUDA graphs, transformers' ``generate`` and the matmul
+    floor. GPT-2 medium rather than the 6-layer shape, so a step reads enough weights (0.7 GB) for the
+    weights-read floor to mean something. ``tiny``: the same rows at test sizes, eager (the orchestration
+    test, on CPU)."""
+    medium, base = GPT2_MEDIUM, TRANSFORMER_BASE
+    train_batch, seq, base_batch, base_seq, new = 8, 1024, 64, 128, 128
+    if tiny:
+        small = {"d_model": 64, "num_layers": 2, "attention": {"num_heads": 2}, "vocab_size": 256}
+        medium = {**medium, **small, "ffn": {"d_ff": 128, "activation": "gelu_tanh"}}
+        base = {**base, **small, "ffn": {"d_ff": 128, "activation": "relu"}}
+        train_batch, seq, base_batch, base_seq, new = 2, 32, 2, 16, 8
+    train = [
+        TrainWorkload(
+            GPT2_MEDIUM_TRAIN,
+            "decoder",
+            medium,
+            batch=train_batch,
+            seq=seq,
+            precision="bf16",
+            compile=not tiny,
+        ),
+        TrainWorkload(
+            TRANSFORMER_BASE_TRAIN,
+            "encoder-decoder",
+            base,
+            batch=base_batch,
+            seq=base_seq,
+            source=base_seq,
+            precision="bf16",
+        ),
+    ]
+    generate = [
+        GenerateWorkload(
+            gpt2_medium_greedy(batch),
+            "decoder",
+            medium,
+            batch=batch,
+            prompt=32,
+            new_tokens=new,
+            dtype="bfloat16",
+            contenders=("zoo", "zoo-cuda-graphs", "hf", "floor"),
+        )
+        for batch in (1, 8)
+    ]
     return Suite(train=train, generate=generate)
