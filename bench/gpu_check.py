@@ -385,6 +385,7 @@ def main() -> int:
     with ThreadPoolExecutor(len(side_by_side)) as pool:  # correctness steps: the GPU is theirs to share
         done = list(pool.map(lambda p: run_phase(p, env=env, out=out, limit=LIMITS[p.name]), side_by_side))
     done.append(run_phase(bench, env=env, out=out, limit=LIMITS["bench"]))  # alone: clean timings
+    # Written after every workload: a bench stopped by its limit still gives the rows it finished.
     record_path = work / "bench" / "results.json"
     bench_record = json.loads(record_path.read_text()) if record_path.exists() else None
     bench_md = (work / "bench" / "results.md").read_text() if bench_record else "(the bench wrote no results)"
