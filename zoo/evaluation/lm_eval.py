@@ -23,7 +23,8 @@ special tokens a text gets are those the tokenizer's post-processor puts *before
 bos; none for GPT-2's), as transformers' ``encode`` adds them; ``add_bos_token`` overrides that, as HFLM's
 does. Deliberately unlike HFLM, tokens a post-processor puts *after* a text (zoo-trained tokenizers
 exported with their ``[*ids, eos]`` framing) are never added: an eos closing every context would be scored
-as part of the continuation.
+as part of the continuation. A tokenizer with no post-processor at all (one zoo trained) gets its bos
+first, as zoo's `causal_lm` training framed every document.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ class ZooLM(TemplateLM):
         probe = tok.hf.encode("a", add_special_tokens=True)
         leading = next((i for i, special in enumerate(probe.special_tokens_mask) if not special), 0)
         self._frame = list(probe.ids[:leading])
+        if tok.hf.post_processor is None and bos is not None:
+            # A tokenizer zoo trained has no post-processor; zoo trains a causal LM on `bos text eos`
+            # documents, so its model expects the bos first (without it, a model trained so scores as if
+            # mid-document).
+            self._frame = [bos]
         self._prefix_text = tok.decode([self._prefix_id], skip_special_tokens=False)
 
     # --- what lm-eval asks of a model -------------------------------------------------------------------------
