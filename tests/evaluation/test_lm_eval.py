@@ -316,3 +316,51 @@ def test_result_rows_list_every_metric_with_its_stderr() -> None:
         ("t", "ppl", 3.0, None),
         ("- g", "exact_match,strict", 1.0, None),
     ]
+
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_with_a_chat_template_the_prompts_and_scores_equal_the_hf_models(world: Any) -> None:
+    """lm-eval's --apply_chat_template, --fewshot_as_multiturn and --system_instruction: zoo renders every
+    request as transformers does for HFLM, and scores and generates the same."""
+    root, tok = world["root"], world["tok"]
+    templated = Tokenizer(tok.hf.__class__.from_str(tok.hf.to_str()))
+    templated.chat_template = CHAT_TEMPLATE
+    zoo.save(world["model"], root / "zoo-chat", tokenizer=templated)
+    zoo.to_hf(world["model"], root / "hf-chat")
+    templated.save_pretrained(root / "hf-chat")
+    chat = {"apply_chat_template": True, "fewshot_as_multiturn": True, "system_instruction": "Answer."}
+    with pytest.MonkeyPatch.context() as patch:
+        _offline(patch, root / "hf-home")
+        tasks = ("zoo_mc", "zoo_gen")
+        kw = {"num_fewshot": 1, "log_samples": True, **chat}
+        hf = world["run"]("hf", f"pretrained={root / 'hf-chat'},dtype=float32", tasks, batch_size=4, **kw)
+        ours = world["run"]("zoo", f"pretrained={root / 'zoo-chat'}", tasks, batch_size=4, **kw)
+    prompts = [s["arguments"][0][0] for s in ours["samples"]["zoo_gen"]]
+    assert all(p.startswith("<s>system: Answer.\nuser: ") and p.endswith("assistant:") for p in prompts), (
+        prompts[0]
+    )
+    assert prompts == [s["arguments"][0][0] for s in hf["samples"]["zoo_gen"]]
+    assert [s["resps"][0][0] for s in ours["samples"]["zoo_gen"]] == [
+        s["resps"][0][0] for s in hf["samples"]["zoo_gen"]
+    ]
+    for a, b in zip(ours["samples"]["zoo_mc"], hf["samples"]["zoo_mc"], strict=True):
+        assert [r[0][0] for r in a["resps"]] == pytest.approx([r[0][0] for r in b["resps"]], abs=1e-4)
+    assert _metrics(ours, "zoo_mc") == _metrics(hf, "zoo_mc")
+    from zoo.evaluation import ZooLM
+
+    lm = ZooLM(world["model"], tokenizer=templated)
+    assert lm.chat_template(True) == CHAT_TEMPLATE and lm.chat_template(False) is None
+    plain = ZooLM(world["model"], tokenizer=tok)  # no template of its own: zoo's default one
+    assert plain.chat_template(True) == tok.default_chat_template
+
+
+def test_fewshot_as_multiturn_needs_the_chat_template(world: Any) -> None:
+    from zoo.evaluation import EvaluationError, evaluate
+
+    with pytest.raises(EvaluationError, match="fewshot_as_multiturn needs apply_chat_template"):
+        evaluate(world["model"], ["zoo_mc"], tokenizer=world["tok"], fewshot_as_multiturn=True)

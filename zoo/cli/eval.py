@@ -64,6 +64,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="resamples for standard errors without a closed form (default: 100000; 0: none)",
     )
+    parser.add_argument(
+        "--apply-chat-template",
+        action="store_true",
+        help="ask through the tokenizer's chat template, as an instruction-tuned model is asked",
+    )
+    parser.add_argument(
+        "--fewshot-as-multiturn",
+        action="store_true",
+        help="with --apply-chat-template: the few-shot examples as earlier turns of the chat",
+    )
+    parser.add_argument("--system-instruction", metavar="TEXT", default=None, help="a system message first")
     parser.add_argument("--output", metavar="FILE.json", default=None, help="write lm-eval's results as JSON")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument(
@@ -93,6 +104,9 @@ def run_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         bootstrap_iters=args.bootstrap_iters,
         log_samples=args.log_samples,
+        apply_chat_template=args.apply_chat_template,
+        fewshot_as_multiturn=args.fewshot_as_multiturn,
+        system_instruction=args.system_instruction,
     )
     columns = [
         Column("task", whole=True),

@@ -48,6 +48,9 @@ def evaluate(
     bootstrap_iters: int = 100_000,
     log_samples: bool = False,
     gen_kwargs: dict[str, Any] | None = None,
+    apply_chat_template: bool | str = False,
+    fewshot_as_multiturn: bool = False,
+    system_instruction: str | None = None,
 ) -> dict[str, Any]:
     """Run lm-eval ``tasks`` on ``model`` and return lm-eval's results dictionary.
 
@@ -64,6 +67,10 @@ def evaluate(
         bootstrap_iters: resamples for the standard errors of metrics without a closed form (0: none).
         log_samples: keep every request and response under ``"samples"``.
         gen_kwargs: generation settings that override the tasks' own (``{"max_gen_toks": 64}``).
+        apply_chat_template: render each prompt with the tokenizer's chat template, as an instruction-tuned
+            model is asked (True; or the name of one of its templates); zoo's default template for a tokenizer
+            without one. ``fewshot_as_multiturn``: the few-shot examples as earlier turns of the chat;
+            ``system_instruction``: a system message before them.
     """
     lm_eval = _import_lm_eval()
     from zoo.evaluation.lm_eval import ZooLM
@@ -76,6 +83,8 @@ def evaluate(
         raise EvaluationError(
             f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}"
         )
+    if fewshot_as_multiturn and not apply_chat_template:
+        raise EvaluationError("fewshot_as_multiturn needs apply_chat_template (the turns are a chat's)")
     if isinstance(limit, float) and limit >= 1:
         limit = int(limit)
     manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
@@ -98,6 +107,9 @@ def evaluate(
         bootstrap_iters=bootstrap_iters,
         log_samples=log_samples,
         gen_kwargs=gen_kwargs,
+        apply_chat_template=apply_chat_template,
+        fewshot_as_multiturn=fewshot_as_multiturn,
+        system_instruction=system_instruction,
         **seeds,
     )
     if results is None:  # only on a rank other than 0 of a distributed run, which this is not

@@ -39,7 +39,7 @@ from zoo.devices import resolve_device, resolve_dtype
 from zoo.evaluation import generating, scoring
 from zoo.evaluation.errors import EvaluationError, LmEvalMissingError, missing_lm_eval
 from zoo.io.pretrained import load_pretrained
-from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer import ChatTemplateError, Tokenizer
 
 try:
     import lm_eval.models  # noqa: F401  (fills the registry with lm-eval's own names before "zoo" joins them)
@@ -175,6 +175,39 @@ class ZooLM(TemplateLM):
     @property
     def tokenizer_name(self) -> str:
         return str(self.tokenizer.source).replace("/", "__")
+
+    # --- chat templates (lm-eval's --apply_chat_template) -------------------------------------------------------
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The template lm-eval renders few-shot chats with (it records it in the results): the tokenizer's
+        (a named one when ``chat_template`` names it), else zoo's default; None when disabled."""
+        if chat_template is False or chat_template is None:
+            return None
+        tok = self.tokenizer
+        if isinstance(chat_template, str) and chat_template in tok.chat_templates:
+            return tok.chat_templates[chat_template]
+        return tok.chat_template or tok.default_chat_template
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """A few-shot chat as the prompt text, through the tokenizer's chat template (HFLM's way: the last
+        assistant message is continued when no generation prompt is asked for; a template that refuses a
+        system message is tried again without it)."""
+
+        def render(history: list[dict[str, str]]) -> str:
+            text = self.tokenizer.apply_chat_template(
+                history,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=not add_generation_prompt,
+                tokenize=False,
+            )
+            assert isinstance(text, str)
+            return text
+
+        try:
+            return render(chat_history)
+        except ChatTemplateError:
+            return render([message for message in chat_history if message.get("role") != "system"])
 
     def get_model_info(self) -> dict[str, Any]:
         """What lm-eval records in its results' ``config``."""
