@@ -147,6 +147,22 @@ def test_key_positions_follow_the_slots():
     ).window is None  # fmt: skip  # a window as long as the run: an ordinary cache
 
 
+def test_the_rolling_slots_start_at_zero_not_uninitialised_memory(monkeypatch):
+    """An empty slot is masked, but attention still multiplies its value by a weight of 0, and 0 x NaN is NaN:
+    the rolling buffer must not start as whatever memory held (a NaN there poisoned a whole row once)."""
+    real_empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):  # what uninitialised memory may hold
+        return real_empty(*args, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    cache = KVCache(
+        num_layers=2, batch_size=1, num_kv_heads=1, head_dim=2, max_length=10, cross_attention=False,
+        dtype=torch.float32, device="cpu", window=3,
+    )  # fmt: skip
+    assert cache.local_buffer is not None and bool(torch.isfinite(cache.local_buffer).all())
+
+
 @pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
 def test_compiled_decoding_with_a_rolling_cache_equals_eager(tiny, prompts):
     model = _windowed(tiny)
