@@ -435,6 +435,18 @@ def test_zoo_train_fine_tunes_a_llama_on_conversations_from_the_command_line(tmp
     assert len(losses(tmp_path / "run")) == 3 and all(np.isfinite(losses(tmp_path / "run")))
     model = zoo.load(tmp_path / "run")
     assert model.spec.family == "decoder"
+    # the zoo-trained tokenizer had no template: the default one it was fine-tuned with is recorded, and an
+    # export to transformers renders conversations exactly as the run did
+    tok = zoo.load_tokenizer(tmp_path / "run")
+    assert tok.chat_template == tok.default_chat_template
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    from transformers import AutoTokenizer
+
+    messages = CONVERSATIONS[0][:2]
+    theirs = AutoTokenizer.from_pretrained(tmp_path / "hf").apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
+    assert theirs == tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def test_lora_fine_tunes_adapters_on_conversations(tmp_path: Path) -> None:

@@ -152,6 +152,16 @@ class Chat(Task):
     def tokenizer_of(self, side: str, tokenizers: Tokenizers) -> Tokenizer | None:
         return tokenizers.target if side == "tokens" else None
 
+    def frame_tokenizer(self, tokenizer: Tokenizer) -> Tokenizer:
+        """The tokenizer with the template its conversations are rendered by written into it: zoo's default
+        one when it has none of its own, so that the run's ``tokenizer_config.json``, its checkpoints and an
+        export (``zoo convert --to-hf``) carry the template the model was fine-tuned with, and transformers,
+        ``zoo chat`` and ``zoo serve`` ask the model the same way. (Prepared data is unaffected: its
+        fingerprint already names the template in use, default or not.)"""
+        if tokenizer.chat_template is None:
+            tokenizer.chat_template = tokenizer.default_chat_template
+        return tokenizer
+
     def fingerprint(self, side: str, tokenizers: Tokenizers) -> str | None:
         """The tokenizer's fingerprint and the chat template's: either changes the ids and the mask."""
         if side != "tokens":
