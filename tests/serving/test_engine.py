@@ -238,3 +238,25 @@ def test_an_encoder_decoder_is_served_one_request_at_a_time() -> None:
     for i, source in enumerate(sources):
         expected = model.generate(torch.tensor([source]), max_new_tokens=6)[0, 1:].tolist()
         assert list(got.done[i].token_ids) == expected[: len(got.done[i].token_ids)]
+
+
+@pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
+def test_a_compiled_engine_gives_the_tokens_of_generate_alone(moves: list[int]) -> None:
+    """``zoo serve --compile``: the decode step compiled over every slot (one static shape), requests joining
+    and leaving as without it, the cache shifted and compacted: the same greedy tokens."""
+    model = tiny_decoder()
+    V = model.spec.vocab_size
+    lengths, news = [3, 20, 7, 12, 5], [30, 12, 25, 8, 18]
+    prompts = _prompts(V, lengths)
+    engine = Engine(model, Digits(), max_batch=3, max_length=56, prefill_tokens=16, compile=True).start()
+    got = Collect()
+    try:
+        engine.submit([got.request(0, prompts[0], news[0])])
+        got.wait(0, started=0)
+        engine.submit([got.request(i, prompts[i], news[i]) for i in range(1, 5)])
+        got.wait(5)
+    finally:
+        engine.close()
+    for i, (prompt, new) in enumerate(zip(prompts, news)):
+        assert list(got.done[i].token_ids) == _alone(model, prompt, new), f"request {i}"
+    assert any(by > 0 for by in moves) or any(by < 0 for by in moves), moves
