@@ -4,6 +4,7 @@ logits comparison at real positions, and reloading an export with nothing missin
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -63,3 +64,38 @@ def reload_hf(path: Path) -> torch.nn.Module:
     model, info = transformers.AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     return model.eval()
+
+
+def assert_greedy_generate_matches(
+    hf: torch.nn.Module, model: torch.nn.Module, lengths: list[int], new_tokens: int = 10
+) -> None:
+    """zoo's greedy ``generate`` on a left-padded batch of ``lengths`` equals transformers' token for token (eos
+    2, pad 0), with a generation config set outright so that no saved default can leak in."""
+    import transformers
+
+    ids, mask, _ = left_padded(lengths)
+    settings = dict(max_new_tokens=new_tokens, eos_token_id=2, pad_token_id=0)
+    config = transformers.GenerationConfig(
+        do_sample=False, num_beams=1, min_new_tokens=0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+        bos_token_id=1, forced_bos_token_id=None, forced_eos_token_id=None, bad_words_ids=None, **settings,
+    )  # fmt: skip
+    hf.generation_config = config
+    with torch.no_grad():
+        theirs = hf.generate(ids, attention_mask=mask, generation_config=config)
+    ours = model.generate(ids, attention_mask=mask, **settings)
+    assert torch.equal(ours, theirs), (ours, theirs)
+
+
+def export_and_reload(model: Any, hf: torch.nn.Module, source: Path, out: Path) -> torch.nn.Module:
+    """``zoo.to_hf(model, out)`` checked: the ``model_type`` of the folder it was imported from (``source``),
+    loaded by transformers as ``hf``'s class with no missing or unexpected keys, and read back by zoo as the
+    same spec. Returns transformers' model, for the caller's logits comparison."""
+    zoo.to_hf(model, out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == json.loads((source / "config.json").read_text())["model_type"]
+    reloaded = reload_hf(out)
+    assert type(reloaded) is type(hf)
+    assert zoo.from_hf(out).spec.override(name=None, source=None) == model.spec.override(
+        name=None, source=None
+    )
+    return reloaded

@@ -16,7 +16,7 @@ from typing import Any
 import hf_decoder_parity as parity
 import pytest
 import torch
-from hf_decoder_parity import left_padded, liven, reload_hf
+from hf_decoder_parity import assert_greedy_generate_matches, export_and_reload, liven
 
 import zoo
 from zoo.io.hf import HFError
@@ -97,30 +97,12 @@ def test_import_reads_every_moe_option_into_the_ffn_spec(case) -> None:
 
 def test_greedy_generate_matches_transformers_on_left_padded_prompts(case) -> None:
     _, hf, _, model = case
-    ids, mask, _ = left_padded([30, 21, 9])
-    settings = dict(max_new_tokens=10, eos_token_id=2, pad_token_id=0)
-    config = transformers.GenerationConfig(
-        do_sample=False, num_beams=1, min_new_tokens=0, repetition_penalty=1.0, no_repeat_ngram_size=0,
-        bos_token_id=1, forced_bos_token_id=None, forced_eos_token_id=None, bad_words_ids=None, **settings,
-    )  # fmt: skip
-    hf.generation_config = config
-    with torch.no_grad():
-        theirs = hf.generate(ids, attention_mask=mask, generation_config=config)
-    ours = model.generate(ids, attention_mask=mask, **settings)
-    assert torch.equal(ours, theirs), (ours, theirs)
+    assert_greedy_generate_matches(hf, model, [30, 21, 9])
 
 
 def test_to_hf_loads_in_transformers_with_no_missing_keys_and_same_logits(case, tmp_path) -> None:
     _, hf, path, model = case
-    zoo.to_hf(model, tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == json.loads((path / "config.json").read_text())["model_type"]
-    reloaded = reload_hf(tmp_path)
-    assert type(reloaded) is type(hf)
-    assert_logits_match(model, reloaded)
-    assert zoo.from_hf(tmp_path).spec.override(name=None, source=None) == model.spec.override(
-        name=None, source=None
-    )
+    assert_logits_match(model, export_and_reload(model, hf, path, tmp_path))
 
 
 # -- refusals ----------------------------------------------------------------------------------------------
