@@ -239,3 +239,14 @@ def test_zoo_serve_prints_its_url_and_exits_cleanly_on_sigterm(saved: Path) -> N
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_zoo_serve_without_the_serve_extra_is_one_line(
+    saved: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zoo.cli import main
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` now fails, as without the extra
+    assert main(["serve", str(saved)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: zoo serve needs FastAPI and uvicorn: pip install 'transformer-zoo[serve]'", err

@@ -56,12 +56,20 @@ def bad(message: str, param: str | None) -> HTTPError:
     return HTTPError(400, message, kind="invalid_request_error", param=param)
 
 
+class ServeExtraMissing(ValueError, ImportError):
+    """FastAPI or uvicorn is not installed; the message names the extra to install (a ValueError too, so the
+    CLI reports it in one line, as `zoo.evaluation`'s missing lm-eval is)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"zoo serve needs FastAPI and uvicorn: {EXTRA}")
+
+
 def import_fastapi() -> Any:
-    """fastapi, or one ImportError naming the extra to install."""
+    """fastapi, or `ServeExtraMissing`."""
     try:
         import fastapi
     except ImportError as error:
-        raise ImportError(f"zoo serve needs FastAPI and uvicorn: {EXTRA}") from error
+        raise ServeExtraMissing() from error
     return fastapi
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from zoo.serving.api import EXTRA, create_app
+from zoo.serving.api import ServeExtraMissing, create_app
 from zoo.serving.engine import Engine
 
 GRACE_S = 30
@@ -24,7 +24,7 @@ def _uvicorn() -> Any:
     try:
         import uvicorn
     except ImportError as error:
-        raise ImportError(f"zoo serve needs FastAPI and uvicorn: {EXTRA}") from error
+        raise ServeExtraMissing() from error
     return uvicorn
 
 
