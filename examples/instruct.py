@@ -151,16 +151,17 @@ def answer(
 ) -> list[str]:
     """Greedy answers to ``questions``, each asked as one user turn in the tokenizer's chat template."""
     prompts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False
+        )
         for q in questions
     ]
-    width = max(map(len, prompts))
-    pad = tokenizer.pad_id or 0
-    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(prompts):  # left-padded: every prompt ends where generation starts
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        attention_mask[row, width - len(ids) :] = 1
+    # left-padded (every prompt ends where generation starts); the template already wrote the bos
+    batch = tokenizer(
+        prompts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt"
+    )
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    width = input_ids.shape[1]
     out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens)
     eos = tokenizer.eos_id
     answers = []
