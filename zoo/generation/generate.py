@@ -35,6 +35,7 @@ from zoo.generation.config import (
     validated,
 )
 from zoo.generation.graphs import CudaGraphStep
+from zoo.generation.layout import use_decoding_layout
 from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.sampling import BadWords, LogitsProcessors, check_finite, sample
@@ -374,6 +375,8 @@ def prepare(
     if config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(config.seed)
     rows = input_ids.shape[0] * config.rows_per_input
+    if not model.training:  # a training loop's sample leaves the weights as training wants them
+        use_decoding_layout(model, rows=rows)
     return Run(
         model=model,
         input_ids=input_ids,

@@ -3,13 +3,14 @@ generation calls (`GenerationMixin`, the `zoo.generation.protocol.GenerativeMode
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 import torch
 from torch import nn
 
 from zoo.blocks import TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
+from zoo.generation.layout import row_major
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.losses import load_balancing_loss
 from zoo.spec import ModelSpec
@@ -26,6 +27,9 @@ class _FixedBuffers(Protocol):
     def reset_buffers(self) -> None: ...
 
 
+_Model = TypeVar("_Model", bound="ZooModel")
+
+
 class ZooModel(nn.Module):
     """Base of `EncoderModel`, `DecoderModel` and `EncoderDecoderModel`; ``model.spec`` built it."""
 
@@ -34,6 +38,13 @@ class ZooModel(nn.Module):
     def num_parameters(self, *, trainable_only: bool = False) -> int:
         """Distinct parameters (a tied or shared tensor counts once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def train(self: _Model, mode: bool = True) -> _Model:
+        """``nn.Module.train``; training mode also puts back weight matrices that single-row CPU decoding
+        stored column-major (`zoo.generation.layout`), so training always sees contiguous weights."""
+        if mode:
+            row_major(self)
+        return super().train(mode)
 
     def reset_buffers(self) -> None:
         """Recompute fixed tables (sinusoids, rotary angles, ALiBi slopes), e.g. after a meta-device build."""

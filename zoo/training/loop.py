@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 import zoo.lora
+from zoo.generation.layout import row_major
 from zoo.io.atomic import write_text_atomic
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
@@ -151,6 +152,7 @@ class Trainer:
             dist_.checkpoint_activations(self.model)
         if config.compile:
             dist_.compile_layers(self.model)
+        row_major(self.model)  # a model given in that decoded single rows (zoo.generation.layout)
         self.wrapped = dist_.wrap_model(
             self.model,
             runtime,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import save_file
 
+from zoo.generation.layout import row_major
 from zoo.io.atomic import (
     discard_temp,
     fsync_dir,
@@ -98,6 +99,7 @@ def save(
         )
     tokenizer = _as_tokenizer(tokenizer)
     limit = parse_size(max_shard_size)
+    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.layout)
     state, quantization = quantized_state(model, error=CheckpointError)  # int8/int4 weights as plain parts
     tensors, aliases = unique_tensors(state)
     sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}

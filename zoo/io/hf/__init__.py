@@ -35,6 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
+from zoo.generation.layout import row_major
 from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_atomic, write_text_atomic
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
@@ -404,6 +405,7 @@ def to_hf(
     _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
+    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.layout)
     state = model.state_dict()
     if any(t.is_meta for t in state.values()):
         raise HFError("to_hf: the model has meta tensors (built on the meta device and never loaded)")
