@@ -295,10 +295,14 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
         if config.do_sample:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
             check_finite(scores, step)
-        finite = (scores < math.inf).all()  # NaN / +inf: argmax would pick token 0 silently (-inf is a ban)
         if processors.active:
             scores = processors(scores, session.sequences, session.valid, step)
-        tokens = sample(scores, generator) if config.do_sample else scores.argmax(dim=-1)  # (B,)
+        if config.do_sample:
+            tokens = sample(scores, generator)  # (B,)
+            finite = torch.ones((), dtype=torch.bool, device=scores.device)  # checked before sampling
+        else:  # NaN / +inf would be picked silently; a row's max is NaN or +inf exactly then (-inf is a ban)
+            best, tokens = scores.max(dim=-1)  # (B,) each: the argmax and its score, in one pass
+            finite = (best < math.inf).all()
         if unfinished is not None:
             assert eos is not None  # rows can finish only when there is an eos id (``unfinished`` above)
             tokens = torch.where(unfinished, tokens, run.pad)
@@ -306,7 +310,7 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
             # One host read a step, for both questions (on a GPU each read waits for the queue to drain).
             finite_now, going = torch.stack([finite, unfinished.any()]).tolist()
         else:
-            finite_now, going = bool(finite), True
+            finite_now, going = config.do_sample or bool(finite), True
         if not finite_now:
             check_finite(scores.new_full((1,), math.nan), step)  # raises, naming the step
         session.append(tokens)
