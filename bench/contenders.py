@@ -236,16 +236,15 @@ def generate_fn(
 def floor_fn(workload: GenerateWorkload, device: str, dtype: torch.dtype) -> Callable[[], None]:
     """The bare chain of one decode step's weight matmuls, repeated ``new_tokens`` times: no attention over the
     cache, no norms, no Python around it beyond the loop. The matrices are in the layout zoo decodes this
-    many rows with (`zoo.generation.layout`: column-major for one or two float32 rows on the CPU), the
-    faster one: nothing that reads these weights through ``F.linear`` beats it."""
+    many rows with (`zoo.generation.layout`: the wide ones column-major for one or two float32 rows on the
+    CPU), the faster one: nothing that reads these weights through ``F.linear`` beats it."""
     spec = workload.spec
     C, F_, V, L = spec["d_model"], spec["ffn"]["d_ff"], spec["vocab_size"], spec["num_layers"]
     cross = workload.family == "encoder-decoder"
-    column_major = wants_column_major(torch.device(device), dtype, workload.batch)
 
     def weight(rows: int, cols: int) -> torch.Tensor:
         w = torch.randn(rows, cols, device=device, dtype=dtype) * 0.02
-        return w.t().contiguous().t() if column_major else w
+        return w.t().contiguous().t() if wants_column_major(w.shape, w.device, dtype, workload.batch) else w
 
     layers = [
         {"qkv": weight(3 * C, C), "out": weight(C, C), "up": weight(F_, C), "down": weight(C, F_)}

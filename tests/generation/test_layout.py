@@ -1,6 +1,6 @@
-"""The weight layout single-row CPU decoding uses (`zoo.generation.layout`): column-major matrices for one
-or two float32 rows a step, row-major otherwise; the same tokens either way; training and saving see
-contiguous weights."""
+"""The weight layout single-row CPU decoding uses (`zoo.generation.layout`): the wide matrices column-major
+for one or two float32 rows a step, every matrix row-major otherwise; the same tokens either way; training
+and saving see contiguous weights."""
 
 from __future__ import annotations
 
@@ -13,19 +13,37 @@ from zoo.generation.layout import is_column_major, row_major, use_decoding_layou
 
 
 def _layouts(model: torch.nn.Module) -> set[str]:
-    return {
-        "column" if is_column_major(p) else "row"
-        for p in model.parameters()
-        if p.dim() == 2 and min(p.shape) > 1
-    }
+    """{"column"} when some wide matrices are column-major (the rest row-major), {"row"} when none is."""
+    columns = {is_column_major(p) for p in model.parameters() if p.dim() == 2}
+    return {"column" if True in columns else "row"}
 
 
-def test_the_rule_is_float32_on_the_cpu_for_at_most_two_rows():
+def _column_major_names(model: torch.nn.Module) -> set[str]:
+    return {name for name, p in model.named_parameters() if is_column_major(p)}
+
+
+def test_the_rule_is_wide_float32_matrices_on_the_cpu_for_at_most_two_rows():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert wants_column_major(cpu, torch.float32, 1) and wants_column_major(cpu, torch.float32, 2)
-    assert not wants_column_major(cpu, torch.float32, 3)
-    assert not wants_column_major(cpu, torch.bfloat16, 1)
-    assert not wants_column_major(cuda, torch.float32, 1)
+    wide, narrow, square = (1536, 512), (512, 2048), (512, 512)
+    assert wants_column_major(wide, cpu, torch.float32, 1) and wants_column_major(wide, cpu, torch.float32, 2)
+    assert not wants_column_major(wide, cpu, torch.float32, 3)
+    assert not wants_column_major(narrow, cpu, torch.float32, 1)
+    assert not wants_column_major(square, cpu, torch.float32, 1)
+    assert not wants_column_major(wide, cpu, torch.bfloat16, 1)
+    assert not wants_column_major(wide, cuda, torch.float32, 1)
+
+
+def test_which_matrices_go_column_major(tiny):
+    model = tiny("gpt2-tiny")  # a tied head: it multiplies by the embedding table
+    use_decoding_layout(model, rows=1)
+    names = _column_major_names(model)
+    assert "embed.tokens.weight" in names
+    assert any(".qkv_proj." in n for n in names) and any(".up_proj." in n for n in names)  # wide
+    assert all(".qkv_proj." in n or ".up_proj." in n or n == "embed.tokens.weight" for n in names), names
+    untied = tiny("llama-tiny")  # an untied head: its own matrix, and the table stays row-major (lookups)
+    use_decoding_layout(untied, rows=1)
+    names = _column_major_names(untied)
+    assert "lm_head.weight" in names and "embed.tokens.weight" not in names
 
 
 def test_single_row_decoding_gives_the_row_major_tokens(any_model, prompts):
@@ -98,9 +116,7 @@ def test_saving_and_exporting_after_single_row_decoding(tmp_path, tiny, prompts)
     expected = model.generate(ids, max_new_tokens=4, eos_token_id=[])
     assert _layouts(model) == {"column"}
     zoo.save(model, tmp_path / "zoo")
-    assert torch.equal(
-        zoo.load(tmp_path / "zoo").generate(ids, max_new_tokens=4, eos_token_id=[]), expected
-    )
+    assert torch.equal(zoo.load(tmp_path / "zoo").generate(ids, max_new_tokens=4, eos_token_id=[]), expected)
     model.generate(ids, max_new_tokens=1)
     zoo.to_hf(model, tmp_path / "hf")
     back = zoo.from_hf(tmp_path / "hf")
@@ -116,3 +132,19 @@ def test_the_serving_engine_sets_the_layout_for_its_batch(tiny, rows):
     use_decoding_layout(model, rows=9 - rows)  # the other layout first
     Engine(model, None, max_batch=rows)
     assert _layouts(model) == {"column" if rows == 1 else "row"}
+
+
+def test_lora_layers_decode_the_same_with_their_frozen_matrix_column_major(tiny, prompts):
+    model = tiny("llama-tiny")
+    zoo.lora.apply(model, r=4, alpha=8.0)
+    with torch.no_grad():  # B = 0 at first: give the adapters an effect
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.1)
+    ids, _ = prompts(model.spec.vocab_size, [5])
+    model.train()
+    reference = model.generate(ids, max_new_tokens=6, eos_token_id=[])
+    model.eval()
+    assert torch.equal(model.generate(ids, max_new_tokens=6, eos_token_id=[]), reference)
+    names = _column_major_names(model)
+    assert any(".qkv_proj." in n for n in names) and not any("lora_" in n for n in names)

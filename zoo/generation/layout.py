@@ -1,22 +1,26 @@
 """Where a model's weight matrices sit in memory while it decodes on a CPU.
 
 A decode step multiplies one row per sequence by every weight matrix: ``F.linear(x, W)`` with x (R, in)
-and W (out, in), a matrix-vector product bound by reading W. For a few rows, the CPU BLAS kernels read W
-faster when it is stored column-major — the same (out, in) tensor, strides (1, out), i.e. Wᵀ contiguous:
+and W (out, in), a matrix-vector product bound by reading W. For one or two rows, the CPU's BLAS reads a
+*wide* W (out > in: the fused q/k/v projection, the FFN's up projection, the LM head) about twice as fast
+when it is stored column-major — the same (out, in) tensor with strides (1, out), i.e. Wᵀ contiguous —
+while a narrow one (the FFN's down projection) is faster row-major, and a square one is a draw.
+Per matrix, float32, 2-core AMD EPYC, torch 2.13 MKL (time column-major / time row-major):
 
-    rows per step                      1      2      4      8     32+
-    float32, row-major (ms)          7.6   15.2   12.4   10.1   equal
-    float32, column-major (ms)       6.0    9.9   13.0   11.0   equal
-    bfloat16                     within 6% either way
+    rows per step          1      2      4      8     32
+    (2048, 512) up       0.47   0.47   1.02   0.99   1.00
+    (8192, 512) head     0.56   0.42   0.93   0.74   0.89
+    (512, 2048) down     1.36   1.30   1.08   1.21   1.11
 
-(the 25 weight matrices of the bench's GPT-shaped decode step, ``python -m bench``'s shapes, 2-core AMD
-EPYC, torch 2.13 MKL.) So float32 decoding of at most `COLUMN_MAJOR_ROWS` rows per step on the CPU keeps
-every 2-D floating-point weight column-major, and any other decoding keeps them row-major (contiguous):
-`use_decoding_layout`, called by `zoo.generation.generate` / `stream` for a model in eval mode, and by the
-serving engine. The values, shapes and Parameter objects stay the same (``param.data`` is swapped, one
-matrix at a time: an optimizer, hooks and tied weights are unaffected; no second copy is kept), and the
-layout stays until a run needs the other one, so steady single-row decoding pays the conversion once
-(~30 ms for the bench's 23M-parameter model).
+The chain of the bench's GPT-shaped decode step (6 layers, 25 matrices) takes 8.1 ms row-major and 5.5 ms
+with its wide matrices column-major at one row (14.0 -> 9.0 ms at two); from four rows on no layout wins
+in that chain, and bfloat16 moves under 6% either way. So `use_decoding_layout` — called by
+`zoo.generation.generate` / `stream` for a model in eval mode, and by the serving engine — keeps a
+model's wide matrices column-major for float32 decoding of at most `COLUMN_MAJOR_ROWS` rows a step on the
+CPU, and every matrix row-major otherwise. Values, shapes and Parameter objects stay the same
+(``param.data`` is swapped, one matrix at a time: an optimizer, hooks and tied weights are unaffected; no
+second copy is kept), and the layout stays until a run needs the other one, so steady single-row decoding
+pays the conversion once (~30 ms for the bench's 23M-parameter model).
 
 Training sees ordinary contiguous weights: ``ZooModel.train()`` puts them back row-major (`row_major`),
 as do ``zoo.save`` and ``zoo.to_hf`` before they gather the tensors. Code of one's own that needs
@@ -29,27 +33,36 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# At most this many rows per decode step go column-major (measured above: 4 rows is a draw, 8 lose 8%).
+# At most this many rows per decode step go column-major (measured above: from 4 rows on, none wins).
 COLUMN_MAJOR_ROWS = 2
 
 
-def wants_column_major(device: torch.device, dtype: torch.dtype, rows: int) -> bool:
-    """Whether decoding ``rows`` rows per step with ``dtype`` weights on ``device`` is faster column-major."""
-    return device.type == "cpu" and dtype == torch.float32 and rows <= COLUMN_MAJOR_ROWS
+def wants_column_major(
+    shape: torch.Size | tuple[int, ...], device: torch.device, dtype: torch.dtype, rows: int
+) -> bool:
+    """Whether an (out, in) weight matrix multiplies ``rows`` rows per step faster stored column-major."""
+    out_features, in_features = shape
+    cpu_float32 = device.type == "cpu" and dtype == torch.float32
+    return cpu_float32 and rows <= COLUMN_MAJOR_ROWS and out_features > in_features
 
 
 def use_decoding_layout(model: nn.Module, *, rows: int) -> None:
-    """Put ``model``'s weight matrices in the layout that decoding ``rows`` rows per step runs fastest with."""
-    matrices = _matrices(model)
-    if not matrices:
-        return
-    first = matrices[0]
-    _set_layout(matrices, column_major=wants_column_major(first.device, first.dtype, rows))
+    """Put each of ``model``'s weight matrices in the layout that decoding ``rows`` rows a step runs fastest with."""
+    with torch.no_grad():
+        for param in _matrices(model):
+            if wants_column_major(param.shape, param.device, param.dtype, rows):
+                if param.is_contiguous():
+                    param.data = param.data.t().contiguous().t()  # same (out, in) shape, stored as (in, out)
+            elif is_column_major(param):
+                param.data = param.data.contiguous()
 
 
+@torch.no_grad()
 def row_major(model: nn.Module) -> None:
     """Make every weight matrix of ``model`` contiguous again (a no-op unless it decoded single rows on CPU)."""
-    _set_layout(_matrices(model), column_major=False)
+    for param in _matrices(model):
+        if is_column_major(param):
+            param.data = param.data.contiguous()
 
 
 def is_column_major(tensor: torch.Tensor) -> bool:
@@ -58,20 +71,23 @@ def is_column_major(tensor: torch.Tensor) -> bool:
 
 
 def _matrices(model: nn.Module) -> list[nn.Parameter]:
-    # Every plain 2-D floating-point parameter, each once (a tied head's matrix is its embedding's):
-    # embeddings too, since a tied LM head multiplies by the embedding matrix; a lookup of one row is
-    # unaffected. Tensor subclasses (torchao's quantised weights) keep the layout their kernels expect.
-    return [
-        p
-        for p in model.parameters()
-        if p.dim() == 2 and p.is_floating_point() and type(p.data) is torch.Tensor
-    ]
-
-
-@torch.no_grad()
-def _set_layout(matrices: list[nn.Parameter], *, column_major: bool) -> None:
-    for param in matrices:
-        if column_major and param.is_contiguous() and param.shape[0] > 1 and param.shape[1] > 1:
-            param.data = param.data.t().contiguous().t()  # same (out, in) shape, stored as (in, out)
-        elif not column_major and is_column_major(param):
-            param.data = param.data.contiguous()
+    """The matrices ``F.linear`` multiplies by, each once: the ``weight`` of every linear map (a module with
+    ``in_features`` and ``out_features``: ``nn.Linear``, `zoo.lora.LoraLinear`) and a head's
+    ``output_weight`` (a tied LM head's is the embedding table). Tables that are looked up (embeddings,
+    learned positions, position biases) stay as they are: column-major, each lookup would be a strided
+    gather. Tensor subclasses (torchao's quantised weights) keep the layout their kernels expect."""
+    found: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        linear = hasattr(module, "in_features") and hasattr(module, "out_features")
+        for weight in (
+            getattr(module, "output_weight", None),
+            getattr(module, "weight", None) if linear else None,
+        ):
+            if (
+                isinstance(weight, nn.Parameter)
+                and weight.dim() == 2
+                and weight.is_floating_point()
+                and type(weight.data) is torch.Tensor
+            ):
+                found[id(weight)] = weight
+    return list(found.values())
