@@ -30,9 +30,10 @@ def compiled_decode_step(model: GenerativeModel, *, rows: int) -> StepFn:
 
     Half-precision models are compiled with Inductor's weight *freezing*: the weights become constants of
     the compiled graph, prepacked for oneDNN, which is where most of the speed comes from on CPU (bf16 decode
-    ~1.4x faster than compiling without it). float32 is frozen only for a single row: prepacked float32
-    weights beat the default kernels at batch 1 (8.6 vs 10.9 ms/token on the bench's GPT shape) but lose at
-    batch 8 (18.1 vs 15.8 ms).
+    ~1.4x faster than compiling without it). float32 is not frozen: at batch 8 prepacked weights lose to
+    the default kernels (18.1 vs 15.8 ms/token on the bench's GPT shape), and at one or two rows the
+    column-major layout (`zoo.generation.layout`) reads the weights as fast as prepacking did, without a
+    frozen copy of them.
 
     Frozen constants are one model's weights at one moment, so they must live in one graph on code of the
     model's own, where they can be dropped alone; ``fullgraph=True`` holds the frozen path to one graph.
@@ -40,7 +41,7 @@ def compiled_decode_step(model: GenerativeModel, *, rows: int) -> StepFn:
     a given mask is applied; generation passes None for a batch without padding, decided once per call).
     """
     parameters = list(model.parameters())
-    freeze = parameters[0].dtype in (torch.bfloat16, torch.float16) or rows == 1
+    freeze = parameters[0].dtype in (torch.bfloat16, torch.float16)
     if not freeze:
         return _shared_step()
     versions = tuple(p._version for p in parameters)
