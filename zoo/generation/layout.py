@@ -76,9 +76,10 @@ def is_column_major(tensor: torch.Tensor) -> bool:
 def _matrices(model: nn.Module) -> list[nn.Parameter]:
     """The matrices ``F.linear`` multiplies by, each once: the ``weight`` of every linear map (a module with
     ``in_features`` and ``out_features``: ``nn.Linear``, `zoo.lora.LoraLinear`) and a head's
-    ``output_weight`` (a tied LM head's is the embedding table). Tables that are looked up (embeddings,
-    learned positions, position biases) stay as they are: column-major, each lookup would be a strided
-    gather. Tensor subclasses (torchao's quantised weights) keep the layout their kernels expect."""
+    ``output_weight`` (a tied LM head's is the embedding table, which then moves too: the head's matmul
+    reads all of it every step, a lookup only a row per token). Tables that are only looked up (untied
+    embeddings, learned positions, position biases) stay as they are: column-major, each lookup would be a
+    strided gather. Tensor subclasses (torchao's quantised weights) keep the layout their kernels expect."""
     found: dict[int, nn.Parameter] = {}
     for module in model.modules():
         linear = hasattr(module, "in_features") and hasattr(module, "out_features")
