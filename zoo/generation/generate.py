@@ -291,6 +291,9 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
         if eos is not None
         else None
     )
+    checked = torch.ones(
+        (), dtype=torch.bool, device=session.tokens.device
+    )  # sampling checks before it draws
     for step in range(config.max_new_tokens):
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
         if config.do_sample:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
@@ -298,8 +301,7 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
         if processors.active:
             scores = processors(scores, session.sequences, session.valid, step)
         if config.do_sample:
-            tokens = sample(scores, generator)  # (B,)
-            finite = torch.ones((), dtype=torch.bool, device=scores.device)  # checked before sampling
+            tokens, finite = sample(scores, generator), checked  # (B,), ()
         else:  # NaN / +inf would be picked silently; a row's max is NaN or +inf exactly then (-inf is a ban)
             best, tokens = scores.max(dim=-1)  # (B,) each: the argmax and its score, in one pass
             finite = (best < math.inf).all()
