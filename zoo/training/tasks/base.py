@@ -38,7 +38,7 @@ from zoo.io.tokenizer import Tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
 from zoo.spec import ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import PreparedData, SideInfo
@@ -187,6 +187,13 @@ class Task(ABC):
         """Refuse data settings this task cannot use (a `ConfigError` naming the field)."""
         if data.packing is not None:
             raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
+
+    @staticmethod
+    def refuse_parallel_files(data: DataConfig, message: str) -> None:
+        """For the tasks that read one file per split: a `ConfigError` with ``message`` when a split is
+        given as {source, target} files."""
+        if any(isinstance(split, ParallelFiles) for split in (data.train, data.valid)):
+            raise ConfigError(message)
 
     @abstractmethod
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:

@@ -54,7 +54,7 @@ from zoo.io.tokenizer.errors import encode_checked
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import SideInfo
@@ -112,11 +112,9 @@ class Chat(Task):
     # -- data --------------------------------------------------------------------------------------------
 
     def check_data(self, data: DataConfig) -> None:
-        for split in (data.train, data.valid):
-            if isinstance(split, ParallelFiles):
-                raise ConfigError(
-                    "data: chat reads one JSON-lines file per split, not {source, target} files"
-                )
+        self.refuse_parallel_files(
+            data, "data: chat reads one JSON-lines file per split, not {source, target} files"
+        )
 
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
         return Source("text", (files,), fields=self.fields, on_bad_line=on_bad_line)

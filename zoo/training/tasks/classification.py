@@ -35,7 +35,7 @@ from zoo.losses import IGNORE_INDEX
 from zoo.spec import EncoderSpec, ModelSpec
 from zoo.spec.model import SequenceClassifierSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import Format, OnBadLine, ReadStats, Record, Source, iter_records
@@ -146,9 +146,9 @@ class Classification(Task):
 
     def check_data(self, data: DataConfig) -> None:
         super().check_data(data)
-        for split in (data.train, data.valid):
-            if isinstance(split, ParallelFiles):
-                raise ConfigError(f"data: {self.name} reads one file per split, not {{source, target}} files")
+        self.refuse_parallel_files(
+            data, f"data: {self.name} reads one file per split, not {{source, target}} files"
+        )
 
     def check_prepared(self, data: PreparedData, *, where: str) -> None:
         data_labels(data)  # named in the manifest

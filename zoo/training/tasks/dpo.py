@@ -43,7 +43,7 @@ import zoo.lora
 from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.objectives import Objective, ObjectiveSums
@@ -90,11 +90,9 @@ class DPO(Task):
 
     def check_data(self, data: DataConfig) -> None:
         super().check_data(data)
-        for split in (data.train, data.valid):
-            if isinstance(split, ParallelFiles):
-                raise ConfigError(
-                    "data: dpo reads JSON lines {prompt, chosen, rejected}, not {source, target} files"
-                )
+        self.refuse_parallel_files(
+            data, "data: dpo reads JSON lines {prompt, chosen, rejected}, not {source, target} files"
+        )
 
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
         return Source("jsonl", (files,), fields=self.fields, on_bad_line=on_bad_line)

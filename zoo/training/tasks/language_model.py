@@ -35,7 +35,7 @@ import torch
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, EncoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, PackingConfig, ParallelFiles, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, PackingConfig, TrainConfig
 from zoo.training.data.sources import OnBadLine, Record, Source
 from zoo.training.masking import mask_tokens
 from zoo.training.tasks.base import (
@@ -63,9 +63,7 @@ class LanguageModel(Task):
     fields: ClassVar[tuple[str, ...]] = ("text",)
 
     def check_data(self, data: DataConfig) -> None:
-        for split in (data.train, data.valid):
-            if isinstance(split, ParallelFiles):
-                raise ConfigError(f"data: {{source, target}} files are for seq2seq, not {self.name}")
+        self.refuse_parallel_files(data, f"data: {{source, target}} files are for seq2seq, not {self.name}")
 
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
         return Source("text", (files,), fields=self.fields, on_bad_line=on_bad_line)
