@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"python -m bench: --device {args.device} needs a CUDA GPU, and torch {torch.__version__} "
                 "sees none (torch.cuda.is_available() is False); leave out --device for the CPU benchmark\n",
             )
-        torch.cuda.set_device(torch.device(args.device))
+        # An index is needed: torch 2.11's set_device refuses a bare "cuda" (2.13 takes it as the current GPU).
+        torch.cuda.set_device(torch.device(args.device).index or 0)
         args.peak_tflops = args.peak_tflops or bf16_peak_tflops(torch.cuda.get_device_name())
     if args.tiny and not args.gpu_check:
         parser.error("--tiny goes with --gpu-check")
