@@ -45,8 +45,13 @@ test-gpu: $(VENV)/.installed-dev
 # network) downloads what it lacks as CPython 3.12 manylinux x86-64 wheels into .whl/ (ignored by git); there,
 # `make gpu-check` (plain python3, no venv) installs them without network, runs the cuda tests, the GPU bench
 # and the demo in under 7 minutes, and writes logs and one JSON of figures to $$OUT (bench/README.md).
+# The second line is the serve bench's stack (zoo serve's FastAPI/uvicorn, the openai client it is measured
+# with, and their pure-Python needs at the versions the dev extra resolves to here), installed over the image's.
 GPU_WHEELS ?= pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-	typing-extensions==4.16.0
+	typing-extensions==4.16.0 \
+	fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 annotated-doc==0.0.7 opentelemetry-api==1.45.2 \
+	openai==3.57.0 httpx2==2.16.2 httpcore2==2.16.2 jiter==0.19.0 sniffio==1.3.1 truststore==0.10.5 \
+	anyio==4.16.0 idna==3.20
 gpu-wheels:
 	rm -rf .whl && $(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

@@ -14,6 +14,9 @@ timeout so a hang cannot eat the budget, and none stopping the others:
        demo        python3 -m zoo demo --device cuda, its run folder under /tmp                     } parallel
     4. bench       python -m bench --device cuda --gpu-check: bf16 training with MFU, greedy decoding with
                    CUDA graphs, peak memory against `zoo.summary`; alone on the GPU, so timings are clean
+    5. serve       python -m bench.serve --device cuda: `zoo serve`'s tokens/s at 1 and 32 clients, continuous
+                   batching against one request at a time and transformers serve (where it starts); only
+                   where FastAPI, uvicorn and the openai client import (the second line of GPU_WHEELS)
 
 Writes to $OUT when set (else bench/results/local/gpu-check/): each step's log, the bench's results.json /
 results.md, and one gpu-check.json (+ gpu-check.md) with the figures; prints one summary line.
@@ -39,9 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".whl"
 LOCAL = ROOT / "bench" / "results" / "local" / "gpu-check"
-# Seconds per step. The whole must stay under 7 minutes on one H100: 10 s of checks and wheels, pytest and
-# the demo side by side (at most 200 s), then the bench alone (at most 190 s).
-LIMITS = {"pytest": 200, "demo": 150, "bench": 190}
+# Seconds per step. The whole must stay under 9 minutes on one H100: 10 s of checks and wheels, pytest and
+# the demo side by side (at most 170 s), then the bench alone (at most 190 s), then the serve bench (150 s).
+LIMITS = {"pytest": 170, "demo": 150, "bench": 190, "serve": 150}
 # The test files that hold `cuda`-marked tests (pytest -m cuda over the whole tree would import every test
 # module, some of which need packages the GPU machine lacks).
 CUDA_TESTS = [
@@ -128,8 +131,8 @@ def install_wheels(target: Path) -> str | None:
     return None
 
 
-def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase]:
-    """The parallel steps (pytest, demo) and the bench, as commands."""
+def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase, Phase]:
+    """The parallel steps (pytest, demo), the bench and the serve bench, as commands."""
     py = sys.executable
     pytest = [py, "-m", "pytest", "-m", "cuda", "-vv", "-rs", "-p", "no:randomly", *CUDA_TESTS]
     if fake():  # the orchestration on CPU: the cuda tests collect and skip
@@ -144,11 +147,20 @@ def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase]:
     bench = [py, "-m", "bench", "--device", device, "--gpu-check", "--out", str(work / "bench")]
     if fake():
         bench += ["--tiny"]
-    return [Phase("pytest", pytest), Phase("demo", demo)], Phase("bench", bench)
+    serve = [py, "-m", "bench.serve", "--device", device, "--out", str(work / "serve")]
+    if fake():
+        serve += ["--clients", "2", "--requests", "1", "--new-tokens", "4", "--layers", "1", "--width", "64"]
+        serve += ["--no-transformers"]
+    else:  # a model large enough (8 x 1024, ~100M parameters) that a step is more than launch overhead
+        serve += ["--dtype", "bfloat16", "--clients", "1", "32", "--requests", "2", "--new-tokens", "64"]
+        serve += ["--layers", "8", "--width", "1024"]
+    return [Phase("pytest", pytest), Phase("demo", demo)], Phase("bench", bench), Phase("serve", serve)
 
 
-def _importable(module: str) -> bool:
-    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, timeout=60)
+def _importable(module: str, env: dict[str, str] | None = None) -> bool:
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, timeout=60, env=env
+    )
     return done.returncode == 0
 
 
@@ -203,8 +215,9 @@ def count_tests(log: str) -> TestCounts:
     return counts
 
 
-def figures(bench: dict[str, Any] | None) -> dict[str, Any]:
-    """The issue's figures from the bench record, each with its goal; None where a row was not measured."""
+def figures(bench: dict[str, Any] | None, serve: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The issue's figures from the bench record (and the serve bench's), each with its goal; None where a row
+    was not measured."""
     from bench.workloads import GPT2_MEDIUM_TRAIN, TRANSFORMER_BASE_TRAIN, gpt2_medium_greedy
 
     rows = bench["results"] if bench else []
@@ -258,6 +271,41 @@ def figures(bench: dict[str, Any] | None) -> dict[str, Any]:
             floor_tokens_s=get(b1, "weights_floor_rate"),
         ),
         "training_memory_vs_estimate": memory,
+        "serve_32_clients": serve_figure(serve),
+    }
+
+
+def serve_figure(serve: dict[str, Any] | None) -> dict[str, Any]:
+    """`zoo serve`'s tokens/s at its most clients, beside one request at a time and transformers serve."""
+    rows = serve["results"] if serve else []
+    clients = max((r["clients"] for r in rows), default=None)
+
+    def rate(prefix: str) -> float | None:
+        return next(
+            (r["tokens_per_s"] for r in rows if r["clients"] == clients and r["server"].startswith(prefix)),
+            None,
+        )
+
+    from bench.serve import ONE_AT_A_TIME
+
+    batched = next(
+        (
+            r["tokens_per_s"]
+            for r in rows
+            if r["clients"] == clients and r["server"].startswith("zoo") and r["server"] != ONE_AT_A_TIME
+        ),
+        None,
+    )
+    one, hf = rate(ONE_AT_A_TIME), rate("transformers")
+    return {
+        "clients": clients,
+        "tokens_s": batched,
+        "one_at_a_time_tokens_s": one,
+        "transformers_tokens_s": hf,
+        "vs_one_at_a_time": batched / one if batched and one else None,
+        "vs_transformers": batched / hf if batched and hf else None,
+        "not_started": serve.get("not_started") if serve else None,
+        "model": serve.get("model") if serve else None,
     }
 
 
@@ -289,9 +337,19 @@ def summarize(
         f"decode b1 {times(figs['decode_b1_cuda_graphs_vs_hf']['value'])} hf, "
         f"{times(figs['decode_b1_vs_weights_floor']['value'])} floor; "
         f"b8 {times(figs['decode_b8_cuda_graphs_vs_hf']['value'])} hf"
+        + _serve_text(figs["serve_32_clients"], times)
         + (f"; failed steps: {', '.join(failed)}" if failed else "")
     )
     return record, line
+
+
+def _serve_text(serve: dict[str, Any], times: Any) -> str:
+    if serve["clients"] is None:
+        return ""  # not run
+    return (
+        f"; serve {serve['clients']} clients {times(serve['vs_one_at_a_time'])} one-at-a-time, "
+        f"{times(serve['vs_transformers'])} transformers"
+    )
 
 
 def markdown(record: dict[str, Any], bench_md: str) -> str:
@@ -360,7 +418,21 @@ def markdown(record: dict[str, Any], bench_md: str) -> str:
     return "\n".join([*lines, "", bench_md])
 
 
-def main() -> int:
+def markdown_serve(serve: dict[str, Any]) -> str:
+    from bench.serve import markdown as serve_markdown
+
+    return "`zoo serve` under load (bench.serve):\n\n" + serve_markdown(serve)
+
+
+STEPS = ("pytest", "demo", "bench", "serve")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bench/gpu_check.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), help="run these steps alone")
+    only = set(parser.parse_args(argv).only)
     started = time.perf_counter()
     reason = check_cuda()
     if reason:
@@ -381,10 +453,23 @@ def main() -> int:
     paths = [str(ROOT), *([str(work / "site")] if (work / "site").exists() else [])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    side_by_side, bench = phases(device, out, work)
-    with ThreadPoolExecutor(len(side_by_side)) as pool:  # correctness steps: the GPU is theirs to share
-        done = list(pool.map(lambda p: run_phase(p, env=env, out=out, limit=LIMITS[p.name]), side_by_side))
-    done.append(run_phase(bench, env=env, out=out, limit=LIMITS["bench"]))  # alone: clean timings
+    parallel, bench, serve = phases(device, out, work)
+    side_by_side = [p for p in parallel if p.name in only]
+    done: list[Phase] = []
+    if side_by_side:
+        with ThreadPoolExecutor(len(side_by_side)) as pool:  # correctness steps: the GPU is theirs to share
+            done += pool.map(lambda p: run_phase(p, env=env, out=out, limit=LIMITS[p.name]), side_by_side)
+    if "bench" in only:
+        done.append(run_phase(bench, env=env, out=out, limit=LIMITS["bench"]))  # alone: clean timings
+    serve_record, serve_skipped = None, None
+    if "serve" in only:
+        missing = [m for m in ("fastapi", "uvicorn", "openai") if not _importable(m, env)]
+        if missing:
+            serve_skipped = f"not run: {', '.join(missing)} not importable (the second line of GPU_WHEELS)"
+        else:
+            done.append(run_phase(serve, env=env, out=out, limit=LIMITS["serve"]))
+            serve_path = work / "serve" / "serve.json"  # written after every level
+            serve_record = json.loads(serve_path.read_text()) if serve_path.exists() else None
     # Written after every workload: a bench stopped by its limit still gives the rows it finished.
     record_path = work / "bench" / "results.json"
     bench_record = json.loads(record_path.read_text()) if record_path.exists() else None
@@ -392,13 +477,20 @@ def main() -> int:
     if bench_record:
         shutil.copy(record_path, out / "bench-results.json")
         shutil.copy(work / "bench" / "results.md", out / "bench-results.md")
-    tests = count_tests((out / "pytest.log").read_text())
+    pytest_log = out / "pytest.log"
+    tests = count_tests(pytest_log.read_text()) if pytest_log.exists() else TestCounts()
     record, line = summarize(
-        done, tests, figures(bench_record), device=name, total_s=time.perf_counter() - started
+        done, tests, figures(bench_record, serve_record), device=name, total_s=time.perf_counter() - started
     )
     record["bench_machine"] = bench_record["machine"] if bench_record else None
+    record["serve"] = (
+        serve_record or serve_skipped
+    )  # the whole serve record here: $OUT returns 8 files at most
+    serve_md = (
+        markdown_serve(serve_record) if serve_record else f"Serve bench: {serve_skipped or 'no results'}"
+    )
     (out / "gpu-check.json").write_text(json.dumps(record, indent=2) + "\n")
-    (out / "gpu-check.md").write_text(markdown(record, bench_md) + "\n")
+    (out / "gpu-check.md").write_text(markdown(record, bench_md) + "\n\n" + serve_md)
     shutil.rmtree(work, ignore_errors=True)
     print(line, flush=True)
     return 0 if record["ok"] else 1

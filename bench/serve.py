@@ -5,14 +5,16 @@ with ``zoo.to_hf``) where transformers has it (``--no-transformers`` leaves it o
 
     python -m bench.serve                          # 4 layers, d_model 256, 32 new tokens: about a minute
     python -m bench.serve --new-tokens 64 --clients 1 8 32 --requests 2
+    python -m bench.serve --device cuda --dtype bfloat16   # on a GPU (`make gpu-check` runs this)
 
 Localhost only and bounded: a model (llama-shaped, random weights, float32) and a BPE tokenizer are saved to a
 temporary folder, each server is a ``python -m zoo serve`` subprocess on a free port, and each level runs
 ``--requests`` streamed completions per client (the `openai` client, one thread per client; greedy, every
 prompt a different length, 16-64 tokens, ``max_tokens`` = ``--new-tokens``). Throughput counts the
 completion tokens of every request (``usage``) over the level's wall time; time to first token is from
-sending a request to its first chunk of text. Writes serve.json and serve.md to bench/results/local/, or
---out DIR; --update writes the tracked bench/results/.
+sending a request to its first chunk of text. Every server runs on ``--device`` in ``--dtype``. Writes
+serve.json and serve.md to bench/results/local/, or --out DIR, after every level (a run stopped by a time
+limit keeps the levels it finished); --update writes the tracked bench/results/.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def export_hf(folder: Path, out: Path) -> Path:
     return out
 
 
-def start_server(folder: Path, max_batch: int) -> tuple[subprocess.Popen[str], str]:
+def start_server(folder: Path, max_batch: int, device: str, dtype: str) -> tuple[subprocess.Popen[str], str]:
     command = [
         sys.executable,
         "-m",
@@ -113,7 +115,7 @@ def start_server(folder: Path, max_batch: int) -> tuple[subprocess.Popen[str], s
         "--max-batch",
         str(max_batch),
     ]
-    command += ["--max-queue", "256", "--model-name", "bench"]
+    command += ["--max-queue", "256", "--model-name", "bench", "--device", device, "--dtype", dtype]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -129,13 +131,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_transformers(hf_folder: Path) -> tuple[subprocess.Popen[str], str]:
-    """``transformers serve FOLDER --continuous-batching`` on CPU, on a free localhost port, once it answers."""
+def start_transformers(hf_folder: Path, device: str, dtype: str) -> tuple[subprocess.Popen[str], str]:
+    """``transformers serve FOLDER --continuous-batching`` on ``device``, on a free localhost port, once it
+    answers."""
     import urllib.request
 
     port = free_port()
     command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(hf_folder)]
-    command += ["--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--continuous-batching", "--device", device, "--dtype", dtype]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
@@ -217,7 +221,7 @@ def run_level(
 def markdown(record: dict[str, Any]) -> str:
     m = record["machine"]
     lines = [
-        f"Measured on {m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}, "
+        f"Measured on {m.get('gpu') or m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}, "
         f"{record['new_tokens']} new tokens a request, {record['requests']} requests per client.",
         "",
         "| server | clients | tokens/s | vs one at a time | zoo vs this | TTFT p50 | TTFT p99 |",
@@ -238,6 +242,12 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write(record: dict[str, Any], out: Path, started: float) -> None:
+    record["elapsed_s"] = time.perf_counter() - started
+    (out / "serve.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "serve.md").write_text(markdown(record))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -249,34 +259,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--max-batch", type=int, default=32, help="the continuous-batching server's slots")
     parser.add_argument(
+        "--device", default="cpu", help="cpu (default), cuda or cuda:N: where every server runs"
+    )
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument(
         "--no-transformers", action="store_true", help="leave out transformers serve --continuous-batching"
     )
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     started = time.perf_counter()
     record: dict[str, Any] = {
-        "machine": report.machine("cpu"),
-        "model": f"llama-shaped, {args.layers} layers, d_model {args.width}, float32",
+        "machine": report.machine(args.device),
+        "model": f"llama-shaped, {args.layers} layers, d_model {args.width}, {args.dtype}",
         "new_tokens": args.new_tokens,
         "requests": args.requests,
         "results": [],
     }
+    out = report.output_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "model"
         make_model(folder, layers=args.layers, width=args.width)
         servers: list[tuple[str, Callable[[], tuple[subprocess.Popen[str], str]], str]] = [
-            (f"zoo max-batch {args.max_batch}", lambda: start_server(folder, args.max_batch), "bench"),
-            (ONE_AT_A_TIME, lambda: start_server(folder, 1), "bench"),
+            (
+                f"zoo max-batch {args.max_batch}",
+                lambda: start_server(folder, args.max_batch, args.device, args.dtype),
+                "bench",
+            ),
+            (ONE_AT_A_TIME, lambda: start_server(folder, 1, args.device, args.dtype), "bench"),
         ]
         if not args.no_transformers and has_transformers_serve():
             hf = export_hf(folder, Path(tmp) / "hf")
             servers.append(
-                ("transformers serve --continuous-batching", lambda: start_transformers(hf), str(hf))
+                (
+                    "transformers serve --continuous-batching",
+                    lambda: start_transformers(hf, args.device, args.dtype),
+                    str(hf),
+                )
             )
         else:
             record["transformers"] = "not run (--no-transformers, or transformers serve is not installed)"
         for name, start, model in servers:
-            process, url = start()
+            try:
+                process, url = start()
+            except RuntimeError as error:  # one server that cannot start leaves the others' rows standing
+                record.setdefault("not_started", {})[name] = str(error)
+                print(f"{name}: {error}", flush=True)
+                continue
             try:
                 run_level(url, 2, 1, 4, model=model)  # warm-up
                 for clients in args.clients:
@@ -288,14 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"TTFT p50 {row['ttft_p50_s'] * 1000:7.0f} ms  p99 {row['ttft_p99_s'] * 1000:7.0f} ms",
                         flush=True,
                     )
+                    write(record, out, started)
             finally:
                 process.terminate()
                 process.wait(timeout=60)
-    record["elapsed_s"] = time.perf_counter() - started
-    out = report.output_dir(args)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "serve.json").write_text(json.dumps(record, indent=2) + "\n")
-    (out / "serve.md").write_text(markdown(record))
+    write(record, out, started)
     print(f"\n{markdown(record)}\nwrote {out}/serve.json and serve.md in {record['elapsed_s']:.0f} s")
     return 0
 

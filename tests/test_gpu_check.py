@@ -131,12 +131,53 @@ def test_figures_json_and_summary_line_from_fake_results(gpu_check) -> None:
         "MFU gpt2-medium 50.0% (hf 40.0%); transformer-base 1.10x hf; decode b1 4.50x hf, 0.21x floor; "
         "b8 not measured hf; failed steps: pytest (exit 1), bench (timed out)"
     )
+    assert figures["serve_32_clients"]["clients"] is None  # no serve record: nothing said of it in the line
     table = gpu_check.markdown(record, "(bench tables)")
     assert "| gpt2-medium bf16 + compile training MFU | 50.0% | hf 40.0% | 45.0% | yes |" in table
     assert (
         "| bf16 greedy, batch 8, CUDA graphs vs transformers | not measured | eager not measured |" in table
     )
     assert table.endswith("(bench tables)")
+
+
+def test_the_serve_figure_is_zoo_at_its_most_clients_beside_one_at_a_time_and_transformers(gpu_check) -> None:
+    def level(server: str, clients: int, rate: float) -> dict:
+        return {
+            "server": server,
+            "clients": clients,
+            "tokens_per_s": rate,
+            "ttft_p50_s": 0.1,
+            "ttft_p99_s": 0.2,
+        }
+
+    serve = {
+        "machine": {"gpu": "GPU", "device": "cuda"},
+        "new_tokens": 64,
+        "requests": 2,
+        "model": "llama-shaped",
+        "results": [
+            level("zoo max-batch 32", 1, 36.0),
+            level("zoo max-batch 32", 32, 600.0),
+            level("zoo max-batch 1", 32, 150.0),
+            level("transformers serve --continuous-batching", 32, 500.0),
+        ],
+    }
+    figure = gpu_check.figures(fake_bench(), serve)["serve_32_clients"]
+    assert figure["clients"] == 32 and figure["tokens_s"] == 600.0
+    assert figure["vs_one_at_a_time"] == 4.0 and figure["vs_transformers"] == 1.2
+    phases = [gpu_check.Phase("serve", ["serve"], rc=0, seconds=90.0)]
+    record, line = gpu_check.summarize(
+        phases, gpu_check.TestCounts(), gpu_check.figures(fake_bench(), serve), device="GPU", total_s=95.0
+    )
+    assert record["ok"] is True
+    assert line.endswith("; serve 32 clients 4.00x one-at-a-time, 1.20x transformers")
+    assert "zoo max-batch 32 | 32 | 600" in gpu_check.markdown_serve(serve)
+
+
+def test_only_refuses_an_unknown_step(gpu_check, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(["--only", "bench", "lint"])
+    assert stopped.value.code == 2 and "invalid choice: 'lint'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -155,10 +196,12 @@ def test_the_whole_flow_runs_on_the_cpu_with_the_fake(tmp_path: Path) -> None:
         "bench.log",
         "bench-results.json",
         "bench-results.md",
+        "serve.log",
     }  # fmt: skip  (at most 8 files, none in folders: what the device tool brings back)
     record = json.loads((tmp_path / "gpu-check.json").read_text())
-    assert [p["name"] for p in record["phases"]] == ["pytest", "demo", "bench"]
+    assert [p["name"] for p in record["phases"]] == ["pytest", "demo", "bench", "serve"]
     assert all(p["rc"] == 0 for p in record["phases"])
     assert record["tests"]["skipped"] == 5
     assert record["figures"]["transformer_base_vs_hf"]["value"] > 0
     assert "reloaded from disk: same translations" in (tmp_path / "demo.log").read_text()
+    assert record["serve"]["results"] and record["figures"]["serve_32_clients"]["clients"] == 2
