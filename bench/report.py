@@ -123,8 +123,9 @@ def markdown(record: dict[str, Any]) -> str:
             estimated = (
                 (f" {r['estimate_mib']:.0f} MiB |" if "estimate_mib" in r else " – |") if estimate else ""
             )
+            marked = " **below 0.9x eager**" if r.get("below_eager") else ""  # run.guard_compiled
             lines.append(
-                f"| {r['workload']} | {r['contender']} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
+                f"| {r['workload']} | {r['contender']}{marked} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) "
                 f"| {ratio} |{to_floor}{flops} {memory} |{estimated}{whole} {params} |"
             )
         lines.append("")

@@ -123,6 +123,29 @@ def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[d
     return rows
 
 
+# A compiled decode step slower than this fraction of eager decoding is a regression (issue: float32 at batch 8
+# once ran ~25x slower under inference_mode): its row is marked and the run exits with status 1.
+COMPILED_FLOOR = 0.9
+
+
+def guard_compiled(rows: list[dict[str, Any]]) -> list[str]:
+    """Mark every compiled row (``zoo-compiled``, ``zoo-cuda-graphs``) slower than ``COMPILED_FLOOR`` x its
+    workload's eager ``zoo`` row (``below_eager``: its ratio); one line per marked row."""
+    eager = {r["workload"]: r["rate"] for r in rows if r["contender"] == "zoo"}
+    problems = []
+    for row in rows:
+        base = eager.get(row["workload"])
+        if row["contender"] in ("zoo-compiled", "zoo-cuda-graphs") and base:
+            row["vs_eager"] = row["rate"] / base
+            if row["vs_eager"] < COMPILED_FLOOR:
+                row["below_eager"] = True
+                problems.append(
+                    f"{row['workload']}: {row['contender']} runs at {row['vs_eager']:.2f}x eager zoo "
+                    f"({row['rate']:,.0f} vs {base:,.0f} tokens/s), below the {COMPILED_FLOOR}x guard"
+                )
+    return problems
+
+
 def _weights_floor(rows: list[dict[str, Any]], workload: GenerateWorkload, model: Any, args: Any) -> None:
     """``vs_weights_floor`` of each row: its rate over the weights-read floor, the tokens/s of a decoder that
     does nothing but read every weight once per step at the device's measured copy bandwidth
@@ -243,9 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     record["elapsed_s"] = time.perf_counter() - started
     if args.bandwidth is not None:
         record["machine"]["copy_bandwidth_gbs"] = args.bandwidth / 1e9
+    problems = guard_compiled(record["results"])
     json_path, md_path = report.write(record, out)
     print(f"\n{report.markdown(record)}\nwrote {json_path} and {md_path} in {record['elapsed_s']:.0f} s")
-    return 0
+    for problem in problems:
+        print(f"python -m bench: REGRESSION: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -201,7 +201,7 @@ def suite(*, quick: bool, device: str) -> Suite:
             contenders=("zoo", "hf", "floor") if quick else ("zoo", "zoo-compiled", "hf", "floor"),
         )
         for dtype in dtypes
-        for batch in (1, 8)
+        for batch in ((1, 8) if quick else (1, 8, 32))
     ]
     if not quick:
         generate += [

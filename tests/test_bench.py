@@ -85,3 +85,28 @@ def test_moe_bench_runs_on_a_tiny_shape_and_checks_zoo_equals_transformers(
     assert {row["mode"] for row in record["results"]} == {"forward", "forward+backward"}
     table = (tmp_path / "moe.md").read_text()
     assert "| forward+backward | zoo (mixtral) |" in table and "vs dense floor" in table
+
+
+def test_a_compiled_row_below_0_9x_eager_is_marked_and_fails_the_run(
+    bench_modules: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import run
+
+    def row(workload: str, contender: str, rate: float) -> dict:
+        return {"kind": "generate", "workload": workload, "contender": contender, "rate": rate,
+                "slowest": rate, "fastest": rate, "seconds": [1.0], "vs_hf": None, "parameters": 1}  # fmt: skip
+
+    rows = [row("b8", "zoo", 480.0), row("b8", "zoo-compiled", 20.0), row("b8", "hf", 400.0)]
+    rows += [row("b1", "zoo", 140.0), row("b1", "zoo-compiled", 130.0)]  # 0.93x: inside the guard
+    problems = run.guard_compiled(rows)
+    assert len(problems) == 1 and "b8: zoo-compiled runs at 0.04x eager zoo" in problems[0]
+    assert rows[1]["below_eager"] is True and "below_eager" not in rows[4]
+    assert rows[4]["vs_eager"] == pytest.approx(130 / 140)
+
+    # the whole run: its table marks the row, and it exits 1 naming it
+    monkeypatch.setattr(run, "run_generate", lambda workload, args: [dict(r) for r in rows[:3]])
+    status = run.main(["--only", "generate", "--match", "gpt2-shaped greedy, batch 8, float32",
+                       "--out", str(tmp_path)])  # fmt: skip
+    assert status == 1
+    assert "REGRESSION: b8: zoo-compiled runs at 0.04x eager" in capsys.readouterr().err
+    assert "| b8 | zoo-compiled **below 0.9x eager** | 20 " in (tmp_path / "results.md").read_text()

@@ -85,3 +85,43 @@ def test_single_row_float32_compiles_without_a_frozen_copy_of_the_weights(tiny, 
     compiled = model.generate(ids, compile=True, **kwargs)
     assert model not in _FROZEN
     assert torch.equal(compiled, model.generate(ids, **kwargs))
+
+
+@pytest.mark.parametrize(
+    ("rows", "mode"),
+    [
+        (8, torch.inference_mode),  # the weights row-major
+        pytest.param(1, torch.no_grad, marks=pytest.mark.slow),  # the wide ones column-major (layout)
+    ],
+)
+def test_an_unfrozen_float32_step_reads_every_weight_through_the_library_gemm(tiny, prompts, rows, mode):
+    """Unfrozen, the weights are graph inputs: each of the step's matrices must reach the BLAS (Inductor's
+    ``extern_kernels.mm/addmm``), never a loop Inductor generates, which runs far below it. Under
+    ``inference_mode`` (as pipelines and servers call models) as under ``no_grad``; the tokens are eager's."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    model = tiny("gpt2-tiny")
+    ids, mask = prompts(model.spec.vocab_size, [5] * rows)
+    kwargs = dict(attention_mask=mask, max_new_tokens=4, eos_token_id=[])
+    with mode():
+        compiled, codes = run_and_get_code(lambda: model.generate(ids, compile=True, **kwargs))
+        eager = model.generate(ids, **kwargs)
+    assert torch.equal(compiled, eager)
+    gemms = [name for code in codes for name in re.findall(r"extern_kernels\.(\w*mm)\b", code)]
+    matrices = 4 * model.spec.num_layers + 1  # q/k/v (fused), out, up, down per layer; the tied head
+    assert len(gemms) == matrices, gemms
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_decoding_under_inference_mode_then_no_grad_gives_the_eager_tokens(tiny, prompts, dtype):
+    model = tiny("gpt2-tiny").to(dtype)
+    ids, mask = prompts(model.spec.vocab_size, [5, 3, 6, 4, 5, 6, 2, 5])
+    kwargs = dict(attention_mask=mask, max_new_tokens=5, eos_token_id=[])
+    with torch.no_grad():
+        eager = model.generate(ids, **kwargs)
+    for mode in (torch.inference_mode, torch.no_grad, torch.inference_mode):
+        with mode():
+            assert torch.equal(model.generate(ids, compile=True, **kwargs), eager)
