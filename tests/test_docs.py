@@ -262,6 +262,36 @@ def test_every_marker_has_a_reason_and_every_transcript_a_language(path: Path) -
             assert not re.search(r"^\$ ", block.text, re.M), f"{block.where}: label the transcript ```console"
 
 
+# What a documented command or call writes: a CLI's --out / --output-dir, zoo.save, zoo.to_hf, save_pretrained.
+WRITTEN = re.compile(
+    r"--out(?:put)?(?:-dir)?[ =]([^\s'\"]+)"
+    r"|(?:zoo\.save|to_hf)\([^\n]*?,\s*[\"']([^\"']+)[\"']"
+    r"|save_pretrained\(\s*[\"']([^\"']+)[\"']"
+)
+
+
+def test_what_the_docs_write_goes_under_runs_or_a_path_git_ignores() -> None:
+    """A user follows the docs in the repository's root: nothing a documented command writes may show up as
+    an untracked file there (``runs/`` and the other outputs are in .gitignore)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout")
+    written = {
+        match.group(1) or match.group(2) or match.group(3): block.where
+        for path in DOCS
+        for block in blocks(path)
+        if block.language in RUN_LANGUAGES
+        for match in WRITTEN.finditer(block.text)
+    }
+    paths = sorted(p for p in written if not p.startswith(("$", "{", "/", "~")) and "FILE" not in p)
+    assert len(paths) > 20  # the pattern finds the docs' outputs
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *paths], capture_output=True, text=True, cwd=ROOT
+    )
+    ignored = set(done.stdout.split())
+    loose = [f"{written[p]}: {p}" for p in paths if p not in ignored]
+    assert not loose, "written into the repository and not ignored by git:\n" + "\n".join(loose)
+
+
 def test_a_failing_block_is_reported_with_its_document_and_line(tmp_path: Path, in_folder) -> None:
     page = tmp_path / "page.md"
     page.write_text(
