@@ -290,10 +290,10 @@ def test_without_lm_eval_the_error_names_the_extra(
     for name in [m for m in sys.modules if m == "lm_eval" or m.startswith("lm_eval.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` now fails as if not installed
-    with pytest.raises(LmEvalMissingError, match=r"pip install 'transformer-zoo\[eval\]'"):
+    with pytest.raises(LmEvalMissingError, match=r"pip install -e '\.\[eval\]' in zoo's clone"):
         evaluate(world["root"] / "zoo", tasks="zoo_mc")
     assert main(["eval", str(world["root"] / "zoo"), "--tasks", "zoo_mc"]) == 2
-    assert "transformer-zoo[eval]" in capsys.readouterr().err
+    assert "pip install -e '.[eval]' in zoo's clone (or: pip install lm-eval)" in capsys.readouterr().err
 
 
 def test_result_rows_list_every_metric_with_its_stderr() -> None:

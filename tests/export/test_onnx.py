@@ -69,7 +69,8 @@ def test_a_missing_onnx_install_says_how_to_install_it(monkeypatch, tmp_path) ->
     )
     model = zoo.build(zoo.preset("gpt2-tiny", num_layers=1), device="meta")
     with pytest.raises(
-        OnnxMissingError, match=r"pip install 'transformer-zoo\[onnx\]' \(onnxscript not installed\)"
+        OnnxMissingError,
+        match=r"pip install -e '\.\[onnx\]' in zoo's clone \(or: pip install onnx onnxscript onnxruntime\) \(onnxscript not installed\)",
     ):
         export_onnx(model, tmp_path / "model.onnx")
     assert isinstance(OnnxMissingError("x"), ValueError | ImportError)

@@ -142,7 +142,7 @@ def test_without_huggingface_hub_a_hub_id_says_what_to_install(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
-    with pytest.raises(HubDependencyError, match=r"pip install 'transformer-zoo\[hub\]'"):
+    with pytest.raises(HubDependencyError, match=r"pip install -e '\.\[hub\]' in zoo's clone"):
         zoo.from_hf("org/tiny-gpt2")
 
 

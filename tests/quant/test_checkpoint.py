@@ -200,7 +200,7 @@ def test_without_torchao_a_quantised_checkpoint_says_how_to_install_it(
         zoo.load(tmp_path)
     assert str(caught.value) == (
         f"{tmp_path / 'model.safetensors'}: holds int8 weights; weight-only quantisation needs torchao: "
-        "pip install 'transformer-zoo[quant]'"
+        "pip install -e '.[quant]' in zoo's clone (or: pip install torchao)"
     )
     assert zoo.read_spec(tmp_path).family == "decoder"  # the headers still read without it
 

@@ -150,7 +150,7 @@ def test_without_torchao_quantize_says_how_to_install_it(monkeypatch: pytest.Mon
     with pytest.raises(TorchaoMissingError) as caught:
         quantize(model)
     assert str(caught.value) == INSTALL_HINT and isinstance(caught.value, ImportError)
-    assert "pip install 'transformer-zoo[quant]'" in INSTALL_HINT
+    assert "pip install -e '.[quant]' in zoo's clone (or: pip install torchao)" in INSTALL_HINT
     assert quantization_of(model) is None
 
 

@@ -249,4 +249,7 @@ def test_zoo_serve_without_the_serve_extra_is_one_line(
     monkeypatch.setitem(sys.modules, "fastapi", None)  # `import fastapi` now fails, as without the extra
     assert main(["serve", str(saved)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: zoo serve needs FastAPI and uvicorn: pip install 'transformer-zoo[serve]'", err
+    assert err == (
+        "error: zoo serve needs FastAPI and uvicorn: pip install -e '.[serve]' in zoo's clone "
+        "(or: pip install fastapi uvicorn)"
+    ), err

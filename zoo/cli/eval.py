@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "eval",
         help="score a model on lm-evaluation-harness tasks (hellaswag, arc, your own YAML tasks...)",
         description="Run lm-evaluation-harness tasks on a zoo checkpoint or a Hugging Face folder and print "
-        "each metric with its standard error. Needs the eval extra: pip install 'transformer-zoo[eval]'.",
+        "each metric with its standard error. Needs the eval extra: pip install -e '.[eval]'.",
     )
     parser.add_argument(
         "model", metavar="MODEL", help="a zoo checkpoint or Hugging Face folder, with tokenizer"

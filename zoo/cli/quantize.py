@@ -11,7 +11,7 @@ quantising: the dtype the quantised model computes in (int4's CPU kernel is fast
 A ``tokenizer.json`` beside the source is carried over, so `zoo generate` / `zoo translate` run on the
 output as on the source. ``--out`` may be missing or empty; a zoo checkpoint (quantised or not), a model of
 another kind or a training run there is refused unless ``--overwrite`` (`zoo.io.outputs`). Needs torchao
-(``pip install 'transformer-zoo[quant]'``).
+(``pip install -e '.[quant]'``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ One job a module:
     harness.py     `evaluate` (what ``zoo eval`` runs), task loading, `result_rows`
     errors.py      `EvaluationError`, and the one-line refusal when lm-eval is not installed
 
-lm-evaluation-harness is the ``eval`` extra (``pip install 'transformer-zoo[eval]'``), imported on first use.
+lm-evaluation-harness is the ``eval`` extra (``pip install -e '.[eval]'``), imported on first use.
 docs/evaluation.md has the details and what matches lm-eval's ``hf`` model.
 """
 

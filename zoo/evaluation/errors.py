@@ -3,7 +3,9 @@ one-line refusal when lm-evaluation-harness is not installed."""
 
 from __future__ import annotations
 
-INSTALL_HINT = "evaluation needs lm-evaluation-harness: pip install 'transformer-zoo[eval]'"
+from zoo._extras import install_hint
+
+INSTALL_HINT = f"evaluation needs lm-evaluation-harness: {install_hint('eval')}"
 
 
 class EvaluationError(ValueError):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from zoo._extras import install_hint
 from zoo.export.errors import ExportError, OnnxMissingError
 from zoo.models.base import ZooModel
 from zoo.models.outputs import ModelOutput
@@ -41,7 +42,7 @@ def compare_program(
 def compare_onnx(model: ZooModel, path: str | Path, example: Mapping[str, torch.Tensor]) -> dict[str, float]:
     """Max |onnxruntime - eager| per named output of the ONNX file at ``path`` on ``example`` (CPU)."""
     if importlib.util.find_spec("onnxruntime") is None:
-        raise OnnxMissingError("checking an ONNX file needs onnxruntime: pip install 'transformer-zoo[onnx]'")
+        raise OnnxMissingError(f"checking an ONNX file needs onnxruntime: {install_hint('onnx')}")
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-INSTALL_HINT = "ONNX export needs onnx and onnxscript: pip install 'transformer-zoo[onnx]'"
+from zoo._extras import install_hint
+
+INSTALL_HINT = f"ONNX export needs onnx and onnxscript: {install_hint('onnx')}"
 
 
 class ExportError(ValueError):

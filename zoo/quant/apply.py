@@ -43,7 +43,7 @@ def quantize(model: ZooModel, weights: Weights = "int8", *, group_size: int | No
 
     Refused, with the reason: an unknown ``weights``, a model already quantised, a model without weights
     (meta), a matrix whose shape the kernel cannot take (named), and a missing torchao
-    (``pip install 'transformer-zoo[quant]'``).
+    (``pip install -e '.[quant]'``).
     """
     if weights not in WEIGHTS:
         raise QuantizationError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")

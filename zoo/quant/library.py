@@ -1,6 +1,6 @@
 """torchao, the library that does the quantising: imported on first use, quietly, or refused in one line.
 
-torchao is an optional extra (``pip install 'transformer-zoo[quant]'``). Importing it logs a warning for
+torchao is an optional extra (``pip install -e '.[quant]'``). Importing it logs a warning for
 each CUDA-only extension it cannot load on a CPU build of torch, and torch logs one about an Enum that
 torchao registers with pytree; neither says anything about weight-only quantisation, so both loggers are
 quieted for the duration of the import (and restored after it).
@@ -14,9 +14,11 @@ import importlib.util
 import logging
 from types import ModuleType
 
+from zoo._extras import install_hint
+
 __all__ = ["INSTALL_HINT", "QuantizationError", "TorchaoMissingError", "import_torchao", "torchao_version"]
 
-INSTALL_HINT = "weight-only quantisation needs torchao: pip install 'transformer-zoo[quant]'"
+INSTALL_HINT = f"weight-only quantisation needs torchao: {install_hint('quant')}"
 
 # The loggers that speak while torchao is imported on a CPU build: its own (".so" extensions it cannot
 # load) and torch's pytree (an Enum registration torch now deprecates).

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from zoo._extras import install_hint
 from zoo.generation.chat import end_of_turn_ids
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
@@ -38,7 +39,7 @@ from zoo.serving.requests import (
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-EXTRA = "pip install 'transformer-zoo[serve]'"
+EXTRA = install_hint("serve")
 
 
 class HTTPError(Exception):

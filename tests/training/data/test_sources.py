@@ -230,5 +230,5 @@ def test_without_pyarrow_the_error_gives_the_install_hint(
 ) -> None:
     (tmp_path / "a.parquet").write_bytes(b"PAR1")
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
-    with pytest.raises(ImportError, match=r"needs pyarrow: pip install 'transformer-zoo\[data\]'"):
+    with pytest.raises(ImportError, match=r"needs pyarrow: pip install -e '\.\[data\]' in zoo's clone"):
         read(Source("parquet", tmp_path / "a.parquet"))

@@ -24,6 +24,7 @@ import os
 import re
 from pathlib import Path
 
+from zoo._extras import install_hint
 from zoo.io.hf.common import HFError
 from zoo.io.names import (
     CONFIG_NAME,
@@ -35,7 +36,7 @@ from zoo.io.names import (
 
 __all__ = ["HubDependencyError", "hub_cache_dir", "parse_hub_id", "resolve_checkpoint"]
 
-INSTALL_HINT = "pip install 'transformer-zoo[hub]' (or pip install huggingface_hub)"
+INSTALL_HINT = install_hint("hub")
 ALLOW_PATTERNS = [
     CONFIG_NAME,
     "*.safetensors",

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from zoo._extras import install_hint
 from zoo.io.jsonfile import read_json
 from zoo.training.data import DataError
 
@@ -45,7 +46,7 @@ FORMATS: tuple[str, ...] = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow
 OnBadLine = Literal["error", "skip"]
 Value = str | list[str]
 
-PYARROW_HINT = "pip install 'transformer-zoo[data]'"
+PYARROW_HINT = install_hint("data")
 ARROW_BATCH_ROWS = 8192  # rows per record batch read from Parquet (Arrow IPC files keep their own batches)
 
 
