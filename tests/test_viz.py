@@ -207,5 +207,27 @@ def test_training_plot_gives_custom_metrics_panels_of_their_own(tmp_path: Path) 
     assert metrics.extra_keys == ["grad_norm", "my_metric"]
     figure = training_figure(metrics)
     visible = [ax.get_title() for ax in figure.axes if ax.get_visible()]
-    assert visible[4:] == ["grad_norm", "my_metric"]
+    # no validation score: the custom metrics follow loss, lr and throughput
+    assert visible == ["loss", "learning rate", "throughput (tokens/s)", "grad_norm", "my_metric"]
     assert png_size(plot_training(metrics, tmp_path / "t.png", dpi=40)) == (400, 420)  # one more row
+
+
+@pytest.mark.parametrize(
+    ("logged", "third"),
+    [
+        ({"val_bleu": 20.0, "val_ppl": 9.0}, "validation BLEU"),  # translation
+        ({"val_ppl": 9.0}, "validation perplexity"),  # a language model: no BLEU panel
+        ({}, "throughput (tokens/s)"),  # DPO: neither, the slot goes to what follows
+    ],
+)
+def test_the_validation_panel_is_the_score_the_run_logs(tmp_path: Path, logged: dict, third: str) -> None:
+    from zoo.viz.training import training_figure
+
+    lines = [
+        {"step": s, "loss": 5.0 / s, "lr": 1e-3, "tokens_per_s": 100.0, "val_loss": 2.0} | logged
+        for s in (1, 2)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    visible = [ax.get_title() for ax in training_figure(read_metrics(tmp_path)).axes if ax.get_visible()]
+    assert visible[2] == third
+    assert not any("BLEU" in title for title in visible) or "val_bleu" in logged

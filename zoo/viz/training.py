@@ -33,6 +33,9 @@ PANELS = (
     ("validation BLEU", ("val_bleu",)),
     ("throughput (tokens/s)", ("tokens_per_s",)),
 )
+# The third panel is the run's validation score: BLEU for a translation run, perplexity for a language model
+# (which has no BLEU); a run with neither (DPO, classification) gives the slot to its own metrics.
+VALIDATION_PANELS = (("validation BLEU", ("val_bleu",)), ("validation perplexity", ("val_ppl",)))
 
 
 @dataclass
@@ -110,17 +113,20 @@ def _is_number(value: Any) -> bool:
 
 
 def training_figure(metrics: Metrics, *, title: str = "", dpi: int = 100) -> Any:
-    """The figure `plot_training` writes: a 2 × 2 grid — loss (train and validation), lr, validation BLEU,
-    tokens/s — 10 × 7 inches, plus a row of two panels (3.5 inches) per two custom metrics. A standard
-    panel without data says so."""
+    """The figure `plot_training` writes: a 2 × 2 grid — loss (train and validation), lr, the validation
+    score (BLEU, or perplexity for a language model), tokens/s — 10 × 7 inches, then the custom metrics, two
+    panels (3.5 inches) a row. A run with no validation score puts its custom metrics in that slot; a loss,
+    lr or throughput panel without data says so."""
     extras = metrics.extra_keys
     if not any(metrics.series.get(key) for _, keys in PANELS for key in keys):
         known = ", ".join(key for _, keys in PANELS for key in keys)
         raise ValueError(f"{metrics.source}: no {known} values to plot")
-    rows = 2 + math.ceil(len(extras) / 2)
+    scored = [panel for panel in VALIDATION_PANELS if metrics.series.get(panel[1][0])][:1]
+    standard = [PANELS[0], PANELS[1], *scored, PANELS[3]]
+    panels = [*standard, *((key, (key,)) for key in extras)]
+    rows = max(2, math.ceil(len(panels) / 2))
     figure = new_figure(10, 3.5 * rows, dpi=dpi)
     figure.suptitle(title or f"training run {metrics.source.parent.name}")
-    panels = [*PANELS, *((key, (key,)) for key in extras)]
     axes = list(figure.subplots(rows, 2).flat)
     for ax, (name, keys) in zip(axes, panels):
         drawn = False
