@@ -142,6 +142,7 @@ class Sampling:
         emit: Callable[[int], Callable[[Event], None]],
         *,
         stop_token_ids: Sequence[int] = (),
+        continues_prompt: bool = True,
     ) -> list[Completion]:
         """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
         return [
@@ -154,6 +155,7 @@ class Sampling:
                 seed=None if self.seed is None else (self.seed + i) % (1 << 63),
                 stop=self.stop,
                 stop_token_ids=stop_token_ids,
+                continues_prompt=continues_prompt,
             )
             for i in range(self.n)
         ]
@@ -283,7 +285,11 @@ def create_app(
 
         most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
         requests = sampling.completions(
-            prompt, max(most - len(prompt), 1), emit, stop_token_ids=turn_ends if chat else ()
+            prompt,
+            max(most - len(prompt), 1),
+            emit,
+            stop_token_ids=turn_ends if chat else (),
+            continues_prompt=not chat,  # a chat answer is a message of its own: no space before it
         )
         try:
             engine.submit(requests)

@@ -251,7 +251,7 @@ class Engine:
             context: Sequence[int] = ()  # a source is not the beginning of the text
         else:
             room = min(request.max_tokens, self.limit - len(request.prompt))
-            context = request.prompt
+            context = request.prompt if request.continues_prompt else ()
         generator = None
         if request.temperature > 0:
             generator = torch.Generator(device=self.device)

@@ -58,7 +58,10 @@ class Completion:
     """One sequence to generate. ``temperature`` 0 is greedy search; ``seed`` makes sampling reproducible
     (its own `torch.Generator`, whatever else runs beside it); ``stop``: strings that end the text (cut
     before them); ``stop_token_ids``: tokens that end it besides the model's eos (a chat template's
-    end-of-turn token, vLLM's ``stop_token_ids``), not part of the text; ``max_tokens``: new tokens at most."""
+    end-of-turn token, vLLM's ``stop_token_ids``), not part of the text; ``max_tokens``: new tokens at most;
+    ``continues_prompt``: the text goes on from the prompt's (a completion: " sat" after "the cat"), or starts
+    a message of its own (a chat answer: decoded alone, as transformers decodes the new tokens, so a
+    word-joining decoder puts no space before its first word)."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -68,6 +71,7 @@ class Completion:
     seed: int | None = None
     stop: Sequence[str] = ()
     stop_token_ids: Sequence[int] = ()
+    continues_prompt: bool = True
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
