@@ -49,7 +49,18 @@ DISTRIBUTIONS = ("transformer-zoo", "zoo")
 EXIT_BROKEN_PIPE = 141
 
 
-class _StdoutConsole(Console):
+class _Console(Console):
+    """rich's Console, except that a line of text stays one line however long: rich breaks text at the
+    console's width, 80 columns when piped, so a script reading the output would see half a path (a terminal
+    folds a long line itself). Tables and trees are still laid out to the width."""
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+        if soft_wrap is None and all(isinstance(thing, str) for thing in objects):
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+
+class _StdoutConsole(_Console):
     def on_broken_pipe(self) -> None:
         # rich's default exits with 1, which `zoo diff` already means "they differ": hand the error to
         # main, which answers every broken pipe the same way.
@@ -58,7 +69,7 @@ class _StdoutConsole(Console):
 
 
 console = _StdoutConsole()
-err_console = Console(stderr=True)
+err_console = _Console(stderr=True)
 
 
 def version() -> str:
