@@ -195,6 +195,8 @@ def stage_config(
     init_from: Path | None,
     extra: dict[str, Any] | None = None,
 ) -> TrainConfig:
+    # A stage started from the previous one takes its model folder's tokenizer, with the chat template the SFT
+    # stage wrote into it, so the final model exports with that template (`zoo convert --to-hf`).
     model: dict[str, Any] = (
         {"init_from": str(init_from)}
         if init_from is not None
@@ -207,7 +209,7 @@ def stage_config(
         "model": model,
         "task": task,
         "data": {"train": str(train), "valid": str(valid)},
-        "tokenizer": {"path": str(tokenizer)},
+        **({"tokenizer": {"path": str(tokenizer)}} if init_from is None else {}),
         "optim": {"name": "adamw", "betas": [0.9, 0.95], "weight_decay": 0.0},
         "schedule": {"kind": "cosine", "lr": lr, "warmup_steps": max(1, steps // 10), "min_lr_ratio": 0.1},
         "batch": {"max_tokens": 2048},

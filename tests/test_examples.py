@@ -70,3 +70,6 @@ def test_instruct_example_runs_its_three_stages_quickly(tmp_path):
     for name in ("pretrain", "sft", "dpo"):
         assert (tmp_path / "run" / name / "model.safetensors").is_file()
     assert all(0.0 <= s.correct <= 1.0 and 0.0 <= s.short <= 1.0 for s in results.values())
+    # the final chat model keeps the template SFT fine-tuned it with (what `zoo convert --to-hf` exports)
+    sft, dpo = (zoo.load_tokenizer(tmp_path / "run" / name) for name in ("sft", "dpo"))
+    assert dpo.chat_template is not None and dpo.chat_template == sft.chat_template

@@ -214,7 +214,7 @@ def test_the_bos_is_put_first_as_the_tokenizer_frames_and_no_eos_is_appended(wor
 
     tok = world["tok"]
     plain = Tokenizer(tok.hf.__class__.from_str(tok.hf.to_str()))
-    plain.hf.post_processor = None  # a zoo-trained tokenizer as trained: transformers' export adds [..., eos]
+    plain.hf.post_processor = None  # a zoo-trained tokenizer as trained
     ids = tok.encode_ids(["the cat"])[0]
     assert ZooLM(world["model"], tokenizer=tok).tok_encode("the cat") == [tok.bos_id, *ids]
     # zoo's causal_lm framed every document `bos text eos`: its own tokenizer gets the bos first
@@ -222,6 +222,28 @@ def test_the_bos_is_put_first_as_the_tokenizer_frames_and_no_eos_is_appended(wor
     assert ZooLM(world["model"], tokenizer=plain, add_bos_token=False).tok_encode("the cat") == ids
     assert ZooLM(world["model"], tokenizer=tok, add_bos_token=False).tok_encode("the cat") == ids
     assert ZooLM(world["model"], tokenizer=tok).tok_encode("<s>the cat") == tok.encode_ids(["<s>the cat"])[0]
+
+
+def test_an_export_of_a_zoo_trained_tokenizer_scores_as_zoo_does_on_the_original(world: Any) -> None:
+    """A tokenizer as zoo trains it (no post-processor) saved with the model, and the model exported with it by
+    `zoo.to_hf`: lm-eval's ``hf`` model on the export frames every request as zoo's adapter does on the
+    original (the bos first, no eos after the context), so every score and generation is the same."""
+    root, tok = world["root"], world["tok"]
+    plain = Tokenizer(tok.hf.__class__.from_str(tok.hf.to_str()))
+    plain.hf.post_processor = None
+    zoo.save(world["model"], root / "zoo-plain", tokenizer=plain)
+    zoo.to_hf(world["model"], root / "hf-plain", tokenizer=plain)
+    with pytest.MonkeyPatch.context() as patch:
+        _offline(patch, root / "hf-home")
+        ours = world["run"]("zoo", f"pretrained={root / 'zoo-plain'}", batch_size=4)
+        theirs = world["run"]("hf", f"pretrained={root / 'hf-plain'},dtype=float32", batch_size=4)
+    for a, b in zip(ours["samples"]["zoo_mc"], theirs["samples"]["zoo_mc"], strict=True):
+        assert [r[0][0] for r in a["resps"]] == pytest.approx([r[0][0] for r in b["resps"]], abs=1e-4)
+    assert _metrics(ours, "zoo_mc") == _metrics(theirs, "zoo_mc")
+    for key, value in _metrics(theirs, "zoo_ppl").items():
+        assert _metrics(ours, "zoo_ppl")[key] == pytest.approx(value, rel=1e-4)
+    responses = [[s["resps"][0][0] for s in run["samples"]["zoo_gen"]] for run in (ours, theirs)]
+    assert responses[0] == responses[1]
 
 
 def test_sampling_follows_the_gen_kwargs_and_the_torch_seed(world: Any) -> None:

@@ -161,8 +161,12 @@ def test_exported_gpt2_runs_in_transformers_on_the_auto_tokenizer_batch(corpus_l
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
     hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     batch = theirs(TEXTS, padding=True, return_tensors="pt")
-    ours = tok(TEXTS, padding=True, return_tensors="pt")
+    ours = zoo.load_tokenizer(tmp_path)(
+        TEXTS, padding=True, return_tensors="pt"
+    )  # zoo reads the framing back
     assert torch.equal(batch["input_ids"], ours["input_ids"])
+    first = batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist()
+    assert first == tok.encode(TEXTS[0], add_bos=True, add_eos=False)  # a decoder's prompt, as zoo generates
     with torch.no_grad():
         expected = hf(**batch).logits  # everything the tokenizer returns goes in, as users write it
         got = model(ours["input_ids"], attention_mask=ours["attention_mask"]).logits

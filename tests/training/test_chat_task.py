@@ -449,6 +449,38 @@ def test_zoo_train_fine_tunes_a_llama_on_conversations_from_the_command_line(tmp
     assert theirs == tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+def test_a_stage_started_from_a_chat_run_keeps_its_template_and_exports_it(tmp_path: Path) -> None:
+    """SFT then DPO, each given the same bare tokenizer.json (as examples/instruct.py's stages are): the DPO run
+    starts from the SFT run, so it keeps the SFT run's tokenizer, chat template included, and its export
+    renders conversations in transformers exactly as zoo does."""
+    bare = train_tokenizer(iter(texts()), kind="bpe", vocab_size=120, min_frequency=1)
+    bare.save(tmp_path / "tokenizer.json")  # no tokenizer_config.json: no template
+    given = {"path": str(tmp_path / "tokenizer.json")}
+    train(TrainConfig.from_dict(run_config(tmp_path, "sft", max_steps=1, tokenizer=given)), progress=False)
+    sft = zoo.load_tokenizer(tmp_path / "sft")
+    assert sft.chat_template == sft.default_chat_template  # what chat fine-tuned it with
+    question = [{"role": "user", "content": "Which animal sleeps all day?"}]
+    prompt = str(sft.apply_chat_template(question, add_generation_prompt=True, tokenize=False))
+    pairs = [{"prompt": prompt.removeprefix("<s>"), "chosen": " The cat.", "rejected": " The dog runs."}] * 8
+    write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    config = run_config(tmp_path, "dpo", max_steps=1, task="dpo", tokenizer=given)
+    config["model"] = {"init_from": str(tmp_path / "sft")}
+    config["data"] = {"train": str(tmp_path / "pairs.jsonl")}
+    train(TrainConfig.from_dict(config), progress=False)
+
+    dpo = zoo.load_tokenizer(tmp_path / "dpo")
+    assert dpo.chat_template == sft.chat_template
+    assert main(["convert", "--to-hf", str(tmp_path / "dpo"), "--out", str(tmp_path / "hf")]) == 0
+    from transformers import AutoTokenizer
+
+    theirs = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    for messages in (CONVERSATIONS[0], question):
+        ours = dpo.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert theirs.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == ours
+        ids = theirs.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+        assert ids == dpo.apply_chat_template(messages, add_generation_prompt=True)
+
+
 def test_lora_fine_tunes_adapters_on_conversations(tmp_path: Path) -> None:
     base = train(TrainConfig.from_dict(run_config(tmp_path, "base", max_steps=2)), progress=False)
     config = run_config(

@@ -21,9 +21,9 @@ and its continuation are encoded whole and split (trailing spaces of the context
 continuation: lm-eval's ``TemplateLM``); an empty context is the ``prefix_token_id`` (bos, else eos). The
 special tokens a text gets are those the tokenizer's post-processor puts *before* it (a Llama tokenizer's
 bos; none for GPT-2's), as transformers' ``encode`` adds them; ``add_bos_token`` overrides that, as HFLM's
-does. Deliberately unlike HFLM, tokens a post-processor puts *after* a text (zoo-trained tokenizers
-exported with their ``[*ids, eos]`` framing) are never added: an eos closing every context would be scored
-as part of the continuation. A tokenizer with no post-processor at all (one zoo trained) gets its bos
+does. Deliberately unlike HFLM, tokens a post-processor puts *after* a text (a zoo-trained tokenizer saved
+alone by ``save_pretrained``, framed ``[*ids, eos]``) are never added: an eos closing every context would be
+scored as part of the continuation. A tokenizer with no post-processor at all (one zoo trained) gets its bos
 first, as zoo's `causal_lm` training framed every document.
 """
 

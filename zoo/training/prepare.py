@@ -31,12 +31,14 @@ from pathlib import Path
 
 import zoo.lora
 from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from zoo.io.paths import inside
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.models.build import build_model
 from zoo.spec import ModelSpec, load_spec, parse_spec, preset
 from zoo.training import pretrained, tasks
 from zoo.training.config import ConfigError, DataFiles, PreparedFiles, TrainConfig
 from zoo.training.corpus import prepare_split
+from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.sources import OnBadLine, data_files
 from zoo.training.distributed import Runtime, barrier
 from zoo.training.layout import SOURCE_TOKENIZER_NAME
@@ -159,10 +161,11 @@ def check_files(config: TrainConfig, task: Task) -> None:
 
 
 def load_or_train_tokenizers(config: TrainConfig, *, task: Task, saved_dir: Path | None = None) -> Tokenizers:
-    """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path`` (or ``model.init_from``),
-    or trained on the training split's text, streamed. The task frames it as its model reads it (a
-    classifier's gets ``bos text eos`` as its post-processor, so it frames as training did wherever it goes:
-    `zoo.training.tasks.labels.with_encoder_framing`)."""
+    """From ``saved_dir`` (a resumed run's checkpoint), from ``tokenizer.path`` (or ``model.init_from``; a
+    ``tokenizer.path`` that is init_from's own tokenizer gives init_from's copy, chat template included:
+    `_init_tokenizer_if_same`), or trained on the training split's text, streamed. The task frames it as its
+    model reads it (a classifier's gets ``bos text eos`` as its post-processor, so it frames as training did
+    wherever it goes: `zoo.training.tasks.labels.with_encoder_framing`)."""
     tokenizers = _load_or_train(config, task=task, saved_dir=saved_dir)
     tokenizers.target = task.frame_tokenizer(tokenizers.target)
     return tokenizers
@@ -185,7 +188,10 @@ def _load_or_train(config: TrainConfig, *, task: Task, saved_dir: Path | None) -
                     "tokenizer.shared is false: give tokenizer.source_path too, or neither path"
                 )
             source = Tokenizer.from_file(cfg.source_path)
-        return Tokenizers(Tokenizer.from_file(path), source)
+        given = Tokenizer.from_file(path)
+        if cfg.path is not None and init_from is not None:
+            given = _init_tokenizer_if_same(given, init_from)
+        return Tokenizers(given, source)
     train_files = config.data.train
     if isinstance(train_files, PreparedFiles):
         raise ConfigError(
@@ -205,6 +211,29 @@ def _load_or_train(config: TrainConfig, *, task: Task, saved_dir: Path | None) -
     if separate:
         return Tokenizers(train("target"), train("source"), trained=True)
     return Tokenizers(train("both"), trained=True)
+
+
+def _init_tokenizer_if_same(given: Tokenizer, init_from: Path) -> Tokenizer:
+    """The ``model.init_from`` folder's tokenizer when ``tokenizer.path`` (``given``) is the same tokenizer
+    (the same ``tokenizer.json``) with no chat template of its own, else ``given``.
+
+    A stage that starts from a run keeps that run's tokenizer, chat template included: a chat run wrote the
+    template it fine-tuned with into its ``tokenizer_config.json``, and a later stage (DPO) given the bare
+    ``tokenizer.json`` every stage shares would otherwise save, and export, the model without it. A given
+    tokenizer with another vocabulary or its own template is what the stage asked for, and is used.
+    """
+    file = inside(init_from, TOKENIZER_NAME, error=ConfigError)  # not a link out of the folder
+    if given.chat_templates or not file.is_file():
+        return given
+    theirs = Tokenizer.from_file(file)
+    if tokenizer_fingerprint(theirs) != tokenizer_fingerprint(given):
+        return given
+    log.info(
+        "tokenizer: %s is the one %s has; that folder's copy is used, with its settings",
+        given.source,
+        init_from,
+    )
+    return theirs
 
 
 def _lines(task: Task, files: DataFiles, side: str, *, on_bad_line: OnBadLine) -> Iterator[str]:

@@ -373,6 +373,19 @@ def _checkpoint_name(root: Path) -> str:
 # -- writing -----------------------------------------------------------------------------------------------
 
 
+# (bos first, eos last): how zoo frames a text for a model of each family, where the tokenizer has those tokens,
+# and so how an exported tokenizer without a post-processor of its own must frame it for transformers. A
+# decoder's prompt is `bos text` (zoo generate, zoo serve and zoo's lm-eval adapter feed it so; causal_lm, chat
+# and dpo train on `bos ...` rows): an eos at its end would be read as the end of a document. An encoder's text
+# is `bos text eos` (masked_lm and classification train on it); a seq2seq source is `text eos` (zoo translate,
+# seq2seq training; the target side, `text eos`, is transformers' `text_target` with the same framing).
+MODEL_FRAMING: dict[str, tuple[bool, bool]] = {
+    "decoder": (True, False),
+    "encoder": (True, True),
+    "encoder-decoder": (False, True),
+}
+
+
 def to_hf(
     model: ZooModel,
     out_dir: str | os.PathLike[str],
@@ -386,7 +399,9 @@ def to_hf(
     The family is the first whose format can express the spec (gpt2, llama, bert, roberta, albert, ...),
     or ``model_type``. transformers' ``AutoModel*.from_pretrained(out_dir)`` loads the result. With
     ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside the weights, so
-    ``AutoTokenizer.from_pretrained(out_dir)`` gives zoo's ids. Returns the folder.
+    ``AutoTokenizer.from_pretrained(out_dir)`` gives the ids zoo feeds the model: a tokenizer without a
+    post-processor of its own (one zoo trained) frames text as the model's family is used (`MODEL_FRAMING`),
+    a decoder's prompt ``[bos, *ids]`` as ``zoo generate`` feeds it, for one. Returns the folder.
 
     A folder that holds anything but Hugging Face model files (a zoo model, a training run, other files) is
     refused unless ``overwrite``, which removes the other models' files there first (`zoo.io.outputs`); an
@@ -422,7 +437,8 @@ def to_hf(
     write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
     _remove_previous_shards(out)
     if tokenizer is not None:
-        tokenizer.save_pretrained(out, model_max_length=spec.max_positions)
+        add_bos, add_eos = MODEL_FRAMING[spec.family]
+        tokenizer.save_pretrained(out, model_max_length=spec.max_positions, add_bos=add_bos, add_eos=add_eos)
     return out
 
 

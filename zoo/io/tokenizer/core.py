@@ -6,7 +6,8 @@ Special tokens are added by :meth:`Tokenizer.encode` itself rather than by a pos
 Calling the tokenizer (:meth:`Tokenizer.__call__`) is Hugging Face's batch interface instead: a foreign
 tokenizer's own post-processor frames each row, so the ids equal ``transformers.AutoTokenizer``'s; a tokenizer
 without one (those zoo trains) gets zoo's framing, ``[*ids, eos]``. :meth:`Tokenizer.save_pretrained` writes
-that framing into the exported ``tokenizer.json`` so that transformers agrees there too.
+a framing into the exported ``tokenizer.json`` so that transformers frames rows too: that one by default, the
+model's own from `zoo.to_hf` (a decoder's prompt ``[bos, *ids]``, as zoo's generation feeds it).
 
 :meth:`Tokenizer.apply_chat_template` renders a conversation with the tokenizer's chat template (read from
 ``tokenizer_config.json`` or ``chat_template.jinja``) exactly as transformers does (`zoo.io.tokenizer.chat`);
@@ -36,9 +37,10 @@ from zoo.io.tokenizer.batch import Padding, Truncation, as_tensors, check_call_a
 from zoo.io.tokenizer.chat import default_template, render_chat
 from zoo.io.tokenizer.errors import TokenizerError, encode_checked
 from zoo.io.tokenizer.pretrained import (
+    framing_flags,
     read_tokenizer_config,
     tokenizer_config,
-    with_eos_template,
+    with_framing,
     write_folder,
 )
 from zoo.io.tokenizer.specials import SPECIAL_TOKEN_ALIASES, SPECIAL_TOKENS, looked_for
@@ -152,24 +154,42 @@ class Tokenizer:
         )
         write_text_atomic(Path(path), json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
-    def save_pretrained(self, directory: PathLike, *, model_max_length: int | None = None) -> Path:
-        """Write a folder from which ``transformers.AutoTokenizer`` gives the ids of :meth:`__call__`.
+    def save_pretrained(
+        self,
+        directory: PathLike,
+        *,
+        model_max_length: int | None = None,
+        add_bos: bool = False,
+        add_eos: bool = True,
+    ) -> Path:
+        """Write a folder from which ``transformers.AutoTokenizer`` gives the ids of :meth:`__call__` (with
+        the defaults) or of the framing asked for.
 
         Three files, each written atomically: ``tokenizer.json``; ``tokenizer_config.json`` (class
         ``PreTrainedTokenizerFast``, the special tokens that exist, ``model_max_length`` when given or
-        known, the chat templates when it has any); ``special_tokens_map.json``. Without the config, transformers picks a tokenizer class from
-        ``config.json``'s model_type instead (GPT-2's byte-level one for an exported gpt2), which splits
-        and frames differently. Returns the folder.
+        known, the chat templates when it has any); ``special_tokens_map.json``. Without the config,
+        transformers picks a tokenizer class from ``config.json``'s model_type instead (GPT-2's byte-level one
+        for an exported gpt2), which splits and frames differently. Returns the folder.
+
+        ``add_bos`` / ``add_eos``: how a tokenizer without a post-processor of its own (one zoo trained)
+        frames a row there: its bos first, its eos last, each where the tokenizer has one (by default
+        ``[*ids, eos]``, as :meth:`__call__`). Written as its post-processor and as the config's
+        ``add_bos_token`` / ``add_eos_token`` (`framing_flags`). A tokenizer with a post-processor (a foreign
+        one, a classifier's) keeps its own framing, whatever these say. `zoo.to_hf` passes its model's.
         """
         limit = self.model_max_length if model_max_length is None else model_max_length
         check_length("model_max_length", limit)
-        backend = with_eos_template(self._tok, self.eos_id)
+        backend, flags = self._tok, None
+        if backend.post_processor is None:
+            bos, eos = self.bos_id if add_bos else None, self.eos_id if add_eos else None
+            backend, flags = with_framing(backend, bos=bos, eos=eos), framing_flags(backend, bos=bos, eos=eos)
         return write_folder(
             Path(directory),
             backend,
             specials=self._config_specials(),
             model_max_length=limit,
             chat_templates=self.chat_templates,
+            flags=flags,
         )
 
     def _config_specials(self) -> dict[str, str | None]:

@@ -1,9 +1,9 @@
 """The transformers tokenizer folder, both ways: what ``save_pretrained`` writes and ``from_file`` reads back.
 
-Written: ``tokenizer.json`` (with zoo's eos framing as a post-processor when it has none),
-``tokenizer_config.json`` (with the chat template, when there is one) and ``special_tokens_map.json``, each
-atomically. Read: the ``model_max_length``, special tokens and chat templates of a ``tokenizer_config.json``,
-and a ``chat_template.jinja`` beside it.
+Written: ``tokenizer.json`` (with zoo's framing, bos and eos as asked, as a post-processor when it has
+none), ``tokenizer_config.json`` (that framing's ``add_bos_token`` / ``add_eos_token``, the chat template when
+there is one) and ``special_tokens_map.json``, each atomically. Read: the ``model_max_length``, special
+tokens and chat templates of a ``tokenizer_config.json``, and a ``chat_template.jinja`` beside it.
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ def write_folder(
     specials: dict[str, str | None],
     model_max_length: int | None,
     chat_templates: dict[str, str] | None = None,
+    flags: dict[str, bool] | None = None,
 ) -> Path:
     """Write ``backend`` as a transformers folder (see ``Tokenizer.save_pretrained``); returns the folder.
 
     ``specials`` is ``{"pad_token": "<pad>", ...}``; ``model_max_length`` is left out of the config when None;
-    ``chat_templates`` (``{"default": source, ...}``) go to its ``"chat_template"`` (`config_templates`).
+    ``chat_templates`` (``{"default": source, ...}``) go to its ``"chat_template"`` (`config_templates`);
+    ``flags`` (`framing_flags`) go to the config as they are.
     """
     config = tokenizer_config(
         backend, specials=specials, model_max_length=model_max_length, chat_templates=chat_templates
-    )
+    ) | (flags or {})
     write_text_atomic(directory / TOKENIZER_NAME, backend.to_str(pretty=True))
     write_text_atomic(
         directory / TOKENIZER_CONFIG_NAME, json.dumps(config, indent=2, ensure_ascii=False) + "\n"
@@ -91,27 +93,43 @@ def config_templates(templates: dict[str, str]) -> str | list[dict[str, str]]:
     return [{"name": name, "template": source} for name, source in templates.items()]
 
 
-def with_eos_template(tok: HFTokenizer, eos: int | None) -> HFTokenizer:
-    """``tok``, or a copy framing rows as ``[*ids, eos]`` through a post-processor when ``tok`` has none.
+def with_framing(tok: HFTokenizer, *, bos: int | None, eos: int | None) -> HFTokenizer:
+    """A copy of ``tok`` framing rows as ``[bos, *ids, eos]`` through a post-processor (``bos`` / ``eos``
+    None: left out), for a tokenizer without one; pairs are ``[bos, *a, eos, *b, eos]``.
 
-    transformers frames rows only through the post-processor, so without one ``AutoTokenizer`` would
-    give ``[*ids]`` where ``Tokenizer.__call__`` gives ``[*ids, eos]``. Built as JSON rather than from a
-    template string, which cannot hold a token with ``:`` or spaces. All type ids are 0: zoo models have
-    no segment embeddings.
+    transformers frames rows only through the post-processor, so without one ``AutoTokenizer`` would give
+    ``[*ids]``. Built as JSON rather than from a template string, which cannot hold a token with ``:`` or
+    spaces. All type ids are 0: zoo models have no segment embeddings.
     """
-    if tok.post_processor is not None or eos is None:
-        return tok
-    token = tok.id_to_token(eos)
-    sequence = [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": token, "type_id": 0}}]
-    pair = [*sequence, {"Sequence": {"id": "B", "type_id": 0}}, sequence[1]]
+    first = [{"SpecialToken": {"id": tok.id_to_token(bos), "type_id": 0}}] if bos is not None else []
+    last = [{"SpecialToken": {"id": tok.id_to_token(eos), "type_id": 0}}] if eos is not None else []
+    single = [*first, {"Sequence": {"id": "A", "type_id": 0}}, *last]
     data = json.loads(tok.to_str())
     data["post_processor"] = {
         "type": "TemplateProcessing",
-        "single": sequence,
-        "pair": pair,
-        "special_tokens": {token: {"id": token, "ids": [eos], "tokens": [token]}},
+        "single": single,
+        "pair": [*single, {"Sequence": {"id": "B", "type_id": 0}}, *last],
+        "special_tokens": {
+            token: {"id": token, "ids": [i], "tokens": [token]}
+            for i in (bos, eos)
+            if i is not None and (token := tok.id_to_token(i)) is not None
+        },
     }
     return HFTokenizer.from_str(json.dumps(data))
+
+
+def framing_flags(tok: HFTokenizer, *, bos: int | None, eos: int | None) -> dict[str, bool]:
+    """``{"add_bos_token": ..., "add_eos_token": ...}`` for the `with_framing` of ``bos`` / ``eos``, as a
+    ``tokenizer_config.json`` says it; empty when a token cannot be written so.
+
+    transformers 5 rebuilds the post-processor from these flags when a config has them, from a template
+    string (``"<s>:0 $A:0"``), which cannot hold a token with ``:`` or spaces: such a tokenizer gets no flags,
+    and its post-processor alone frames the rows (transformers keeps it then).
+    """
+    tokens = [tok.id_to_token(i) or "" for i in (bos, eos) if i is not None]
+    if any(":" in token or any(ch.isspace() for ch in token) for token in tokens):
+        return {}
+    return {"add_bos_token": bos is not None, "add_eos_token": eos is not None}
 
 
 def _has_segment_ids(post_processor: Any) -> bool:
