@@ -90,6 +90,17 @@ def test_zoo_generate_with_beams_prints_the_best_hypothesis(gpt, tokenizer, caps
     assert " ".join(out[len("the dog") :].split()) == " ".join(tokenizer.decode(best).split())
 
 
+def test_zoo_generate_reads_a_hugging_face_folder_as_its_zoo_checkpoint(gpt, tokenizer, tmp_path, capsys):
+    """The folder `zoo chat`, `zoo serve` and `zoo eval` take (`zoo.load_pretrained`) is generate's too."""
+    directory, model = gpt
+    hf = zoo.to_hf(model, tmp_path / "hf", tokenizer=tokenizer)
+    outputs = []
+    for target in (directory, hf):
+        assert main(["generate", str(target), "--prompt", "the cat", "--max-new-tokens", "6"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("the cat")
+
+
 def test_zoo_translate_streams_the_translation(translator, tokenizer, capsys):
     directory, model = translator
     assert main(["translate", str(directory), "the cat sat", "--max-new-tokens", "7"]) == 0
