@@ -40,9 +40,7 @@ def load_pretrained(
 ) -> Pretrained:
     """The model and tokenizer in ``path``: a zoo checkpoint (``spec.json``) or a Hugging Face folder
     (``config.json``), each with its ``tokenizer.json``. ``device`` and ``dtype`` as `zoo.load` takes them."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointNotFoundError(f"{folder}: no such folder (a zoo checkpoint or a Hugging Face folder)")
+    folder = pretrained_folder(path)
     if not (folder / TOKENIZER_NAME).is_file():
         raise CheckpointNotFoundError(
             f"{folder}: no {TOKENIZER_NAME} (the model's tokenizer; save one with zoo.save(model, dir, "
@@ -62,4 +60,12 @@ def load_pretrained(
     return Pretrained(model, load_tokenizer(folder), kind)
 
 
-__all__ = ["Pretrained", "load_pretrained"]
+def pretrained_folder(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a folder, or a `CheckpointNotFoundError` saying there is none (never a Hub lookup)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointNotFoundError(f"{folder}: no such folder (a zoo checkpoint or a Hugging Face folder)")
+    return folder
+
+
+__all__ = ["Pretrained", "load_pretrained", "pretrained_folder"]
