@@ -268,6 +268,21 @@ def test_weights_with_nan_are_refused_before_the_chat(folders, tmp_path, capsys)
     assert "lm_head.weight holds NaN or inf" in capsys.readouterr().err
 
 
+def test_sampling_flags_sample_and_temperature_zero_is_greedy(folders, monkeypatch, capsys) -> None:
+    """As `zoo generate`: --temperature (or --top-k, --top-p) samples without --sample; 0 is greedy search."""
+    from zoo.cli import build_parser
+    from zoo.cli.chat import open_session
+
+    folder = str(folders["trained"])
+    session = open_session(
+        build_parser().parse_args(["chat", folder, "--temperature", "0.7", "--device", "cpu"])
+    )
+    assert session.config.do_sample and session.config.temperature == 0.7
+    _stdin(monkeypatch, "hello there\n")
+    assert main(["chat", folder, "--temperature", "0", "--max-new-tokens", "24", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == f"{ANSWER}\n"
+
+
 def test_a_hugging_face_folder_chats_as_its_zoo_checkpoint(folders, tmp_path, monkeypatch, capsys) -> None:
     folder = folders["trained"]
     hf = zoo.to_hf(zoo.load(folder), tmp_path / "hf", tokenizer=zoo.load_tokenizer(folder))

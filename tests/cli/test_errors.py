@@ -308,3 +308,36 @@ def test_a_set_value_with_an_alias_bomb_is_refused_in_one_line(capsys) -> None:
     code = main(["train", "examples/translate.yaml", "--set", f"model.overrides={bomb}", "--max-steps", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "aliases" in err and len(err.strip().splitlines()) == 1
+
+
+# -- a missing folder is a missing folder, not a Hugging Face Hub id -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["generate", "runs/demo", "--prompt", "hi"],
+        ["translate", "runs/demo", "hi"],
+        ["chat", "runs/demo"],
+        ["serve", "runs/demo", "--port", "0"],
+        ["eval", "runs/demo", "--tasks", "hellaswag"],
+        ["embed", "runs/demo", "--input", "-", "--out", "vectors.npy"],
+        ["show", "runs/demo"],
+        ["convert", "--from-hf", "runs/demo", "--out", "out"],
+    ],
+)
+def test_a_missing_folder_under_a_folder_here_is_no_such_folder_not_a_hub_id(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """``runs/demo`` reads as a Hub id (``org/name``), but ``runs/`` is a folder here: the user meant a path
+    (embed, show and convert said it "is not in the Hugging Face cache", and to run `hf download runs/demo`)."""
+    if command[0] == "eval":
+        pytest.importorskip("lm_eval")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "runs").mkdir()
+    code, _, err = run(capsys, *command)
+    assert code == 2
+    assert_one_line(err)
+    assert "runs/demo: no such folder" in err, err
+    assert "Hugging Face cache" not in err and "hf download" not in err

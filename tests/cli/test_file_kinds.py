@@ -93,7 +93,9 @@ def test_train_on_a_hugging_face_folder_says_what_it_is(capsys, hf_folder: Path)
 
 def test_generate_on_a_spec_file_says_it_is_no_checkpoint(capsys) -> None:
     assert main(["generate", str(SPEC_FILE), "--prompt", "hi"]) == 2
-    assert f"{SPEC_FILE} is a model spec, not a zoo checkpoint" in one_error_line(capsys)
+    assert f"{SPEC_FILE} is a model spec, not a zoo checkpoint or a Hugging Face folder" in one_error_line(
+        capsys
+    )
 
 
 def test_convert_from_hf_on_a_zoo_run_points_at_to_hf(capsys, run_folder: Path, tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ def test_bad_settings_and_models_are_refused_up_front(trained) -> None:
     with pytest.raises(ValueError, match=r"max_new_tokens \(128\) leaves no room"):
         ChatSession(model, tokenizer, max_new_tokens=128)
     with pytest.raises(ValueError, match="temperature"):
-        ChatSession(model, tokenizer, temperature=0)
+        ChatSession(model, tokenizer, temperature=-1.0)
     with pytest.raises(TypeError, match="unexpected"):
         ChatSession(model, tokenizer, beams=2)
     translator = zoo.build(zoo.preset("transformer-tiny").override(num_layers=1)).eval()

@@ -78,6 +78,37 @@ def test_zoo_generate_sampling_with_a_seed_is_reproducible(gpt, capsys):
     assert outputs[0] != outputs[2]
 
 
+def test_zoo_generate_samples_when_given_a_sampling_setting_without_sample(gpt, capsys):
+    """As vLLM's and llama.cpp's commands: --temperature, --top-k or --top-p samples (it ran greedy search)."""
+    directory, _ = gpt
+    argv = ["generate", str(directory), "--prompt", "a dog", "--max-new-tokens", "8"]
+    for setting in (["--temperature", "1.5"], ["--top-k", "20"], ["--top-p", "0.95"]):
+        outputs = []
+        for flags in (["--sample", "--seed", "1"], ["--seed", "1"], ["--seed", "2"]):
+            assert main([*argv, *setting, *flags]) == 0
+            outputs.append(capsys.readouterr().out)
+        assert outputs[0] == outputs[1] != outputs[2], setting
+
+
+def test_zoo_generate_at_temperature_zero_is_greedy_search(gpt, capsys):
+    directory, _ = gpt
+    argv = ["generate", str(directory), "--prompt", "the cat", "--max-new-tokens", "6"]
+    assert main(argv) == 0
+    greedy = capsys.readouterr().out
+    for flags in (["--temperature", "0"], ["--sample", "--temperature", "0", "--seed", "3"]):
+        assert main([*argv, *flags]) == 0
+        assert capsys.readouterr().out == greedy
+
+
+def test_zoo_generate_refuses_top_p_at_temperature_zero(gpt, capsys):
+    directory, _ = gpt
+    argv = ["generate", str(directory), "--prompt", "the", "--temperature", "0", "--top-p", "0.9"]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "--top-p has no effect with --temperature 0, which is greedy search" in " ".join(err.split())
+
+
 def test_zoo_generate_with_beams_prints_the_best_hypothesis(gpt, tokenizer, capsys):
     directory, model = gpt
     assert (
@@ -88,6 +119,17 @@ def test_zoo_generate_with_beams_prints_the_best_hypothesis(gpt, tokenizer, caps
     best = model.generate(torch.tensor([prompt]), max_new_tokens=5, num_beams=3)[0, len(prompt) :].tolist()
     out = capsys.readouterr().out
     assert " ".join(out[len("the dog") :].split()) == " ".join(tokenizer.decode(best).split())
+
+
+def test_zoo_generate_reads_a_hugging_face_folder_as_its_zoo_checkpoint(gpt, tokenizer, tmp_path, capsys):
+    """The folder `zoo chat`, `zoo serve` and `zoo eval` take (`zoo.load_pretrained`) is generate's too."""
+    directory, model = gpt
+    hf = zoo.to_hf(model, tmp_path / "hf", tokenizer=tokenizer)
+    outputs = []
+    for target in (directory, hf):
+        assert main(["generate", str(target), "--prompt", "the cat", "--max-new-tokens", "6"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("the cat")
 
 
 def test_zoo_translate_streams_the_translation(translator, tokenizer, capsys):

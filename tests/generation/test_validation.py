@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -57,7 +59,8 @@ OK = torch.tensor([[5, 6, 7]])
         (dict(top_p=0.0, do_sample=True), r"top_p must be in \(0, 1\], got 0.0"),
         (dict(top_p=1.5), r"top_p must be in \(0, 1\], got 1.5"),
         (dict(top_k=-1), r"top_k must be None or an int >= 0"),
-        (dict(temperature=0.0), r"temperature must be a finite number > 0"),
+        (dict(temperature=-0.5), r"temperature must be a finite number >= 0 \(0: greedy search\)"),
+        (dict(temperature=float("nan")), r"temperature must be a finite number >= 0"),
         (dict(max_new_tokens=0), r"max_new_tokens must be an int >= 1, got 0"),
         (dict(min_new_tokens=-2), r"min_new_tokens must be an int >= 0"),
         (dict(repetition_penalty=0.0), r"repetition_penalty must be > 0"),
@@ -97,6 +100,66 @@ def test_bad_encoder_decoder_calls_raise_before_any_compute(guarded, kwargs, mes
     input_ids = kwargs.pop("input_ids", OK)
     with pytest.raises(ValueError, match=message):
         model.generate(input_ids, **kwargs)
+
+
+# -- temperature 0 is greedy search; sampling settings without sampling are a warning ---------------------
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "t5-tiny"])
+def test_sampling_at_temperature_zero_is_greedy_search(tiny, name):
+    """As in the OpenAI API and vLLM (and zoo serve): temperature 0 takes the argmax."""
+    model = tiny(name)
+    greedy = model.generate(OK, max_new_tokens=6, eos_token_id=[])
+    zero = model.generate(OK, max_new_tokens=6, eos_token_id=[], do_sample=True, temperature=0, seed=1)
+    assert torch.equal(zero, greedy)
+    beams = model.generate(OK, max_new_tokens=4, num_beams=2, eos_token_id=[])
+    assert torch.equal(
+        model.generate(OK, max_new_tokens=4, num_beams=2, eos_token_id=[], do_sample=True, temperature=0.0),
+        beams,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(temperature=0.7), r"^generate: temperature=0.7 has no effect: do_sample is False"),
+        (
+            dict(temperature=0.7, top_p=0.9),
+            r"^generate: temperature=0.7, top_p=0.9 have no effect: do_sample",
+        ),
+        (
+            dict(top_k=5, num_beams=2),
+            r"^generate: top_k=5 has no effect: do_sample is False \(greedy or beam",
+        ),
+        (
+            dict(do_sample=True, temperature=0, top_p=0.8),
+            r"^generate: top_p=0.8 has no effect: temperature 0 is",
+        ),
+    ],
+)
+def test_sampling_settings_that_change_nothing_are_a_warning_naming_them(tiny, kwargs, message):
+    """As transformers warns: the search runs as it would without them."""
+    model = tiny("gpt2-tiny")
+    plain = {k: v for k, v in kwargs.items() if k == "num_beams"}
+    with pytest.warns(UserWarning, match=message):
+        out = model.generate(OK, max_new_tokens=4, eos_token_id=[], **kwargs)
+    assert torch.equal(out, model.generate(OK, max_new_tokens=4, eos_token_id=[], **plain))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(),
+        dict(temperature=0),  # greedy, as asked
+        dict(temperature=1.0, top_k=0, top_p=1.0),  # their "off" values
+        dict(do_sample=True, temperature=0.7, top_k=5, top_p=0.9, seed=0),
+    ],
+)
+def test_settings_that_all_act_give_no_warning(tiny, kwargs):
+    model = tiny("gpt2-tiny")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.generate(OK, max_new_tokens=2, **kwargs)
 
 
 def test_right_padded_sources_are_fine_for_an_encoder_decoder(tiny):

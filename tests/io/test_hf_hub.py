@@ -114,8 +114,19 @@ def test_an_existing_folder_wins_over_a_hub_id(
 
 def test_a_missing_path_that_is_no_hub_id_keeps_the_folder_error(cache: Path, tmp_path: Path) -> None:
     for path in ("no such/folder", "./org/tiny-gpt2", str(tmp_path / "nowhere"), Path("org/tiny-gpt2")):
-        with pytest.raises(FileNotFoundError, match="not a directory"):
+        with pytest.raises(FileNotFoundError, match="no such folder"):
             zoo.from_hf(path)
+
+
+def test_org_name_under_a_folder_here_is_a_path_not_a_hub_id(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``runs/demo`` beside ``runs/``: a mistyped folder, not the Hub's (here: the cache's) ``runs/demo``."""
+    assert zoo.from_hf("org/tiny-gpt2") is not None  # in the cache
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"^org/tiny-gpt2: no such folder"):
+        zoo.from_hf("org/tiny-gpt2")
 
 
 @pytest.mark.parametrize(

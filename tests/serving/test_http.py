@@ -256,3 +256,25 @@ def test_zoo_serve_without_the_serve_extra_is_one_line(
         "error: zoo serve needs FastAPI and uvicorn: pip install -e '.[serve]' in zoo's clone "
         "(or: pip install fastapi uvicorn)"
     ), err
+
+
+def test_zoo_serve_on_a_port_in_use_is_one_line_before_the_model_loads(
+    saved: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was uvicorn's ``[Errno 98]`` log line, after loading the model, and exit status 3."""
+    import socket
+
+    import zoo
+    from zoo.cli import main
+
+    def unexpected(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(zoo, "load_pretrained", unexpected)
+        assert main(["serve", str(saved), "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: zoo serve: port {port} on 127.0.0.1 is already in use (choose another with --port)"

@@ -20,7 +20,7 @@ from zoo.training import Trainer, train
 from zoo.training import checkpoints as checkpoints_module
 from zoo.training.checkpoints import checkpoint_problem, list_checkpoints
 from zoo.training.config import TrainConfig
-from zoo.training.rundir import RunDirError, RunWriteError
+from zoo.training.rundir import RunDirError, RunWriteError, previous_run
 from zoo.training.runlock import RunInUseError
 from zoo.training.sinks import JsonlSink
 
@@ -88,6 +88,61 @@ def test_overwrite_deletes_the_previous_run_and_model_but_nothing_else(
     assert (out / "notes.txt").read_text() == "mine"
     assert not (out / "model-00002-of-00002.safetensors").exists()
     assert zoo.load(out).spec == result.model.spec  # the new model, not the one saved before
+
+
+def packed_config(tmp_path: Path, *, block_size: int) -> TrainConfig:
+    """gpt2-tiny (128 positions) on a small text file, packed into ``block_size`` windows."""
+    text = tmp_path / "train.txt"
+    if not text.exists():
+        words = ["the", "cat", "sat", "on", "a", "mat", "while", "the", "dog", "slept", "by", "the", "log"]
+        text.write_text("".join(" ".join(words[i:] + words[:i]) + "\n" for i in range(12)) * 4)
+    return TrainConfig.from_dict(
+        {
+            "model": {"preset": "gpt2-tiny", "overrides": {"num_layers": 1}},
+            "data": {"train": str(text), "packing": {"block_size": block_size}},
+            "tokenizer": {"vocab_size": 80},
+            "batch": {"max_tokens": 256},
+            "max_steps": 1,
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
+
+
+def test_a_config_that_cannot_train_writes_nothing_and_its_fix_runs_in_the_same_dir(tmp_path: Path) -> None:
+    bad = packed_config(tmp_path, block_size=4096)
+    with pytest.raises(
+        ValueError, match=r"^data\.packing\.block_size \(4096\) exceeds the length limit \(128"
+    ):
+        train(bad, progress=False)
+    assert previous_run(bad.output_dir) == []  # no tokenizer.json left to refuse the rerun
+    train(packed_config(tmp_path, block_size=32), progress=False)
+    assert zoo.load_tokenizer(bad.output_dir) is not None
+
+
+def test_overwrite_with_a_config_that_cannot_train_keeps_the_model_it_would_replace(tmp_path: Path) -> None:
+    bad = packed_config(tmp_path, block_size=4096)
+    zoo.save(tiny_model(), bad.output_dir)
+    saved = {p.name: p.read_bytes() for p in bad.output_dir.iterdir()}
+    with pytest.raises(ValueError, match="block_size"):
+        train(bad, overwrite=True, progress=False)
+    assert {p.name: p.read_bytes() for p in bad.output_dir.iterdir() if p.name in saved} == saved
+
+
+def test_a_start_that_fails_after_writing_removes_what_it_wrote(
+    make_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(max_steps=1)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        assert (config.output_dir / "tokenizer.json").is_file()  # written: the tokenizers come first
+        raise ValueError("optim: cannot build")
+
+    monkeypatch.setattr("zoo.training.loop.build_optimizer", fail)
+    with pytest.raises(ValueError, match="cannot build"):
+        Trainer(config)
+    assert previous_run(config.output_dir) == []
+    monkeypatch.undo()
+    train(config, progress=False)  # the rerun is accepted
 
 
 # --- one trainer at a time ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 
 from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype, utf8_text
 from zoo.cli.sanitize import clean, markup
-from zoo.cli.search import nan_logits, sampling_options
+from zoo.cli.search import nan_logits, sampling_options, sampling_settings
 
 PROMPT = "> "
 # The default answer length: transformers' `chat` default, or half the model's positions when that is less.
@@ -132,11 +132,7 @@ def open_session(args: argparse.Namespace) -> Any:
         tokenizer,
         system=args.system,
         max_new_tokens=new_tokens,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
+        **sampling_settings(args),
         repetition_penalty=args.repetition_penalty,
     )
 

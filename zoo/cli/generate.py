@@ -5,8 +5,9 @@
     zoo translate runs/m2m/ "Hello" --forced-bos-token __de__ --decoder-prompt "Guten" --bad-words "Tag"
     zoo translate runs/ko-en/ - < sentences.txt     # stdin, a sentence a line (`zoo.cli.translate_stdin`)
 
-Both read ``DIR/model.safetensors`` (+ spec) and ``DIR/tokenizer.json`` (as written by ``zoo.save(model,
-DIR, tokenizer=...)``). Greedy search and sampling print each piece of text as soon as its token is
+Both read a zoo checkpoint (``DIR/model.safetensors`` + spec, and ``DIR/tokenizer.json``, as written by
+``zoo.save(model, DIR, tokenizer=...)``) or a Hugging Face folder with its ``tokenizer.json``, as ``zoo chat``
+and ``zoo serve`` do (`zoo.load_pretrained`). Greedy search and sampling print each piece of text as soon as its token is
 chosen; beam search prints the best hypothesis at the end. With ``--num-return-sequences N`` the N results
 are printed at the end, one line each, numbered ``[1]`` to ``[N]`` (beam search: best first, with its
 score). A summary (tokens, tokens/s) goes to stderr.
@@ -37,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="continue a prompt with a saved decoder model (tokens stream as they are chosen)",
         description="Continue a prompt with a saved decoder-only model and its tokenizer.",
     )
-    generate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
+    generate.add_argument(
+        "checkpoint", metavar="DIR", help="a zoo checkpoint or a Hugging Face folder, with tokenizer.json"
+    )
     generate.add_argument("--prompt", required=True, type=utf8_text, help="the text to continue")
     generate.add_argument(
         "--no-bos", action="store_true", help="do not start the prompt with the bos token (default: add it)"
@@ -51,7 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Translate one sentence with a saved encoder-decoder model and its tokenizer; with - "
         "as the sentence, every line of stdin, one translation a line.",
     )
-    translate.add_argument("checkpoint", metavar="DIR", help="a zoo checkpoint directory with tokenizer.json")
+    translate.add_argument(
+        "checkpoint", metavar="DIR", help="a zoo checkpoint or a Hugging Face folder, with tokenizer.json"
+    )
     translate.add_argument(
         "sentence",
         type=utf8_text,
@@ -103,16 +108,20 @@ def _load(args: argparse.Namespace, *, family: str, other: str) -> tuple[Any, An
     import zoo
     from zoo.cli import kinds
 
-    # zoo.load resolves "auto" and says so, before reading anything, when the device is not there.
-    with kinds.expecting(args.checkpoint, kinds.CHECKPOINT, kinds.RUN, expected="a zoo checkpoint"):
-        model = zoo.load(args.checkpoint, device=args.device, dtype=torch_dtype(args.dtype))
+    # The loader of `zoo chat` and `zoo serve`; it resolves "auto" and says so, before reading anything,
+    # when the device is not there.
+    expected = "a zoo checkpoint or a Hugging Face folder"
+    with kinds.expecting(args.checkpoint, kinds.CHECKPOINT, kinds.RUN, kinds.HF_FOLDER, expected=expected):
+        model, tokenizer, _ = zoo.load_pretrained(
+            args.checkpoint, device=args.device, dtype=torch_dtype(args.dtype)
+        )
     if model.spec.family != family:
         raise ValueError(
             f"{args.checkpoint}: holds a {model.spec.family} model; `zoo {args.command}` needs a {family} model"
             + (f" (try `zoo {other}`)" if model.spec.family in ("decoder", "encoder-decoder") else "")
         )
     check_finite(model, where=args.checkpoint)
-    return model, zoo.load_tokenizer(args.checkpoint)
+    return model, tokenizer
 
 
 def check_finite(model: Any, *, where: str) -> None:

@@ -152,16 +152,21 @@ def add_device_option(
     )
 
 
+_SPEC_SUFFIXES = (".yaml", ".yml", ".json", ".safetensors")  # a file, whose loader names it when missing
+
+
 def _looks_like_hub_id(target: str) -> bool:
-    """``org/name``: not a preset, not a file name (a missing ``my/spec.yaml`` keeps its own error)."""
-    from zoo.io.hf.hub import parse_hub_id
+    """``org/name``: not a preset, not a file name (a missing ``my/spec.yaml`` keeps its own error), not a
+    path under a folder here (``runs/demo`` beside ``runs/``: `zoo.io.hf.hub.names_a_local_path`)."""
+    from zoo.io.hf.hub import names_a_local_path, parse_hub_id
     from zoo.spec import list_presets
 
     return (
         "/" in target
         and target not in list_presets()
-        and not target.endswith((".yaml", ".yml", ".json", ".safetensors"))
+        and not target.endswith(_SPEC_SUFFIXES)
         and parse_hub_id(target) is not None
+        and not names_a_local_path(target)
     )
 
 
@@ -200,4 +205,6 @@ def _load_target_spec(target: str) -> ModelSpec:
         from zoo.io.hf import read_hf_spec  # a Hub id, resolved through the Hugging Face cache
 
         return read_hf_spec(target)
+    if not path.exists() and "/" in target and path.suffix not in _SPEC_SUFFIXES:  # no preset has a "/"
+        raise FileNotFoundError(f"{target}: no such folder (a zoo checkpoint or a Hugging Face folder)")
     return load_zoo_target(target)

@@ -68,7 +68,10 @@ def sampling_options(
     search: argparse._ArgumentGroup, *, default_new_tokens: int | None, new_tokens_help: str
 ) -> None:
     """--max-new-tokens, --sample, --temperature, --top-k, --top-p and --seed (`zoo chat` has only these
-    and --repetition-penalty); ``new_tokens_help`` says what the default of --max-new-tokens is."""
+    and --repetition-penalty); ``new_tokens_help`` says what the default of --max-new-tokens is.
+
+    As in vLLM's and llama.cpp's commands, --temperature, --top-k or --top-p samples (`sampling_settings`):
+    --sample alone samples at temperature 1; --temperature 0 is greedy search, as in the OpenAI API."""
     search.add_argument(
         "--max-new-tokens",
         type=int,
@@ -76,13 +79,23 @@ def sampling_options(
         metavar="N",
         help=f"most tokens to generate (default: {new_tokens_help})",
     )
-    search.add_argument("--sample", action="store_true", help="sample instead of greedy search")
     search.add_argument(
-        "--temperature", type=float, default=1.0, metavar="T", help="sampling temperature (default 1.0)"
+        "--sample",
+        action="store_true",
+        help="sample instead of greedy search (implied by --temperature, --top-k and --top-p)",
     )
-    search.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K likeliest")
     search.add_argument(
-        "--top-p", type=float, default=None, metavar="P", help="nucleus sampling mass, in (0, 1]"
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="sample at this temperature (default 1.0; 0: greedy search)",
+    )
+    search.add_argument(
+        "--top-k", type=int, default=None, metavar="K", help="sample among the K likeliest (0: all)"
+    )
+    search.add_argument(
+        "--top-p", type=float, default=None, metavar="P", help="sample from this probability mass, in (0, 1]"
     )
     search.add_argument(
         "--seed",
@@ -107,11 +120,7 @@ def search_settings(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
                 raise ValueError(f"--bad-words: {word!r} has no tokens")
     return dict(
         max_new_tokens=args.max_new_tokens,
-        do_sample=args.sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
+        **sampling_settings(args),
         num_beams=args.beams,
         num_return_sequences=args.num_return_sequences,
         repetition_penalty=args.repetition_penalty,
@@ -119,6 +128,28 @@ def search_settings(args: argparse.Namespace, tokenizer: Any) -> dict[str, Any]:
         bad_words_ids=bad_words,
         forced_bos_token_id=forced_bos,
         forced_eos_token_id=args.forced_eos_token_id,
+    )
+
+
+def sampling_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``do_sample``, ``temperature``, ``top_k``, ``top_p`` and ``seed`` from the flags: any of --temperature,
+    --top-k and --top-p samples, as --sample does (with --beams: beam sampling). --top-k or --top-p at
+    --temperature 0 (greedy search) would change nothing: refused, naming them."""
+    given = {"--temperature": args.temperature, "--top-k": args.top_k, "--top-p": args.top_p}
+    if args.temperature == 0:
+        unused = [flag for flag in ("--top-k", "--top-p") if given[flag] is not None]
+        if unused:
+            raise ValueError(
+                f"{' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect with --temperature 0, "
+                "which is greedy search; "
+                "give a temperature above 0 to sample, or leave them out"
+            )
+    return dict(
+        do_sample=args.sample or any(value is not None for value in given.values()),
+        temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
     )
 
 

@@ -69,9 +69,13 @@ def run_serve(args: argparse.Namespace) -> int:
     from zoo.cli.generate import check_finite
     from zoo.serving import Engine
     from zoo.serving.api import import_fastapi
-    from zoo.serving.server import serve
+    from zoo.serving.server import PortInUseError, check_port, serve
 
     import_fastapi()  # the missing extra is one line, before the model is read
+    try:
+        check_port(args.host, args.port)  # and a port in use, too
+    except PortInUseError as error:
+        raise PortInUseError(f"{error} (choose another with --port)") from None
     loaded = zoo.load_pretrained(args.model, device=args.device, dtype=torch_dtype(args.dtype))
     check_finite(loaded.model, where=args.model)
     engine = Engine(

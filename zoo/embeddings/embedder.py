@@ -277,7 +277,9 @@ def _model_and_settings(
         )
     folder = resolve_checkpoint(model_or_folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no such model folder")
+        raise FileNotFoundError(
+            f"{folder}: no such folder (a zoo checkpoint, a Hugging Face or sentence-transformers folder)"
+        )
     settings = read_folder_settings(folder)
     assert settings.model_dir is not None  # read from a folder
     if (settings.model_dir / SPEC_NAME).is_file():

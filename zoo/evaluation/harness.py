@@ -87,6 +87,10 @@ def evaluate(
         raise EvaluationError("fewshot_as_multiturn needs apply_chat_template (the turns are a chat's)")
     if isinstance(limit, float) and limit >= 1:
         limit = int(limit)
+    if isinstance(model, str | os.PathLike):  # a missing folder is said before the tasks load (seconds)
+        from zoo.io.pretrained import pretrained_folder
+
+        pretrained_folder(model)
     manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
     lm = model if isinstance(model, lm_eval.api.model.LM) else None
     if lm is None:

@@ -81,7 +81,7 @@ def scored_beam_search(
             log_probs = processors(log_probs, session.sequences, session.valid, step)
         V = log_probs.shape[-1]
         totals = (log_probs.view(B, N, V) + running_scores[:, :, None]).view(B, N * V)
-        if config.do_sample:
+        if config.sampling:
             picked = torch.multinomial(totals.softmax(dim=-1), K, generator=generator)  # (B, K)
             cand_scores = totals.gather(1, picked)
         else:

@@ -9,6 +9,7 @@ same for the prompt itself, which needs the model.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeGuard, cast
 
@@ -39,6 +40,9 @@ class GenerationConfig(CleanModel):
 
     max_new_tokens / min_new_tokens: bounds on the new tokens (eos is blocked before the minimum).
     do_sample, temperature, top_k, top_p: sample from the (warped) distribution instead of argmax.
+        temperature 0 is greedy search, as in the OpenAI API and vLLM (``do_sample=True, temperature=0``
+        takes the argmax). temperature, top_k or top_p set without ``do_sample=True`` change nothing: as in
+        transformers, a UserWarning names them (see `validated`).
     num_beams, length_penalty, early_stopping: beam search; a finished hypothesis scores
         sum(log p) / generated_length ** length_penalty.
     num_return_sequences: n outputs per input, rows grouped per input (its n in a row): the n best
@@ -124,8 +128,8 @@ class GenerationConfig(CleanModel):
     @field_validator("temperature", mode="before")
     @classmethod
     def _temperature(cls, value: Any) -> Any:
-        ok = _is_number(value) and math.isfinite(value) and value > 0
-        return _need(value, ok, "temperature must be a finite number > 0")
+        ok = _is_number(value) and math.isfinite(value) and value >= 0
+        return _need(value, ok, "temperature must be a finite number >= 0 (0: greedy search)")
 
     @field_validator("top_p", mode="before")
     @classmethod
@@ -178,10 +182,10 @@ class GenerationConfig(CleanModel):
     @model_validator(mode="after")
     def _return_sequences(self) -> GenerationConfig:
         n, beams = self.num_return_sequences, self.num_beams
-        if n > 1 and beams == 1 and not self.do_sample:
+        if n > 1 and beams == 1 and not self.sampling:
             raise ValueError(
                 f"num_return_sequences ({n}) > 1 needs beam search (num_beams >= {n}) or sampling "
-                "(do_sample=True): greedy search has one answer per input"
+                "(do_sample=True, temperature > 0): greedy search has one answer per input"
             )
         if beams > 1 and n > beams:
             raise ValueError(
@@ -194,6 +198,23 @@ class GenerationConfig(CleanModel):
     @classmethod
     def _early_stopping(cls, value: Any) -> Any:
         return _need(value, value in (True, False, "never"), "early_stopping must be True, False or 'never'")
+
+    @property
+    def sampling(self) -> bool:
+        """Whether tokens are drawn at random: ``do_sample`` with a temperature above 0 (0 is greedy search)."""
+        return self.do_sample and self.temperature > 0
+
+    def unused_sampling_settings(self) -> list[str]:
+        """``name=value`` of each sampling setting that changes nothing: temperature, top_k and top_p without
+        ``do_sample``, top_k and top_p at temperature 0 (greedy search). Their "off" values are not listed."""
+        warpers = [
+            f"{name}={value}"
+            for name, value, off in (("top_k", self.top_k, (None, 0)), ("top_p", self.top_p, (None, 1.0)))
+            if value not in off
+        ]
+        if self.do_sample:
+            return warpers if self.temperature == 0 else []
+        return ([f"temperature={self.temperature}"] if self.temperature not in (0, 1.0) else []) + warpers
 
     @property
     def rows_per_input(self) -> int:
@@ -219,7 +240,8 @@ def validated(config: GenerationConfig | None, overrides: Mapping[str, Any]) -> 
     """``config`` (default: all defaults) with keyword ``overrides`` merged on top and validated.
 
     Unknown names are a TypeError, as for any function; a bad value is a ValueError whose message is
-    pydantic's, one line per field, without its boilerplate.
+    pydantic's, one line per field, without its boilerplate. Sampling settings that would change nothing
+    (`GenerationConfig.unused_sampling_settings`) are a UserWarning naming them, as transformers warns.
     """
     unknown = sorted(set(overrides) - set(GenerationConfig.model_fields))
     if unknown:
@@ -227,12 +249,22 @@ def validated(config: GenerationConfig | None, overrides: Mapping[str, Any]) -> 
     if config is not None and not isinstance(config, GenerationConfig):
         raise TypeError(f"generate: config must be a GenerationConfig, got {type(config).__name__}")
     base = config if config is not None else GenerationConfig()
-    if not overrides:
-        return base
-    try:
-        return GenerationConfig(**{**base.model_dump(), **overrides})
-    except ValidationError as error:
-        raise ValueError(f"generate: {_messages(error)}") from None
+    merged = base
+    if overrides:
+        try:
+            merged = GenerationConfig(**{**base.model_dump(), **overrides})
+        except ValidationError as error:
+            raise ValueError(f"generate: {_messages(error)}") from None
+    unused = merged.unused_sampling_settings()
+    if unused:
+        why = (
+            "temperature 0 is greedy search"
+            if merged.do_sample
+            else "do_sample is False (greedy or beam search); pass do_sample=True to sample"
+        )
+        verb = "has" if len(unused) == 1 else "have"
+        warnings.warn(f"generate: {', '.join(unused)} {verb} no effect: {why}", UserWarning, stacklevel=3)
+    return merged
 
 
 def _messages(error: ValidationError) -> str:

@@ -98,7 +98,7 @@ class Run:
             forced_bos=self.forced_bos,
             forced_eos=self.forced_eos,
             max_new_tokens=c.max_new_tokens,
-            do_sample=c.do_sample,
+            do_sample=c.sampling,
             temperature=c.temperature,
             top_k=c.top_k,
             top_p=c.top_p,
@@ -296,11 +296,11 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
     )  # sampling checks before it draws
     for step in range(config.max_new_tokens):
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
-        if config.do_sample:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
+        if config.sampling:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
             check_finite(scores, step)
         if processors.active:
             scores = processors(scores, session.sequences, session.valid, step)
-        if config.do_sample:
+        if config.sampling:
             tokens, finite = sample(scores, generator), checked  # (B,), ()
         else:  # NaN / +inf would be picked silently; a row's max is NaN or +inf exactly then (-inf is a ban)
             best, tokens = scores.max(dim=-1)  # (B,) each: the argmax and its score, in one pass
@@ -312,7 +312,7 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
             # One host read a step, for both questions (on a GPU each read waits for the queue to drain).
             finite_now, going = torch.stack([finite, unfinished.any()]).tolist()
         else:
-            finite_now, going = config.do_sample or bool(finite), True
+            finite_now, going = config.sampling or bool(finite), True
         if not finite_now:
             check_finite(scores.new_full((1,), math.nan), step)  # raises, naming the step
         session.append(tokens)

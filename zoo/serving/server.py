@@ -8,7 +8,9 @@ error. A second Ctrl-C exits at once. Either way the process exits with status 0
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,35 @@ def _server(app: Any, host: str, port: int, grace_s: float) -> Any:
     return QuietServer(config)
 
 
+class PortInUseError(OSError):
+    """Another process listens on the address `serve` was asked to listen on."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise `PortInUseError` when ``port`` on ``host`` is taken (port 0 is any free one): said in a line
+    before a model is loaded, rather than as uvicorn's ``[Errno 98]`` log line once it is. The probe binds
+    as uvicorn does (SO_REUSEADDR), so a port whose last connections linger in TIME_WAIT counts as free.
+    Any other bind error (an address not of this host, a port that needs privileges) is an OSError naming
+    the address; a host that does not resolve is left to uvicorn."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError):
+        return
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise PortInUseError(f"zoo serve: port {port} on {host} is already in use") from None
+            raise OSError(f"zoo serve: cannot listen on {host}:{port} ({error.strerror or error})") from None
+
+
 def _url(server: Any, host: str) -> str:
     port = server.servers[0].sockets[0].getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
@@ -71,7 +102,9 @@ def serve(
     grace_s: float = GRACE_S,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve ``engine`` until SIGTERM / SIGINT; ``on_ready(url)`` once it listens (port 0: any free port)."""
+    """Serve ``engine`` until SIGTERM / SIGINT; ``on_ready(url)`` once it listens (port 0: any free port).
+    A port in use is a `PortInUseError`, before the engine starts."""
+    check_port(host, port)
     app = create_app(engine, tokenizer, model_name=model_name, api_key=api_key)
     server = _server(app, host, port, grace_s)
     engine.start()
@@ -79,6 +112,9 @@ def serve(
     watcher.start()
     try:
         server.run()
+    except SystemExit:  # uvicorn's way to fail a start (status 3, after logging why)
+        if server.started:
+            raise
     finally:
         engine.close()
     if not server.started:

@@ -4,12 +4,16 @@
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
     -> prepare.setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
        tokenizer) -> every split prepared and checked (raw files into the cache; memory-mapped, never loaded)
+       -> the batches planned (every length checked); only then is the output dir cleared and written
     -> model (``lora``: + adapters, the init_from weights frozen)
     -> for each step: grad_accum micro-batches per process, loss summed over real target tokens and
        divided by the step's token count over every micro-batch and process -> (fp16: unscale) -> clip
        -> optimizer step (fp16: skipped when the gradients overflowed; `zoo.training.precision`)
     -> every log_every steps a record; every eval.every_steps validation; every checkpoint.every_steps a
        resumable checkpoint -> final validation, and the model + tokenizer saved to ``output_dir``
+
+A fresh start that fails before training begins removes what it wrote (its tokenizers, its run files), so
+the output dir holds no "previous run" that would refuse the corrected rerun.
 
 Stopping early loses nothing (`zoo.training.stopping`): on SIGINT / SIGTERM the step under way finishes, a
 checkpoint is saved and `TrainingInterrupted` raised; a loss that is no longer finite raises
@@ -34,7 +38,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +93,7 @@ class Trainer:
         sinks = check_sinks(sinks, config_sinks=config.log_sinks)
         self.runtime = dist_.start_runtime(config.device)
         self._lock: runlock.RunLock | None = None
+        self._wrote = False  # a fresh start has cleared the output dir and begun writing into it
         try:
             # Held until close(): a second trainer in this output dir fails at once, naming this process.
             self._lock = runlock.lock_run(config.output_dir, self.runtime)
@@ -103,6 +108,11 @@ class Trainer:
                 is_main=self.runtime.is_main,
             )
         except BaseException:
+            if self._wrote and self.runtime.is_main:
+                # A start that failed is no run: what it wrote (the tokenizers, perhaps the run's files) would
+                # only block its corrected rerun. Whatever was there before, it had refused or cleared.
+                with suppress(OSError):
+                    rundir.clear_run(config.output_dir)
             self._release()
             raise
 
@@ -117,15 +127,21 @@ class Trainer:
         # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.
         self.resume_from = resume_point(out, resume, overwrite=overwrite)
         own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
+        planned = False
+
+        def before_writing(resolved: prepare.Prepared | None) -> None:
+            nonlocal planned
+            if resolved is not None:  # rank 0: the batches planned (every length checked) before any write
+                self._take(resolved)
+                planned = True
+            start_fresh(out, runtime)
+            self._wrote = True
+
         prepared = prepare.setup(
-            config,
-            resume_from=self.resume_from,
-            runtime=runtime,
-            before_writing=lambda: start_fresh(out, runtime),
+            config, resume_from=self.resume_from, runtime=runtime, before_writing=before_writing
         )
-        self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
-        self.train_split, self.valid_split = prepared.train, prepared.valid
-        self._plan_batches(prepared.limits)
+        if not planned:
+            self._take(prepared)
 
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
@@ -225,6 +241,12 @@ class Trainer:
                 lora=self.config.lora,
                 init_from=self.config.model.init_from,
             )
+
+    def _take(self, prepared: prepare.Prepared) -> None:
+        """What `prepare.setup` resolved, and the batches planned from it."""
+        self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
+        self.train_split, self.valid_split = prepared.train, prepared.valid
+        self._plan_batches(prepared.limits)
 
     def _plan_batches(self, limits: Limits) -> None:
         """Units (examples or packed windows) and their lengths from each split, the batch order, and

@@ -67,13 +67,14 @@ def setup(
     *,
     resume_from: Path | None,
     runtime: Runtime,
-    before_writing: Callable[[], None] | None = None,
+    before_writing: Callable[[Prepared | None], None] | None = None,
 ) -> Prepared:
-    """Resolve ``config`` on every process. A fresh run: once the tokenizers exist and the data has been
-    prepared and checked (rank 0), ``before_writing()`` (every process; the trainer clears a run it
-    overwrites), then rank 0 saves the tokenizers to ``config.output_dir``. A resumed run reads the ones
-    saved in checkpoint ``resume_from`` and writes nothing: nothing changes until the resume has been
-    accepted."""
+    """Resolve ``config`` on every process. A fresh run: once everything is resolved and the data has been
+    prepared and checked (rank 0), ``before_writing(prepared)`` (every process, rank 0 given what it
+    resolved and the others None: the trainer checks the rest of its setup, then clears a run it
+    overwrites), then rank 0 saves the tokenizers to ``config.output_dir``. So a config that cannot train
+    fails before anything is written there. A resumed run reads the tokenizers saved in checkpoint
+    ``resume_from`` and writes nothing: nothing changes until the resume has been accepted."""
     spec = base_spec(config)
     if config.lora is not None:
         check_lora_targets(spec, config)
@@ -83,24 +84,37 @@ def setup(
     if resume_from is not None:
         tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=resume_from)
         spec = wire_spec(spec, tokenizers, config, task=task)
-        splits = _splits_in_turn(config, task, tokenizers, spec, runtime)
-    else:
-        if runtime.is_main:
-            tokenizers = load_or_train_tokenizers(config, task=task)
-            spec = wire_spec(spec, tokenizers, config, task=task)
-            # every line is checked here; only the cache is written, nothing in the output folder
-            splits = prepare_splits(config, task, tokenizers, spec)
-        if before_writing is not None:
-            before_writing()
-        if runtime.is_main:
-            config.output_dir.mkdir(parents=True, exist_ok=True)
-            with writing(config.output_dir / TOKENIZER_NAME, hint="the run did not start"):
-                save_tokenizers(tokenizers, config.output_dir)
-        barrier(runtime)
-        if not runtime.is_main:  # what rank 0 wrote: the same tokenizers, the data found in the cache
-            tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=config.output_dir)
-            spec = wire_spec(spec, tokenizers, config, task=task)
-            splits = prepare_splits(config, task, tokenizers, spec)
+        return _resolved(
+            config, task, spec, tokenizers, _splits_in_turn(config, task, tokenizers, spec, runtime)
+        )
+    prepared = None
+    if runtime.is_main:
+        tokenizers = load_or_train_tokenizers(config, task=task)
+        spec = wire_spec(spec, tokenizers, config, task=task)
+        # every line is checked here; only the cache is written, nothing in the output folder
+        prepared = _resolved(config, task, spec, tokenizers, prepare_splits(config, task, tokenizers, spec))
+    if before_writing is not None:
+        before_writing(prepared)
+    if prepared is not None:
+        config.output_dir.mkdir(parents=True, exist_ok=True)
+        with writing(config.output_dir / TOKENIZER_NAME, hint="the run did not start"):
+            save_tokenizers(prepared.tokenizers, config.output_dir)
+    barrier(runtime)
+    if prepared is None:  # what rank 0 wrote: the same tokenizers, the data found in the cache
+        tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=config.output_dir)
+        spec = wire_spec(spec, tokenizers, config, task=task)
+        prepared = _resolved(config, task, spec, tokenizers, prepare_splits(config, task, tokenizers, spec))
+    return prepared
+
+
+def _resolved(
+    config: TrainConfig,
+    task: Task,
+    spec: ModelSpec,
+    tokenizers: Tokenizers,
+    splits: tuple[Split, Split | None],
+) -> Prepared:
+    """The spec fitted to the training data (a classifier's labels), and the length limits."""
     train, valid = splits
     later = task.spec_overrides(config.model.overrides)[1]
     spec = task.fit_spec(spec, train=train.data, overrides=later, where=_where(config))

@@ -137,7 +137,8 @@ def read_config(root: Path) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder."""
     path = inside(root, CONFIG_NAME, error=HFError)  # not a link out of the folder (`zoo.io.paths`)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: not a directory (expected a Hugging Face checkpoint folder)")
+        what = "not a directory" if root.exists() else "no such folder"
+        raise FileNotFoundError(f"{root}: {what} (expected a Hugging Face checkpoint folder)")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; a Hugging Face checkpoint folder needs its config.json")
     return read_json_object(path, error=HFError)

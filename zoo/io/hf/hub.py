@@ -6,7 +6,8 @@ from huggingface_hub's local cache (downloaded into it where the network and ``H
     HF_HUB_OFFLINE=1                                    # the cache only; an id not in it is an error
 
 A string is a folder when that path exists, and a Hub id only otherwise (an ``os.PathLike`` is always a
-folder). The cache is huggingface_hub's (``HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``):
+folder); ``org/name`` whose ``org`` is a folder here (``runs/demo`` beside ``runs/``) is a missing folder,
+never looked up on the Hub (`names_a_local_path`). The cache is huggingface_hub's (``HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``):
 
     models--org--name/
         blobs/<hash>                        the files' contents
@@ -34,7 +35,7 @@ from zoo.io.names import (
     TOKENIZER_NAME,
 )
 
-__all__ = ["HubDependencyError", "hub_cache_dir", "parse_hub_id", "resolve_checkpoint"]
+__all__ = ["HubDependencyError", "hub_cache_dir", "names_a_local_path", "parse_hub_id", "resolve_checkpoint"]
 
 INSTALL_HINT = install_hint("hub")
 ALLOW_PATTERNS = [
@@ -68,14 +69,24 @@ def parse_hub_id(text: str) -> tuple[str, str | None] | None:
     return repo, match["revision"]
 
 
+def names_a_local_path(text: str) -> bool:
+    """Whether ``text``, though it may read as ``org/name``, names a path here: its first part is a folder in
+    the working directory (``runs/demo`` beside ``runs/``). Where ``demo`` is missing, the user mistyped a
+    folder; a Hub repository named ``runs/demo`` is not what they meant. (``./x``, ``../x``, ``/x`` and
+    ``~/x`` are no Hub ids at all: `parse_hub_id`.)"""
+    head, sep, _ = text.partition("/")
+    return bool(sep) and Path(head).is_dir()
+
+
 def resolve_checkpoint(path: str | os.PathLike[str]) -> Path:
     """The folder a `from_hf` argument names: an existing path, any ``os.PathLike`` and anything that is not
-    a Hub id as given (the caller reports a missing folder); else the Hub id's snapshot in the cache."""
+    a Hub id as given or names a local path (`names_a_local_path`; the caller reports a missing folder); else
+    the Hub id's snapshot in the cache."""
     folder = Path(path).expanduser()
     if not isinstance(path, str) or folder.exists():
         return folder
     parsed = parse_hub_id(path)
-    if parsed is None:
+    if parsed is None or names_a_local_path(path):
         return folder
     return snapshot(*parsed, asked=path)
 
