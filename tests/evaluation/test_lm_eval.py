@@ -259,6 +259,22 @@ def test_sampling_follows_the_gen_kwargs_and_the_torch_seed(world: Any) -> None:
     torch.manual_seed(3)
     assert lm.generate_until(requests) == first
     assert len(set(first)) > 1
+    # do_sample with temperature 0 is greedy search, as everywhere in zoo (it sampled at temperature 1)
+    zero = [
+        Instance(
+            "generate_until",
+            {},
+            (r.args[0], {"until": ["."], "do_sample": True, "temperature": 0, "max_gen_toks": 6}),
+            r.idx,
+        )
+        for r in requests
+    ]
+    greedy = [
+        Instance("generate_until", {}, (r.args[0], {"until": ["."], "max_gen_toks": 6}), r.idx)
+        for r in requests
+    ]
+    torch.manual_seed(4)
+    assert lm.generate_until(zero) == lm.generate_until(greedy)
     bad = [Instance("generate_until", {}, ("the", {"until": ["."], "beams": 4}), 0)]
     with pytest.raises(EvaluationError, match="beams not understood"):
         lm.generate_until(bad)

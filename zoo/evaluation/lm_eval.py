@@ -392,11 +392,12 @@ def _generation_settings(
     given = [kwargs.pop(name) for name in _MAX_TOKENS if name in kwargs]
     given = [value for value in given if value is not None]
     max_new = _positive_int(given[0] if given else default_max, f"{where}: max_gen_toks")
-    temperature = float(kwargs.pop("temperature", 0.0) or 0.0)
+    given_temperature = kwargs.pop("temperature", None)
+    temperature = float(given_temperature or 0.0)
     do_sample = kwargs.pop("do_sample", None)
     do_sample = temperature > 0 if do_sample is None else bool(do_sample)
     settings: dict[str, Any] = {"do_sample": do_sample}
-    if do_sample and temperature > 0:
+    if do_sample and given_temperature is not None:  # 0 included: greedy search, zoo's rule everywhere
         settings["temperature"] = temperature
     for name in _SAMPLING:
         if name in kwargs:
