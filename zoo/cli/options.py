@@ -154,15 +154,17 @@ def add_device_option(
 
 def _looks_like_hub_id(target: str) -> bool:
     """``org/name``: not a preset, not a file name (a missing ``my/spec.yaml`` keeps its own error)."""
-    from zoo.io.hf.hub import parse_hub_id
     from zoo.spec import list_presets
 
-    return (
-        "/" in target
-        and target not in list_presets()
-        and not target.endswith((".yaml", ".yml", ".json", ".safetensors"))
-        and parse_hub_id(target) is not None
-    )
+    if (
+        "/" not in target
+        or target in list_presets()
+        or target.endswith((".yaml", ".yml", ".json", ".safetensors"))
+    ):
+        return False
+    from zoo.io.hf.hub import parse_hub_id  # zoo.io.hf imports torch and the converters: only for an org/name
+
+    return parse_hub_id(target) is not None
 
 
 def load_target_spec(target: str) -> ModelSpec:
