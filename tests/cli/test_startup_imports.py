@@ -1,4 +1,4 @@
-"""What `zoo show`, `zoo presets` and `zoo diff` import: only what they use. torch's compiler (torch._dynamo,
+"""What `zoo show`, `zoo presets`, `zoo diff` and a refused `zoo eval` import: only what they use. torch's compiler (torch._dynamo,
 sympy) is a second or more of start-up, transformers and lm-eval several more; wall times are measured by
 hand (docs/inspect.md), never asserted here, where the machine's load makes them noise."""
 
@@ -26,10 +26,10 @@ print(json.dumps({"status": status, "imported": [m for m in WATCHED if m in sys.
 HEAVY = ("torch._dynamo", "sympy", "transformers", "lm_eval", "tokenizers", "zoo.io.hf")
 
 
-def _imported(*argv: str) -> tuple[int, list[str]]:
+def _imported(*argv: str | Path) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.replace("WATCHED", repr((*HEAVY, "torch"))), *argv],
+        [sys.executable, "-c", _PROBE.replace("WATCHED", repr((*HEAVY, "torch"))), *map(str, argv)],
         capture_output=True,
         text=True,
         env=env,
@@ -52,3 +52,17 @@ def test_show_and_presets_import_neither_the_compiler_nor_transformers(argv: tup
 def test_diff_of_presets_imports_no_torch() -> None:
     status, imported = _imported("diff", "gpt2", "gpt2-medium")
     assert status == 1 and imported == []
+
+
+def test_eval_refuses_a_missing_model_folder_before_importing_lm_eval(tmp_path: Path) -> None:
+    status, imported = _imported("eval", tmp_path / "missing", "--tasks", "hellaswag")
+    assert status == 2 and "lm_eval" not in imported
+
+
+def test_eval_refuses_an_unknown_task_before_importing_lm_eval(tmp_path: Path) -> None:
+    """lm-eval's import is a second, its task index ten and more: a name no task file mentions costs neither."""
+    pytest.importorskip("lm_eval")
+    for name in ("spec.json", "tokenizer.json"):  # what `zoo.io.pretrained.pretrained_kind` looks for
+        (tmp_path / name).write_text("{}")
+    status, imported = _imported("eval", tmp_path, "--tasks", "hellaswag,no_such_task_anywhere")
+    assert status == 2 and "lm_eval" not in imported

@@ -14,13 +14,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-
-from zoo.io.checkpoint import CheckpointNotFoundError, load, load_tokenizer
-from zoo.io.hf import from_hf
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, TOKENIZER_NAME
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `pretrained_kind` needs neither torch nor the converters: `zoo eval` checks it first
+    import torch
+
     from zoo.io.tokenizer import Tokenizer
     from zoo.models.base import ZooModel
 
@@ -39,6 +37,23 @@ def load_pretrained(
 ) -> Pretrained:
     """The model and tokenizer in ``path``: a zoo checkpoint (``spec.json``) or a Hugging Face folder
     (``config.json``), each with its ``tokenizer.json``. ``device`` and ``dtype`` as `zoo.load` takes them."""
+    from zoo.io.checkpoint import load, load_tokenizer
+    from zoo.io.hf import from_hf
+
+    folder = Path(path).expanduser()
+    if pretrained_kind(folder) == "zoo":
+        model, kind = load(folder, device=device, dtype=dtype), "zoo"
+    else:
+        model, kind = from_hf(folder, device=device, dtype=dtype), "hf"
+    assert not isinstance(model, tuple)  # load(..., return_report=False)
+    return Pretrained(model, load_tokenizer(folder), kind)
+
+
+def pretrained_kind(path: str | os.PathLike[str]) -> str:
+    """``"zoo"`` or ``"hf"``: which kind of model folder `load_pretrained` would read at ``path``, from the
+    file names alone (nothing is opened); a `CheckpointNotFoundError` naming what is missing otherwise."""
+    from zoo.io.checkpoint.files import CheckpointNotFoundError
+
     folder = Path(path).expanduser()
     if not folder.is_dir():
         raise CheckpointNotFoundError(f"{folder}: no such folder (a zoo checkpoint or a Hugging Face folder)")
@@ -48,15 +63,12 @@ def load_pretrained(
             "tokenizer=...))"
         )
     if (folder / SPEC_NAME).is_file():
-        model, kind = load(folder, device=device, dtype=dtype), "zoo"
-    elif (folder / CONFIG_NAME).is_file():
-        model, kind = from_hf(folder, device=device, dtype=dtype), "hf"
-    else:
-        raise CheckpointNotFoundError(
-            f"{folder}: neither a zoo checkpoint ({SPEC_NAME}) nor a Hugging Face folder ({CONFIG_NAME})"
-        )
-    assert not isinstance(model, tuple)  # load(..., return_report=False)
-    return Pretrained(model, load_tokenizer(folder), kind)
+        return "zoo"
+    if (folder / CONFIG_NAME).is_file():
+        return "hf"
+    raise CheckpointNotFoundError(
+        f"{folder}: neither a zoo checkpoint ({SPEC_NAME}) nor a Hugging Face folder ({CONFIG_NAME})"
+    )
 
 
-__all__ = ["Pretrained", "load_pretrained"]
+__all__ = ["Pretrained", "load_pretrained", "pretrained_kind"]
