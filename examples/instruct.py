@@ -224,6 +224,11 @@ def stage_config(
     return TrainConfig.model_validate(config)
 
 
+def say(text: str) -> None:
+    """One line per stage, as it starts: a long run is never silent for minutes."""
+    print(f"... {text}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/instruct"))
@@ -233,11 +238,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     steps = (
         {"pretrain": 500, "sft": 300, "dpo": 60} if not args.quick else {"pretrain": 4, "sft": 4, "dpo": 4}
     )
+    say(f"writing the generated facts and conversations to {args.out / 'data'}")
     data = write_data(args.out / "data", args.seed)
     # One tokenizer for every stage, trained on all the text the stages read (chat framing included).
     texts = data["pretrain"].read_text(encoding="utf-8").splitlines()
     texts += [message["content"] for row in _read_jsonl(data["sft"][0]) for message in row["messages"]]
     texts += ["user: assistant:"]
+    say("training a 300-token BPE tokenizer on them")
     tokenizer = train_tokenizer(iter(texts), kind="bpe", vocab_size=300)
     tokenizer_file = args.out / "tokenizer.json"
     tokenizer.save(tokenizer_file)
@@ -245,32 +252,39 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     held_out = data["held_out"]
     results: dict[str, Scores] = {}
     pretrain = args.out / "pretrain"
+    say(f"1/3 pretraining on the facts as text, {steps['pretrain']} steps -> {pretrain}")
     zoo.train(
         stage_config(task="causal_lm", train=data["pretrain"], valid=data["pretrain"], out=pretrain,
                      tokenizer=tokenizer_file, steps=steps["pretrain"], lr=3e-3, init_from=None),
         overwrite=True,
     )  # fmt: skip
+    say(f"answering the {len(held_out)} held-out questions")
     results["pretrained"] = score(zoo.load(pretrain), tokenizer, held_out)
     print(f"pretrained          {results['pretrained']}")
 
     sft = args.out / "sft"
+    say(f"2/3 supervised fine-tuning on the conversations, {steps['sft']} steps -> {sft}")
     zoo.train(
         stage_config(task="chat", train=data["sft"][0], valid=data["sft"][1], out=sft, tokenizer=tokenizer_file,
                      steps=steps["sft"], lr=1e-3, init_from=pretrain),
         overwrite=True,
     )  # fmt: skip
+    say(f"answering the {len(held_out)} held-out questions")
     results["sft"] = score(zoo.load(sft), tokenizer, held_out)
     print(f"after SFT           {results['sft']}")
 
     dpo = args.out / "dpo"
+    say("writing the preference pairs (short answer chosen over long)")
     dpo_train = write_preferences(args.out / "data" / "dpo.train.jsonl", data["tune"], tokenizer)
     dpo_valid = write_preferences(args.out / "data" / "dpo.valid.jsonl", held_out, tokenizer)
+    say(f"3/3 DPO on the preference pairs, {steps['dpo']} steps -> {dpo}")
     zoo.train(
         stage_config(task="dpo", train=dpo_train, valid=dpo_valid, out=dpo, tokenizer=tokenizer_file,
                      steps=steps["dpo"], lr=1e-4, init_from=sft,
                      extra={"loss": {"dpo_beta": 0.1, "dpo_nll_coef": 1.0}}),
         overwrite=True,
     )  # fmt: skip
+    say(f"answering the {len(held_out)} held-out questions")
     results["dpo"] = score(zoo.load(dpo), tokenizer, held_out)
     print(f"after DPO           {results['dpo']}")
     return results

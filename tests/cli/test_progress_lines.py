@@ -16,6 +16,7 @@ from zoo.cli import main
 from zoo.demo import toy_corpus, write_tsv
 from zoo.training import TrainConfig, TrainerState
 from zoo.training.progress import ProgressLines, RunHeader, clock, header_line, step_line
+from zoo.training.threads import resolve_threads
 
 STEP_LINE = re.compile(
     r"^step (\d+)/(\d+)  loss \d+\.\d{3}  lr \d\.\d\de[-+]\d\d  [\d,]+ tok/s  elapsed \d+:\d\d:\d\d  eta \d+:\d\d:\d\d$"
@@ -59,7 +60,7 @@ def test_a_run_into_a_pipe_prints_a_header_then_a_line_every_log_every_steps(
     header, *rest = capsys.readouterr().out.splitlines()
     assert header.startswith("training transformer-tiny: ") and " parameters; data " in header
     assert f"{tmp_path / 'train.tsv'} (no validation split)" in header
-    assert "; 3 steps (" in header and header.endswith("; device cpu")
+    assert "; 3 steps (" in header and re.search(r"; device cpu, \d+ threads?$", header), header
     steps = [STEP_LINE.match(line) for line in rest[:3]]
     assert all(steps), rest
     assert [(int(m.group(1)), int(m.group(2))) for m in steps if m] == [(1, 3), (2, 3), (3, 3)]
@@ -76,12 +77,14 @@ def test_no_progress_keeps_the_header_and_drops_the_step_lines(
 
 def test_the_header_says_what_the_state_and_the_config_know(no_valid_config: Path, tmp_path: Path) -> None:
     header = RunHeader.of(TrainConfig.from_yaml(no_valid_config))
-    assert header.model == "transformer-tiny" and header.device == "cpu"
+    threads = resolve_threads(None, device_type="cpu")  # half this machine's CPUs: zoo.training.threads
+    assert header.model == "transformer-tiny"
+    assert header.device == f"cpu, {threads} thread{'s' if threads > 1 else ''}"
     assert header.data == f"{tmp_path / 'train.tsv'} (no validation split)"
     state = TrainerState(total_parameters=1234567, total_steps=400, steps_per_epoch=134)
     assert header_line(state, header) == (
         f"training transformer-tiny: 1,234,567 parameters; data {header.data}; 400 steps (134 per epoch); "
-        "device cpu"
+        f"device {header.device}"
     )
     assert header_line(state) == "training: 1,234,567 parameters; 400 steps (134 per epoch)"
 

@@ -143,12 +143,13 @@ def test_show_reads_a_hugging_face_folder(capsys, hf_folder) -> None:
     assert code == 0 and "tiny-gpt2" in out
 
 
-def test_diff_of_a_hugging_face_folder_and_its_preset_differs_only_in_name_and_source(
-    capsys, hf_folder
-) -> None:
+def test_diff_of_a_hugging_face_folder_and_its_preset_notes_name_and_source_only(capsys, hf_folder) -> None:
+    """name and source only label a model: listed (as metadata), not counted, exit 0."""
     code, out, err = run(capsys, "diff", str(hf_folder), "gpt2-tiny", "--json")
-    assert code == 1, err
-    assert {row["field"] for row in json.loads(out)} == {"name", "source"}
+    assert code == 0, err
+    assert {row["field"]: row.get("metadata") for row in json.loads(out)} == {"name": True, "source": True}
+    code, out, _ = run(capsys, "diff", str(hf_folder), "gpt2-tiny")
+    assert code == 0 and "note: name differs" in out and "specs identical" in out
     code, out, _ = run(capsys, "diff", str(hf_folder), str(hf_folder))
     assert code == 0 and "identical" in out
 

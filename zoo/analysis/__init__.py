@@ -11,7 +11,23 @@ initialisation); a built model is read as it is. The formulas and what they assu
 
 from __future__ import annotations
 
-from zoo.analysis.diff import diff_specs, spec_fields
+from zoo.analysis.diff import METADATA_FIELDS, diff_specs, is_metadata, spec_fields
 from zoo.analysis.model_summary import DTYPES, ModelSummary, dtype_info, load_target_spec, summary
+from zoo.analysis.weights import TensorDiff, WeightsDiff, WeightsError, diff_weights, load_target_weights
 
-__all__ = ["DTYPES", "ModelSummary", "diff_specs", "dtype_info", "load_target_spec", "spec_fields", "summary"]
+__all__ = [
+    "DTYPES",
+    "METADATA_FIELDS",
+    "ModelSummary",
+    "TensorDiff",
+    "WeightsDiff",
+    "WeightsError",
+    "diff_specs",
+    "diff_weights",
+    "dtype_info",
+    "is_metadata",
+    "load_target_spec",
+    "load_target_weights",
+    "spec_fields",
+    "summary",
+]

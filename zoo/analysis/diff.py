@@ -11,6 +11,10 @@ from typing import Any
 
 from zoo.spec import ModelSpec
 
+METADATA_FIELDS = ("name", "source")
+"""Fields that label a model and never change its math (a Hugging Face round trip names the folder): a
+difference in them is a note, not a difference (`is_metadata`)."""
+
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "—"})()
 """Stands for a field one spec does not have (another family, another position kind)."""
 
@@ -58,3 +62,8 @@ def diff_specs(a: ModelSpec, b: ModelSpec) -> list[tuple[str, Any, Any]]:
         if value_a is MISSING or value_b is MISSING or value_a != value_b:
             rows.append((path, value_a, value_b))
     return rows
+
+
+def is_metadata(path: str) -> bool:
+    """Whether the field at dotted ``path`` only labels the model (`METADATA_FIELDS`)."""
+    return path in METADATA_FIELDS

@@ -208,7 +208,10 @@ def block_sparse_layout(pattern: BlockSparsePattern, *, num_blocks: int, layer: 
 
 
 @functools.lru_cache(maxsize=64)
-@torch.compiler.disable  # a constant of the spec and the length: computed eagerly, once, outside any graph
+# A constant of the spec and the length: computed eagerly, once, outside any graph. torch.compiler.disable as
+# a decorator imports torch._dynamo (and sympy) at import time, a second or more for every `zoo` command that
+# builds a model; torch's own lazy form (what torch.optim uses) imports it on the first call instead.
+@torch._disable_dynamo
 def _layout(pattern: BlockSparsePattern, num_blocks: int, layer: int) -> tuple[bool, ...]:
     # Real CPU tensors even under FakeTensorMode (no value of the model's inputs is read here).
     with unset_fake_temporarily():

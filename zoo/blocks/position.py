@@ -63,6 +63,19 @@ class FixedTables(nn.Module):
     def reset_buffers(self) -> None:
         raise NotImplementedError
 
+    def _fill_tables(self) -> None:
+        """`reset_buffers` at construction; on the meta device, nothing: the tables keep the shapes
+        ``__init__`` registered, in float32, with no values (a meta build's loader calls `reset_buffers` once
+        the model is on a real device). Computing them there would cost a second or more per `zoo show`:
+        torch runs ``arange``, ``pow`` and friends on meta tensors through reference implementations that
+        import its compiler."""
+        if torch.get_default_device().type != "meta":
+            self.reset_buffers()
+            return
+        for name, table in self._buffers.items():
+            if table is not None:
+                self._buffers[name] = table.float()
+
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> FixedTables:
         tables = dict(self._buffers)
         super()._apply(fn, recurse)
@@ -92,7 +105,7 @@ class SinusoidalPositions(FixedTables):
         self.max_positions, self.dim = max_positions, dim
         # Sized by the longest sequence, never by the vocabulary (sizing it by the vocabulary is a common slip).
         self.register_buffer("table", torch.empty(max_positions + offset, dim), persistent=False)
-        self.reset_buffers()
+        self._fill_tables()
 
     def reset_buffers(self) -> None:
         rows = self.max_positions + self.offset
@@ -195,7 +208,7 @@ class RotaryPositions(FixedTables):
             kind = name.split("_")[0] if "_" in name else None
             table = torch.empty(max_positions, head_dim) if kind is None or wanted[kind] else None
             self.register_buffer(name, table, persistent=False)
-        self.reset_buffers()
+        self._fill_tables()
 
     @property
     def switch_length(self) -> int | None:
@@ -315,7 +328,7 @@ class AlibiBias(FixedTables):
         super().__init__()
         self.num_heads, self.bidirectional = num_heads, bidirectional
         self.register_buffer("slopes", torch.empty(num_heads), persistent=False)
-        self.reset_buffers()
+        self._fill_tables()
 
     def reset_buffers(self) -> None:
         self.slopes = alibi_slopes(self.num_heads).to(self.slopes.device)

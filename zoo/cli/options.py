@@ -158,16 +158,14 @@ _SPEC_SUFFIXES = (".yaml", ".yml", ".json", ".safetensors")  # a file, whose loa
 def _looks_like_hub_id(target: str) -> bool:
     """``org/name``: not a preset, not a file name (a missing ``my/spec.yaml`` keeps its own error), not a
     path under a folder here (``runs/demo`` beside ``runs/``: `zoo.io.hf.hub.names_a_local_path`)."""
-    from zoo.io.hf.hub import names_a_local_path, parse_hub_id
     from zoo.spec import list_presets
 
-    return (
-        "/" in target
-        and target not in list_presets()
-        and not target.endswith(_SPEC_SUFFIXES)
-        and parse_hub_id(target) is not None
-        and not names_a_local_path(target)
-    )
+    if "/" not in target or target in list_presets() or target.endswith(_SPEC_SUFFIXES):
+        return False
+    # zoo.io.hf imports torch and the converters: only for an org/name
+    from zoo.io.hf.hub import names_a_local_path, parse_hub_id
+
+    return parse_hub_id(target) is not None and not names_a_local_path(target)
 
 
 def load_target_spec(target: str) -> ModelSpec:

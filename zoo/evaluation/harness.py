@@ -72,9 +72,8 @@ def evaluate(
             without one. ``fewshot_as_multiturn``: the few-shot examples as earlier turns of the chat;
             ``system_instruction``: a system message before them.
     """
-    lm_eval = _import_lm_eval()
-    from zoo.evaluation.lm_eval import ZooLM
-
+    # Everything that can be checked without lm-eval first: importing it takes seconds, indexing its tasks
+    # more, loading the model more still.
     names = _task_names(tasks)
     _check_number(num_fewshot, "num_fewshot", minimum=0)
     _check_number(bootstrap_iters, "bootstrap_iters", minimum=0)
@@ -87,10 +86,14 @@ def evaluate(
         raise EvaluationError("fewshot_as_multiturn needs apply_chat_template (the turns are a chat's)")
     if isinstance(limit, float) and limit >= 1:
         limit = int(limit)
-    if isinstance(model, str | os.PathLike):  # a missing folder is said before the tasks load (seconds)
-        from zoo.io.pretrained import pretrained_folder
+    if isinstance(model, str | os.PathLike):
+        from zoo.io.pretrained import pretrained_kind
 
-        pretrained_folder(model)
+        pretrained_kind(model)  # a missing folder, or one without its tokenizer: said before anything loads
+    _refuse_unknown(names, _include_paths(include_path))
+    lm_eval = _import_lm_eval()
+    from zoo.evaluation.lm_eval import ZooLM
+
     manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
     lm = model if isinstance(model, lm_eval.api.model.LM) else None
     if lm is None:
@@ -200,6 +203,39 @@ def _import_lm_eval() -> Any:
             raise LmEvalMissingError() from None
         raise
     return lm_eval
+
+
+def _refuse_unknown(names: Sequence[str], folders: Sequence[str]) -> None:
+    """An `EvaluationError` for the names that no file of lm-eval's tasks contains, found in about a second.
+
+    lm-eval's index takes every task, group and tag name from its task files (``task:``, ``group:``,
+    ``tag:``, in YAML files and the files they include, whatever their names); building it parses some
+    15,000 files (ten seconds and more). A name that none of the files under lm-eval's ``tasks`` folder
+    contains as text cannot be in it. With ``include_path`` folders this is not tried: their files may
+    include files from anywhere; lm-eval's own check (`_load_tasks`) has the last word on every name.
+    """
+    import importlib.util
+
+    found = importlib.util.find_spec("lm_eval")
+    if found is None or not found.submodule_search_locations:
+        raise LmEvalMissingError()
+    wanted = {name: name.encode() for name in names if not Path(name).is_file()}
+    if folders or not wanted:
+        return
+    for file in (Path(found.submodule_search_locations[0]) / "tasks").rglob("*"):
+        if file.suffix in (".py", ".pyc") or not file.is_file():
+            continue
+        try:
+            text = file.read_bytes()
+        except OSError:  # unreadable: lm-eval's index cannot read it either
+            continue
+        wanted = {name: raw for name, raw in wanted.items() if raw not in text}
+        if not wanted:
+            return
+    raise EvaluationError(
+        f"unknown task {', '.join(map(repr, wanted))}: not one of lm-eval's tasks, groups or tags "
+        "(`lm-eval ls tasks` lists them)"
+    )
 
 
 def _task_names(tasks: str | Sequence[str]) -> list[str]:

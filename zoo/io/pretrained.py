@@ -15,13 +15,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
-
-from zoo.io.checkpoint import CheckpointNotFoundError, load, load_tokenizer
-from zoo.io.hf import from_hf
 from zoo.io.names import CONFIG_NAME, SPEC_NAME, TOKENIZER_NAME, WEIGHTS_NAME
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `pretrained_kind` needs neither torch nor the converters: `zoo eval` checks it first
+    import torch
+
     from zoo.io.tokenizer import Tokenizer
     from zoo.models.base import ZooModel
 
@@ -40,7 +38,27 @@ def load_pretrained(
 ) -> Pretrained:
     """The model and tokenizer in ``path``: a zoo checkpoint (``spec.json``) or a Hugging Face folder
     (``config.json``), each with its ``tokenizer.json``. ``device`` and ``dtype`` as `zoo.load` takes them."""
-    folder = pretrained_folder(path)
+    from zoo.io.checkpoint import load, load_tokenizer
+    from zoo.io.hf import from_hf
+
+    folder = Path(path).expanduser()
+    if pretrained_kind(folder) == "zoo":
+        model, kind = load(folder, device=device, dtype=dtype), "zoo"
+    else:
+        model, kind = from_hf(folder, device=device, dtype=dtype), "hf"
+    assert not isinstance(model, tuple)  # load(..., return_report=False)
+    return Pretrained(model, load_tokenizer(folder), kind)
+
+
+def pretrained_kind(path: str | os.PathLike[str]) -> str:
+    """``"zoo"`` or ``"hf"``: which kind of model folder `load_pretrained` would read at ``path``, from the
+    file names alone (nothing is opened; never a Hub lookup); a `CheckpointNotFoundError` naming what is
+    missing otherwise."""
+    from zoo.io.checkpoint.files import CheckpointNotFoundError
+
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise CheckpointNotFoundError(f"{folder}: no such folder (a zoo checkpoint or a Hugging Face folder)")
     if not (folder / TOKENIZER_NAME).is_file():
         raise CheckpointNotFoundError(
             f"{folder}: no {TOKENIZER_NAME} (the model's tokenizer; save one with zoo.save(model, dir, "
@@ -49,23 +67,12 @@ def load_pretrained(
     hf = (folder / CONFIG_NAME).is_file() and not (folder / SPEC_NAME).is_file()
     # A zoo checkpoint's spec: spec.json, or the metadata zoo.save writes into the weights.
     if not hf and ((folder / SPEC_NAME).is_file() or (folder / WEIGHTS_NAME).is_file()):
-        model, kind = load(folder, device=device, dtype=dtype), "zoo"
-    elif hf:
-        model, kind = from_hf(folder, device=device, dtype=dtype), "hf"
-    else:
-        raise CheckpointNotFoundError(
-            f"{folder}: neither a zoo checkpoint ({SPEC_NAME}) nor a Hugging Face folder ({CONFIG_NAME})"
-        )
-    assert not isinstance(model, tuple)  # load(..., return_report=False)
-    return Pretrained(model, load_tokenizer(folder), kind)
+        return "zoo"
+    if hf:
+        return "hf"
+    raise CheckpointNotFoundError(
+        f"{folder}: neither a zoo checkpoint ({SPEC_NAME}) nor a Hugging Face folder ({CONFIG_NAME})"
+    )
 
 
-def pretrained_folder(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a folder, or a `CheckpointNotFoundError` saying there is none (never a Hub lookup)."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise CheckpointNotFoundError(f"{folder}: no such folder (a zoo checkpoint or a Hugging Face folder)")
-    return folder
-
-
-__all__ = ["Pretrained", "load_pretrained", "pretrained_folder"]
+__all__ = ["Pretrained", "load_pretrained", "pretrained_kind"]

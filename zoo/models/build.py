@@ -8,6 +8,8 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from zoo.devices import ArgumentTypeError, resolve_device, resolve_dtype
 from zoo.models.base import ZooModel
@@ -63,7 +65,7 @@ def build_model(
     target = resolve_device(device) if device is not None else None
     cast = resolve_dtype(dtype)
     name_or_path, spec = spec, resolve_spec(spec)
-    with torch.device(target) if target is not None else nullcontext():
+    with torch.device(target) if target is not None else nullcontext(), _NoRandomFillsOnMeta():
         model = MODEL_CLASSES[spec.family](spec)
         if init:
             num_layers = sum(stack.num_layers for stack in spec.stacks().values())
@@ -75,3 +77,36 @@ def build_model(
     ):  # a preset or spec file: zoo.lora.save records it as base_id
         setattr(model, "name_or_path", os.fspath(name_or_path))  # noqa: B010
     return model
+
+
+# The random fills nn.Module constructors and `initialize` make: on a meta tensor there are no values to fill.
+_RANDOM_FILLS = frozenset(
+    (
+        torch.Tensor.normal_,
+        torch.Tensor.uniform_,
+        nn.init.normal_,
+        nn.init.uniform_,
+        nn.init.trunc_normal_,
+        nn.init.kaiming_uniform_,
+        nn.init.kaiming_normal_,
+        nn.init.xavier_uniform_,
+        nn.init.xavier_normal_,
+    )
+)
+
+
+class _NoRandomFillsOnMeta(TorchFunctionMode):
+    """Skips a random fill of a meta tensor, which has no values to fill: the result is the same tensor.
+
+    torch runs ``normal_`` and ``uniform_`` on the meta device through its Python reference implementations,
+    which import torch._dynamo (and sympy) on first use: a second or more for every meta build (`zoo show`,
+    `zoo presets`, `zoo.load` and `zoo.from_hf` before the weights are assigned), for nothing.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _RANDOM_FILLS:
+            tensor = args[0] if args else kwargs.get("tensor")  # nn.init passes it by keyword
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)

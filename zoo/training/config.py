@@ -297,7 +297,10 @@ class TrainConfig(Section):
         "while the scale settles. Other precisions stop at the first non-finite loss.",
     )
     num_threads: PositiveInt | None = Field(
-        None, description="CPU threads for PyTorch (torch.set_num_threads); default: PyTorch's choice."
+        None,
+        description="CPU threads for PyTorch (torch.set_num_threads); default: on the CPU, half the CPUs "
+        "this process may use (at least 1; shared among torchrun's processes on the machine), on a GPU "
+        "PyTorch's choice (zoo.training.threads).",
     )
     activation_checkpointing: bool = Field(False, description="Recompute each layer in backward.")
     compile: bool = Field(False, description="torch.compile the model.")

@@ -67,6 +67,7 @@ from zoo.training.schedules import learning_rate
 from zoo.training.sinks import MetricSink
 from zoo.training.state import TrainerState
 from zoo.training.tasks.base import Collate, Limits, Split, Units
+from zoo.training.threads import resolve_threads
 
 
 class Trainer:
@@ -120,8 +121,9 @@ class Trainer:
 
     def _setup(self, resume: bool | str | Path, overwrite: bool) -> None:
         config, runtime = self.config, self.runtime
-        if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+        threads = resolve_threads(config.num_threads, device_type=runtime.device.type)
+        if threads is not None:  # zoo.training.threads: half the CPUs on a CPU run, unless the config says
+            torch.set_num_threads(threads)
         self.output_dir = out = config.output_dir
         # Nothing in ``out`` changes until the run is accepted: checked here, then (fresh) cleared just
         # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.

@@ -72,6 +72,7 @@ class RunHeader:
         """The model source, the training (and validation) data and the device ``config`` names; ``auto``
         resolved as the trainer resolves it, and the process count under torchrun."""
         from zoo.devices import resolve_device
+        from zoo.training.threads import resolve_threads
 
         source = config.model
         if source.init_from is not None:
@@ -91,9 +92,12 @@ class RunHeader:
         except ValueError:  # the trainer says so, before anything runs
             device = str(config.device)
         processes = int(os.environ.get("WORLD_SIZE", "1"))
-        return cls(
-            model=model, data=data, device=device + (f" × {processes} processes" if processes > 1 else "")
-        )
+        if processes > 1:
+            device += f" × {processes} processes"
+        threads = resolve_threads(config.num_threads, device_type=device.split(":")[0])
+        if threads is not None and device.startswith("cpu"):
+            device += f", {threads} thread{'s' if threads > 1 else ''}" + (" each" if processes > 1 else "")
+        return cls(model=model, data=data, device=device)
 
 
 def _files(files: Any) -> str:

@@ -1,0 +1,68 @@
+"""What `zoo show`, `zoo presets`, `zoo diff` and a refused `zoo eval` import: only what they use. torch's compiler (torch._dynamo,
+sympy) is a second or more of start-up, transformers and lm-eval several more; wall times are measured by
+hand (docs/inspect.md), never asserted here, where the machine's load makes them noise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs the command in a fresh interpreter, then prints which of the watched modules it imported.
+_PROBE = """
+import contextlib, io, json, sys
+from zoo.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    status = main(sys.argv[1:])
+print(json.dumps({"status": status, "imported": [m for m in WATCHED if m in sys.modules]}))
+"""
+
+HEAVY = ("torch._dynamo", "sympy", "transformers", "lm_eval", "tokenizers", "zoo.io.hf")
+
+
+def _imported(*argv: str | Path) -> tuple[int, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.replace("WATCHED", repr((*HEAVY, "torch"))), *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["status"], result["imported"]
+
+
+@pytest.mark.parametrize("argv", [("show", "gpt2"), ("show", "transformer-base"), ("presets",)])
+def test_show_and_presets_import_neither_the_compiler_nor_transformers(argv: tuple[str, ...]) -> None:
+    status, imported = _imported(*argv)
+    assert status == 0
+    assert "torch" in imported  # the meta-device build: parameter counts have one source of truth
+    assert not set(imported) & set(HEAVY), imported
+
+
+def test_diff_of_presets_imports_no_torch() -> None:
+    status, imported = _imported("diff", "gpt2", "gpt2-medium")
+    assert status == 1 and imported == []
+
+
+def test_eval_refuses_a_missing_model_folder_before_importing_lm_eval(tmp_path: Path) -> None:
+    status, imported = _imported("eval", tmp_path / "missing", "--tasks", "hellaswag")
+    assert status == 2 and "lm_eval" not in imported
+
+
+def test_eval_refuses_an_unknown_task_before_importing_lm_eval(tmp_path: Path) -> None:
+    """lm-eval's import is a second, its task index ten and more: a name no task file mentions costs neither."""
+    pytest.importorskip("lm_eval")
+    for name in ("spec.json", "tokenizer.json"):  # what `zoo.io.pretrained.pretrained_kind` looks for
+        (tmp_path / name).write_text("{}")
+    status, imported = _imported("eval", tmp_path, "--tasks", "hellaswag,no_such_task_anywhere")
+    assert status == 2 and "lm_eval" not in imported
