@@ -74,7 +74,12 @@ def test_show_still_prints_the_name_without_its_escapes(
 def test_diff_json_keeps_the_data_exact(hostile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", str(hostile), "gpt2-tiny", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
-    assert {"field": "name", "a": HOSTILE, "b": None} in rows  # escaped in the text, whole in the data
+    assert {
+        "field": "name",
+        "a": HOSTILE,
+        "b": None,
+        "metadata": True,
+    } in rows  # escaped in the text, whole in the data
 
 
 def test_clean_drops_escape_sequences_and_controls_but_keeps_text() -> None:
