@@ -145,6 +145,27 @@ def test_errors_are_openai_shaped_with_the_parameter_named(server: Server) -> No
     assert status == 404 and body["param"] == "model"
 
 
+@pytest.mark.parametrize(
+    ("field", "param"),
+    [
+        ({"stream": 1}, "stream"),  # 1 == True in Python: it was read as true
+        ({"stream": "true"}, "stream"),
+        ({"stream": True, "stream_options": {"include_usage": 1}}, "include_usage"),
+        ({"echo": 0}, "echo"),
+        ({"suffix": " the end"}, "suffix"),  # was ignored
+        ({"n": 100}, "n"),  # more than the 8 running and 64 waiting the server holds: never a 503 "busy"
+    ],
+)
+def test_fields_zoo_cannot_act_on_as_given_are_400s_naming_them(
+    server: Server, field: dict, param: str
+) -> None:
+    body = {"model": MODEL_NAME, "prompt": "the cat", "max_tokens": 2, "temperature": 0} | field
+    response = requests.post(server.url + "/completions", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert server.engine._in_flight == 0  # nothing was queued
+
+
 def test_a_wrong_or_missing_api_key_is_401(pretrained: zoo.Pretrained) -> None:
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_length=32)
     with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME, api_key="sesame") as server:
@@ -256,6 +277,42 @@ def test_zoo_serve_without_the_serve_extra_is_one_line(
         "error: zoo serve needs FastAPI and uvicorn: pip install -e '.[serve]' in zoo's clone "
         "(or: pip install fastapi uvicorn)"
     ), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--api-key", ""], {}, "error: --api-key is empty: that would serve without a key"),
+        ([], {"ZOO_API_KEY": ""}, "error: $ZOO_API_KEY is empty: that would serve without a key"),
+        (["--api-key", "clé"], {}, "error: --api-key must be printable ASCII"),
+    ],
+)
+def test_a_key_that_leaves_the_server_open_or_can_never_match_is_refused_at_start(
+    saved: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    env: dict[str, str],
+    message: str,
+) -> None:
+    import zoo
+    from zoo.cli import main
+
+    monkeypatch.delenv("ZOO_API_KEY", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(zoo, "load_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["serve", str(saved), "--port", "0", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and len(err.splitlines()) == 1, err
+
+
+def test_a_port_out_of_range_is_a_usage_error(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from zoo.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", str(saved), "--port", "70000"])
+    assert stopped.value.code == 2 and "invalid port 70000 (expected 0 to 65535)" in capsys.readouterr().err
 
 
 def test_zoo_serve_on_a_port_in_use_is_one_line_before_the_model_loads(

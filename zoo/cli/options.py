@@ -101,6 +101,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def port(text: str) -> int:
+    """The ``type`` of a TCP port: 0 (any free one) to 65535."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {text} (expected 0 to 65535)")
+    return value
+
+
 def positive_int(text: str) -> int:
     """The ``type`` of a count that must be at least 1, e.g. ``--batch-size``."""
     try:

@@ -13,7 +13,14 @@ import argparse
 import os
 from pathlib import Path
 
-from zoo.cli.options import add_device_option, add_dtype_option, non_negative_int, positive_int, torch_dtype
+from zoo.cli.options import (
+    add_device_option,
+    add_dtype_option,
+    non_negative_int,
+    port,
+    positive_int,
+    torch_dtype,
+)
 
 API_KEY_ENV = "ZOO_API_KEY"
 
@@ -31,9 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this host only)"
     )
-    serve.add_argument(
-        "--port", type=non_negative_int, default=8000, help="port (default: 8000; 0: any free port)"
-    )
+    serve.add_argument("--port", type=port, default=8000, help="port (default: 8000; 0: any free port)")
     serve.add_argument(
         "--max-batch", type=positive_int, default=8, help="sequences decoded together (default: 8)"
     )
@@ -68,10 +73,12 @@ def run_serve(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.cli.generate import check_finite
     from zoo.serving import Engine
-    from zoo.serving.api import import_fastapi
+    from zoo.serving.api import check_api_key, import_fastapi
     from zoo.serving.server import PortInUseError, check_port, serve
 
     import_fastapi()  # the missing extra is one line, before the model is read
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    check_api_key(api_key, where="--api-key" if args.api_key is not None else f"${API_KEY_ENV}")
     try:
         check_port(args.host, args.port)  # and a port in use, too
     except PortInUseError as error:
@@ -87,7 +94,6 @@ def run_serve(args: argparse.Namespace) -> int:
         compile=args.compile,
     )
     name = args.model_name or Path(args.model).resolve().name
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
 
     def ready(url: str) -> None:
         console.print(f"zoo serve: {name} at {url}", highlight=False, soft_wrap=True)

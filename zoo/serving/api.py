@@ -65,6 +65,22 @@ class ServeExtraMissing(ValueError, ImportError):
         super().__init__(f"zoo serve needs FastAPI and uvicorn: {EXTRA}")
 
 
+def check_api_key(key: str | None, *, where: str = "api_key") -> None:
+    """Refuse a key that would leave the server open (empty) or that no client can send (a header carries
+    printable ASCII only); ``where`` names it (``--api-key``, ``$ZOO_API_KEY``). None: no key, on purpose."""
+    if key is None:
+        return
+    if not key.strip():
+        raise ValueError(
+            f"{where} is empty: that would serve without a key; leave it out to serve without one"
+        )
+    if not (key.isascii() and key.isprintable()) or key != key.strip():
+        raise ValueError(
+            f"{where} must be printable ASCII without surrounding spaces (an HTTP header carries no other "
+            "characters, so no client could ever send it)"
+        )
+
+
 def import_fastapi() -> Any:
     """fastapi, or `ServeExtraMissing`."""
     try:
@@ -94,6 +110,16 @@ def _integer(body: dict[str, Any], name: str, default: int | None, *, low: int, 
     return value
 
 
+def _boolean(body: dict[str, Any], name: str) -> bool:
+    """A JSON boolean (absent or null: false); 1, "true" and the like are refused, not read as true."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad(f"{name} must be a boolean (true or false), got {value!r}", name)
+    return value
+
+
 def _stop(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -112,9 +138,14 @@ class Sampling:
     """The parameters a completion and a chat completion share, checked."""
 
     def __init__(self, body: dict[str, Any], *, max_tokens_names: tuple[str, ...]) -> None:
-        for name, allowed in (("echo", (None, False)), ("best_of", (None, 1)), ("logprobs", (None, False))):
-            if body.get(name) not in allowed:
-                raise bad(f"{name} is not supported by zoo serve", name)
+        if _boolean(body, "echo"):
+            raise bad("echo is not supported by zoo serve", "echo")
+        if body.get("logprobs") is not None and body.get("logprobs") is not False:
+            raise bad("logprobs is not supported by zoo serve", "logprobs")
+        if _integer(body, "best_of", None, low=1, high=128) not in (None, 1):
+            raise bad("best_of is not supported by zoo serve", "best_of")
+        if body.get("suffix") is not None:  # a text after the insertion: zoo's models only continue a prompt
+            raise bad("suffix is not supported by zoo serve", "suffix")
         self.max_tokens: int | None = None
         for name in max_tokens_names:
             if body.get(name) is not None:
@@ -127,13 +158,11 @@ class Sampling:
         self.n = 1 if n is None else n
         self.seed = _integer(body, "seed", None, low=-(1 << 63), high=(1 << 63) - 1)
         self.stop = _stop(body)
-        self.stream = body.get("stream") is True
-        if body.get("stream") not in (None, True, False):
-            raise bad("stream must be a boolean", "stream")
+        self.stream = _boolean(body, "stream")
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise bad("stream_options must be an object", "stream_options")
-        self.include_usage = self.stream and options.get("include_usage") is True
+        self.include_usage = self.stream and _boolean(options, "include_usage")
 
     def completions(
         self,
@@ -173,6 +202,7 @@ def create_app(
     default_max_tokens: int = 16,
 ) -> FastAPI:
     """The FastAPI app serving ``engine`` under ``model_name``; ``api_key``: required as a bearer token."""
+    check_api_key(api_key)
     fastapi = import_fastapi()
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException

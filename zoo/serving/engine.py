@@ -187,6 +187,12 @@ class Engine:
         bad one. Their events come through each request's ``emit``, from the engine's thread."""
         for request in requests:
             self.check(request)
+        if len(requests) > self.max_batch + self.max_queue:  # never fits, busy or idle: the request is wrong
+            raise RequestError(
+                f"n must be at most {self.max_batch + self.max_queue} (the {self.max_batch} running and "
+                f"{self.max_queue} waiting sequences this server holds), got {len(requests)}",
+                param="n",
+            )
         with self._lock:
             if self._closing:
                 raise QueueFull("the server is shutting down")
