@@ -166,6 +166,27 @@ def test_fields_zoo_cannot_act_on_as_given_are_400s_naming_them(
     assert server.engine._in_flight == 0  # nothing was queued
 
 
+def test_a_deeply_nested_body_and_a_lone_surrogate_are_400s_naming_the_field(server: Server) -> None:
+    url, headers = server.url, {"Content-Type": "application/json"}
+    deep = '{"prompt": "x", "user": ' + "[" * 5000 + "]" * 5000 + "}"
+    response = requests.post(url + "/completions", data=deep, headers=headers, timeout=30)
+    assert response.status_code == 400 and "nested too deeply" in response.json()["error"]["message"]
+    for path, body, param in [
+        ("/completions", '{"prompt": "the \\ud800 cat", "max_tokens": 2}', "prompt"),
+        ("/completions", '{"prompt": "the cat", "max_tokens": 2, "stop": ["\\udfff"]}', "stop"),
+        (
+            "/chat/completions",
+            '{"messages": [{"role": "user", "content": "a \\ud800"}]}',
+            "messages[0].content",
+        ),
+    ]:
+        response = requests.post(url + path, data=body, headers=headers, timeout=30)
+        assert response.status_code == 400, (path, response.text)
+        assert (
+            response.json()["error"]["param"] == param and "surrogate" in response.json()["error"]["message"]
+        )
+
+
 def test_a_wrong_or_missing_api_key_is_401(pretrained: zoo.Pretrained) -> None:
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_length=32)
     with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME, api_key="sesame") as server:

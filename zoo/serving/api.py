@@ -34,6 +34,7 @@ from zoo.serving.requests import (
     PromptTooLong,
     QueueFull,
     RequestError,
+    valid_text,
 )
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _stop(body: dict[str, Any]) -> list[str]:
         or not all(isinstance(s, str) and s for s in stops)
     ):
         raise bad("stop must be a non-empty string or a list of up to 4 of them", "stop")
-    return stops
+    return [valid_text(s, "stop") for s in stops]
 
 
 class Sampling:
@@ -249,6 +250,8 @@ def create_app(
             body = json.loads(await request.body())
         except ValueError:
             raise bad("the request body is not valid JSON", None) from None
+        except RecursionError:  # json's parser recurses per level: thousands of levels exhaust the stack
+            raise bad("the request body is nested too deeply to be an OpenAI request", None) from None
         if not isinstance(body, dict):
             raise bad("the request body must be a JSON object", None)
         model = body.get("model")
@@ -283,7 +286,7 @@ def create_app(
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = encode(prompt)
+            ids = encode(valid_text(prompt, "prompt"))
         elif (
             isinstance(prompt, list)
             and prompt

@@ -11,20 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from zoo.serving.requests import RequestError
+from zoo.serving.requests import RequestError, valid_text
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def message_text(content: Any, index: int) -> str:
     """A message's content: a string, or OpenAI's list of ``{"type": "text", "text": ...}`` parts."""
+    where = f"messages[{index}].content"
     if isinstance(content, str):
-        return content
+        return valid_text(content, where)
     if isinstance(content, list) and all(
         isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
         for part in content
     ):
-        return "".join(part["text"] for part in content)
+        return valid_text("".join(part["text"] for part in content), where)
     raise RequestError(
         f"messages[{index}].content must be a string or a list of text parts",
         param=f"messages[{index}].content",

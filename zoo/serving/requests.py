@@ -23,6 +23,19 @@ class RequestError(ValueError):
         self.param = param
 
 
+def valid_text(text: str, param: str) -> str:
+    """``text``, or `RequestError` naming ``param`` when it holds a lone UTF-16 surrogate (JSON's ``"\\ud800"``
+    decodes to one): no tokenizer can encode it, and it is no character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(
+            f"{param} holds a lone UTF-16 surrogate at character {error.start}: not valid Unicode text",
+            param=param,
+        ) from None
+    return text
+
+
 class PromptTooLong(RequestError):
     """The prompt leaves no room for a new token (HTTP 413)."""
 
