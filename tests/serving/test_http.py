@@ -249,6 +249,32 @@ def test_the_server_keeps_answering_after_a_client_disconnects_mid_stream(
     assert out.choices[0].text == _expected(pretrained, "the dog", 5)
 
 
+def test_a_non_streaming_client_that_leaves_frees_its_slots(pretrained: zoo.Pretrained) -> None:
+    """It kept generating its 300 tokens, holding a slot (and making new requests 503) until done."""
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_queue=0, max_length=400)
+    step, steps = engine._decode, []
+
+    def slow_step() -> None:  # 300 steps: 15 s, far longer than noticing the client left
+        steps.append(1)
+        threading.Event().wait(0.05)
+        step()
+
+    engine._decode = slow_step  # type: ignore[method-assign]
+    with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME) as server:
+        body = {"model": MODEL_NAME, "prompt": "the cat", "max_tokens": 300, "temperature": 0}
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(server.url + "/completions", json=body, timeout=0.5)
+        for _ in range(60):  # the slot is free again well before the 300 tokens would have been done
+            if engine._in_flight == 0:
+                break
+            threading.Event().wait(0.05)
+        assert engine._in_flight == 0 and 0 < len(steps) < 150, len(steps)
+        out = _client(server).completions.create(
+            model=MODEL_NAME, prompt="the dog", max_tokens=3, temperature=0
+        )
+        assert out.choices[0].text == _expected(pretrained, "the dog", 3)
+
+
 def test_zoo_serve_prints_its_url_and_exits_cleanly_on_sigterm(saved: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ZOO_API_KEY": "k"}
     process = subprocess.Popen(

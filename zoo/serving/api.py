@@ -66,6 +66,10 @@ class ServeExtraMissing(ValueError, ImportError):
         super().__init__(f"zoo serve needs FastAPI and uvicorn: {EXTRA}")
 
 
+class ClientGone(Exception):
+    """The client closed the connection before its answer was ready: its sequences were cancelled."""
+
+
 def check_api_key(key: str | None, *, where: str = "api_key") -> None:
     """Refuse a key that would leave the server open (empty) or that no client can send (a header carries
     printable ASCII only); ``where`` names it (``--api-key``, ``$ZOO_API_KEY``). None: no key, on purpose."""
@@ -220,6 +224,10 @@ def create_app(
     async def _http_error(request: Any, error: HTTPError) -> Any:
         return JSONResponse(error.body(), status_code=error.status)
 
+    @app.exception_handler(ClientGone)
+    async def _client_gone(request: Any, error: ClientGone) -> Any:
+        return JSONResponse({}, status_code=499)  # nginx's "client closed request": no one reads it
+
     @app.exception_handler(RequestError)
     async def _request_error(request: Any, error: RequestError) -> Any:
         return JSONResponse(bad(str(error), error.param).body(), status_code=400)
@@ -346,16 +354,37 @@ def create_app(
             "model": model_name,
         }
 
+        async def gone() -> None:
+            # The body is read: the next ASGI message is the client's disconnect, whenever it comes.
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        # A streaming response listens for the disconnect itself (Starlette cancels it); a plain one writes
+        # nothing until the end, so it must watch, or a client that left would hold its slots to the end.
+        watcher = None if sampling.stream else asyncio.ensure_future(gone())
+
+        async def next_event() -> tuple[int, Event]:
+            if watcher is None:
+                return await events.get()
+            getting = asyncio.ensure_future(events.get())
+            await asyncio.wait({getting, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if getting.done():
+                return getting.result()
+            getting.cancel()
+            raise ClientGone
+
         async def results() -> AsyncIterator[tuple[int, Event]]:
             left = len(requests)
             try:
                 while left:
-                    index, event = await events.get()
+                    index, event = await next_event()
                     if isinstance(event, Failed):
                         raise HTTPError(500, event.message, kind="server_error")
                     left -= isinstance(event, Done)
                     yield index, event
             finally:  # the client went away (or we failed): free the slots
+                if watcher is not None:
+                    watcher.cancel()
                 for r in requests:
                     r.cancel()
 
