@@ -187,6 +187,25 @@ def test_a_deeply_nested_body_and_a_lone_surrogate_are_400s_naming_the_field(ser
         )
 
 
+def test_a_body_over_the_cap_is_a_413_before_it_is_read(server: Server) -> None:
+    """A 10 MB prompt took 6 s of the event loop and 1.5 GB before its 413; the cap (here 1 MiB + 64 bytes
+    for each of the 96 positions) refuses it by its length, and by its bytes when it comes chunked."""
+    cap = (1 << 20) + 64 * 96
+    body = json.dumps({"model": MODEL_NAME, "prompt": "the cat " * 1_300_000, "max_tokens": 2}).encode()
+    response = requests.post(server.url + "/completions", data=body, timeout=30)
+    error = response.json()["error"]
+    assert response.status_code == 413 and error["code"] == "request_too_large"
+    assert (
+        error["message"]
+        == f"the request body is {len(body):,} bytes; this server takes at most {cap:,} (--max-request-bytes)"
+    )
+    chunked = requests.post(
+        server.url + "/completions", data=iter([body[:600_000], body[600_000:]]), timeout=30
+    )
+    assert chunked.status_code == 413 and f"over {cap:,}" in chunked.json()["error"]["message"]
+    assert _client(server).models.list().data[0].id == MODEL_NAME  # and the server goes on
+
+
 def test_a_wrong_or_missing_api_key_is_401(pretrained: zoo.Pretrained) -> None:
     engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=1, max_length=32)
     with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME, api_key="sesame") as server:

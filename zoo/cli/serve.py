@@ -62,6 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--model-name", default=None, help="the model id clients name (default: the folder's name)"
     )
+    serve.add_argument(
+        "--max-request-bytes",
+        type=positive_int,
+        default=None,
+        help="larger request bodies are refused (413) unread (default: 1 MiB + 64 bytes per position)",
+    )
     serve.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     add_device_option(serve)
     add_dtype_option(serve, default=None, help="cast the weights (default: as saved)")
@@ -106,5 +112,6 @@ def run_serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=api_key,
         on_ready=ready,
+        max_request_bytes=args.max_request_bytes,
     )
     return 0

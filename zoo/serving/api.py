@@ -66,6 +66,14 @@ class ServeExtraMissing(ValueError, ImportError):
         super().__init__(f"zoo serve needs FastAPI and uvicorn: {EXTRA}")
 
 
+def default_request_bytes(engine: Engine) -> int:
+    """The largest request body a server takes by default: 1 MiB for the JSON around the text, plus 64 bytes
+    for each token a sequence may hold (a token seldom covers more than 16 characters, 4 bytes each at most
+    in UTF-8). A body past it could only be refused after tokenising it."""
+    most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
+    return (1 << 20) + 64 * most
+
+
 class ClientGone(Exception):
     """The client closed the connection before its answer was ready: its sequences were cancelled."""
 
@@ -205,9 +213,16 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     default_max_tokens: int = 16,
+    max_request_bytes: int | None = None,
 ) -> FastAPI:
-    """The FastAPI app serving ``engine`` under ``model_name``; ``api_key``: required as a bearer token."""
+    """The FastAPI app serving ``engine`` under ``model_name``; ``api_key``: required as a bearer token;
+    ``max_request_bytes``: larger bodies are a 413 before they are read whole (default:
+    `default_request_bytes`). Parsing, tokenising and rendering run on worker threads, never on the event
+    loop, so one large request never stalls the others."""
     check_api_key(api_key)
+    cap = max_request_bytes if max_request_bytes is not None else default_request_bytes(engine)
+    if cap < 1:
+        raise ValueError(f"max_request_bytes must be >= 1, got {cap}")
     fastapi = import_fastapi()
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -252,10 +267,27 @@ def create_app(
                 code="invalid_api_key",
             )
 
+    def too_large(size: str) -> HTTPError:
+        return HTTPError(
+            413,
+            f"the request body is {size} bytes; this server takes at most {cap:,} (--max-request-bytes)",
+            kind="invalid_request_error",
+            code="request_too_large",
+        )
+
     async def read_body(request: Any) -> dict[str, Any]:
         authorize(request)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:  # refused before a byte of it is read
+            raise too_large(f"{int(declared):,}")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # a body without a length (chunked) is counted as it comes
+            size += len(chunk)
+            if size > cap:
+                raise too_large(f"over {cap:,}")
+            chunks.append(chunk)
         try:
-            body = json.loads(await request.body())
+            body = await asyncio.to_thread(json.loads, b"".join(chunks))
         except ValueError:
             raise bad("the request body is not valid JSON", None) from None
         except RecursionError:  # json's parser recurses per level: thousands of levels exhaust the stack
@@ -294,7 +326,7 @@ def create_app(
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = encode(valid_text(prompt, "prompt"))
+            ids = await asyncio.to_thread(encode, valid_text(prompt, "prompt"))
         elif (
             isinstance(prompt, list)
             and prompt
@@ -311,7 +343,10 @@ def create_app(
         body = await read_body(request)
         sampling = Sampling(body, max_tokens_names=("max_tokens", "max_completion_tokens"))
         messages = check_messages(body.get("messages"))
-        prompt = render_chat(tokenizer, messages) if not engine.seq2seq else encode(messages[-1]["content"])
+        if engine.seq2seq:
+            prompt = await asyncio.to_thread(encode, messages[-1]["content"])
+        else:
+            prompt = await asyncio.to_thread(render_chat, tokenizer, messages)
         return await respond(request, sampling, prompt, chat=True)
 
     async def respond(request: Any, sampling: Sampling, prompt: list[int], *, chat: bool) -> Any:

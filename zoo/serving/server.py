@@ -101,11 +101,14 @@ def serve(
     api_key: str | None = None,
     grace_s: float = GRACE_S,
     on_ready: Callable[[str], None] | None = None,
+    max_request_bytes: int | None = None,
 ) -> None:
     """Serve ``engine`` until SIGTERM / SIGINT; ``on_ready(url)`` once it listens (port 0: any free port).
     A port in use is a `PortInUseError`, before the engine starts."""
     check_port(host, port)
-    app = create_app(engine, tokenizer, model_name=model_name, api_key=api_key)
+    app = create_app(
+        engine, tokenizer, model_name=model_name, api_key=api_key, max_request_bytes=max_request_bytes
+    )
     server = _server(app, host, port, grace_s)
     engine.start()
     watcher = threading.Thread(target=_announce, args=(server, host, on_ready), daemon=True)
