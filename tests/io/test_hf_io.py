@@ -80,7 +80,7 @@ def test_missing_config_json_names_the_path(gpt2, tmp_path) -> None:
 
 
 def test_missing_folder_is_a_file_not_found_error(tmp_path) -> None:
-    with pytest.raises(FileNotFoundError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match="nowhere: no such folder"):
         zoo.from_hf(tmp_path / "nowhere")
 
 

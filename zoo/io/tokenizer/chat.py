@@ -23,13 +23,21 @@ which templates read. ``continue_final_message`` leaves the last message open fo
 the message is rendered with a marker after it and the text is cut at the marker.
 
 Each template string is compiled once (`_compiled` caches it); jinja2 is imported on first use only.
+
+A template comes from anywhere, so its render is bounded (`_BoundedEnvironment`): the text it writes and
+every string or list it builds (``*``, ``+``, ``~``, ``**``, str methods and filters that pad to a width)
+stay under `MAX_CHARS`, the ``range()`` loops of one render under `MAX_LOOP_STEPS` steps together, and
+recursion is caught; a template past a bound is a `ChatTemplateError` naming its file, never gigabytes of
+memory or a process killed. A template that renders nothing for a conversation is refused too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -41,6 +49,19 @@ if TYPE_CHECKING:
 class ChatTemplateError(ValueError):
     """A chat template that cannot render a conversation, or a conversation it cannot take; the message
     names the template's file (or argument) and the problem."""
+
+
+# The bounds of one render (module docstring): far above any real chat template's needs (the longest prompts
+# are a model's context, ~10^6 characters), far below what would exhaust memory or time.
+MAX_CHARS = 1 << 23  # characters of the output, and of any one string or list built on the way
+MAX_LOOP_STEPS = 1_000_000  # range() items of one render, all loops together
+MAX_WIDTH = 10_000  # a padding width, an indent, a format's field width or precision
+MAX_POWER_BITS = 1 << 16  # bits of an integer power (9 ** 9 ** 9 would take minutes and gigabytes)
+_LOOP_STEPS: ContextVar[list[int]] = ContextVar("chat_template_loop_steps")
+
+
+class _TooBig(ChatTemplateError):
+    """A template past one of the render's bounds."""
 
 
 # Where transformers and chat templates look for a message's reasoning; the first two are what templates read.
@@ -221,9 +242,18 @@ def _mark_final_message(chat: list[dict[str, Any]], field: str, template: str) -
 def _render(compiled: jinja2.Template, variables: dict[str, Any], where: str) -> str:
     import jinja2
 
+    token = _LOOP_STEPS.set([0])  # this render's loop steps (a render inside a render keeps its own)
     try:
-        return compiled.render(**variables)
-    except ChatTemplateError as error:  # the template's own raise_exception
+        text = _bounded_text(compiled.generate(**variables))
+    except _TooBig as error:
+        raise ChatTemplateError(
+            f"{where}: the chat template goes past a bound of zoo's renderer: {error}"
+        ) from None
+    except RecursionError:
+        raise ChatTemplateError(
+            f"{where}: the chat template recurses without end (a macro or loop that calls itself)"
+        ) from None
+    except ChatTemplateError as error:  # the template's own raise_exception (or an empty rendering)
         raise ChatTemplateError(f"{where}: the chat template refused the messages: {error}") from None
     except (
         jinja2.TemplateError,
@@ -235,6 +265,71 @@ def _render(compiled: jinja2.Template, variables: dict[str, Any], where: str) ->
     ) as error:
         reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         raise ChatTemplateError(f"{where}: the chat template failed on these messages: {reason}") from None
+    finally:
+        _LOOP_STEPS.reset(token)
+    if not text.strip():  # a prompt of nothing: training on it learns nothing, generating from it fails
+        raise ChatTemplateError(f"{where}: the chat template renders nothing for these messages")
+    return text
+
+
+def _bounded_text(pieces: Iterator[str]) -> str:
+    """The rendered pieces joined, stopped as soon as they pass `MAX_CHARS`."""
+    out, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        if size > MAX_CHARS:
+            raise _TooBig(f"it writes more than {MAX_CHARS:,} characters")
+        out.append(piece)
+    return "".join(out)
+
+
+def _sized(value: Any) -> Any:
+    """``value``, or `_TooBig` when it is a string or list longer than `MAX_CHARS`."""
+    if isinstance(value, str | list | tuple) and len(value) > MAX_CHARS:
+        raise _TooBig(f"it builds a {type(value).__name__} of {len(value):,} items (at most {MAX_CHARS:,})")
+    return value
+
+
+def _check_width(width: Any, what: str) -> None:
+    if isinstance(width, int) and not isinstance(width, bool) and width > MAX_WIDTH:
+        raise _TooBig(f"{what} {width:,} (at most {MAX_WIDTH:,})")
+
+
+_FORMAT_NUMBERS = re.compile(r"\d+")
+
+
+def _check_format(fmt: Any) -> None:
+    """A %-format or str.format string whose widths and precisions stay under `MAX_WIDTH`."""
+    if isinstance(fmt, str):
+        for number in _FORMAT_NUMBERS.findall(fmt):
+            if len(number) > 5 or int(number) > MAX_WIDTH:
+                raise _TooBig(f"a format with a field width or precision of {number} (at most {MAX_WIDTH:,})")
+
+
+def _bounded_range(*args: Any) -> range:
+    """``range()``, its items counted against the render's `MAX_LOOP_STEPS` (counted when made: a loop that
+    would run too long is refused before it runs)."""
+    steps = range(*args)
+    count = _LOOP_STEPS.get([0])
+    count[0] += len(steps)
+    if count[0] > MAX_LOOP_STEPS:
+        raise _TooBig(f"its range() loops take more than {MAX_LOOP_STEPS:,} steps")
+    return steps
+
+
+def _bounded_binop(operator: str, left: Any, right: Any) -> Any:
+    if operator == "*":
+        sequence, count = (left, right) if isinstance(left, str | list | tuple) else (right, left)
+        sized = isinstance(sequence, str | list | tuple) and isinstance(count, int)
+        if sized and len(sequence) * count > MAX_CHARS:
+            raise _TooBig(f"it repeats a {type(sequence).__name__} into {len(sequence) * count:,} items")
+        return left * right
+    if operator == "**":
+        integers = isinstance(left, int) and isinstance(right, int) and right > 0
+        if integers and right * max(abs(left).bit_length(), 1) > MAX_POWER_BITS:
+            raise _TooBig(f"it raises {left} to the power {right:,}")
+        return left**right
+    return _sized(left + right)  # "+"
 
 
 def _compile(template: str, where: str) -> jinja2.Template:
@@ -294,15 +389,75 @@ def _environment() -> jinja2.Environment:
         if isinstance(name, str) and name.startswith("_"):
             raise jinja2.exceptions.SecurityError(f"a chat template may not set {name!r} on a namespace")
 
-    env = ImmutableSandboxedEnvironment(
+    class BoundedCodeGenerator(jinja2.compiler.CodeGenerator):
+        """``a ~ b`` through `_sized`, so doubling a string in a loop is stopped at `MAX_CHARS`."""
+
+        def visit_Concat(self, node: jinja2.nodes.Concat, frame: jinja2.compiler.Frame) -> None:
+            self.write("environment.sized(")
+            super().visit_Concat(node, frame)
+            self.write(")")
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """The sandbox with the render's bounds (module docstring)."""
+
+        code_generator_class = BoundedCodeGenerator
+        intercepted_binops = frozenset({"*", "**", "+"})
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.globals["range"] = _bounded_range
+            self.sized = _sized
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            return _bounded_binop(operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+            method = getattr(__obj, "__wrapped__", __obj)  # the sandbox wraps str.format in a function
+            name, owner = getattr(method, "__name__", ""), getattr(method, "__self__", None)
+            if isinstance(owner, str):  # a str method: the ones that pad to a width
+                if name in ("center", "ljust", "rjust", "zfill", "expandtabs"):
+                    _check_width(args[0] if args else next(iter(kwargs.values()), 0), f"str.{name} to")
+                if name in ("format", "format_map"):
+                    _check_format(owner)
+            return _sized(super().call(__context, __obj, *args, **kwargs))
+
+    env = BoundedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
+    for name, check in (("center", "center to"), ("indent", "indent by"), ("wordwrap", "wrap at")):
+        env.filters[name] = _width_checked(env.filters[name], check)
+    env.filters["format"] = _format_checked(env.filters["format"])
+    env.globals["lipsum"] = _lipsum_checked(env.globals["lipsum"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _Dict()
     env.globals["namespace"] = Namespace
     return env
+
+
+def _width_checked(filter_: Any, what: str) -> Any:
+    def checked(value: Any, width: Any = 80, *args: Any, **kwargs: Any) -> Any:
+        _check_width(width, what)
+        return filter_(value, width, *args, **kwargs)
+
+    return checked
+
+
+def _format_checked(filter_: Any) -> Any:
+    def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_format(value)
+        return _sized(filter_(value, *args, **kwargs))
+
+    return checked
+
+
+def _lipsum_checked(lipsum: Any) -> Any:
+    def checked(n: int = 5, *args: Any, **kwargs: Any) -> Any:
+        _check_width(n * 100, "lorem ipsum of (paragraphs x 100)")
+        return lipsum(n, *args, **kwargs)
+
+    return checked
 
 
 def _tojson(
@@ -312,6 +467,7 @@ def _tojson(
     separators: Any = None,
     sort_keys: bool = False,
 ) -> str:
+    _check_width(indent, "tojson indent of")
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
@@ -322,7 +478,9 @@ def _raise_exception(message: object) -> None:
 
 
 def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+    if isinstance(fmt, str) and len(fmt) > 256:
+        raise _TooBig(f"strftime_now's format is {len(fmt):,} characters (at most 256)")
+    return _sized(datetime.now().strftime(fmt))
 
 
 class _Dict:
