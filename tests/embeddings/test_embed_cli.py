@@ -102,3 +102,25 @@ def test_a_line_that_is_not_utf8_is_named_and_nothing_is_written(
     assert main(["embed", str(hf_folder), "--input", str(source), "--out", str(out)]) == 2
     assert "line 2 is not UTF-8 (byte 0xff" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]  # no .npy, no temporary left
+
+
+def test_a_named_pipe_is_read_once_as_it_streams(hf_folder: Path, tmp_path: Path) -> None:
+    """It was read once to count its lines, then opened again: the second open waited for a writer forever
+    (a FIFO), or found nothing and wrote a (0, d) array (``<(...)``)."""
+    import os
+    import threading
+
+    fifo = tmp_path / "texts"
+    os.mkfifo(fifo)
+    texts = ["hello world", "a man.", "the third"]
+
+    def feed() -> None:
+        with open(fifo, "w", encoding="utf-8") as writer:
+            writer.write("\n".join(texts) + "\n")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    out = tmp_path / "v.npy"
+    assert main(["embed", str(hf_folder), "--input", str(fifo), "--out", str(out), "--no-progress"]) == 0
+    feeder.join(timeout=30)
+    np.testing.assert_allclose(np.load(out), zoo.embed(hf_folder, texts), atol=1e-6)

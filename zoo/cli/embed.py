@@ -19,6 +19,7 @@ line every `LINE_EVERY` texts, for logs. The summary (texts, shape, texts/s) goe
 from __future__ import annotations
 
 import argparse
+import stat
 import sys
 import tempfile
 import time
@@ -89,7 +90,8 @@ def run_embed(args: argparse.Namespace) -> int:
     from zoo.io.atomic import write_atomic
 
     out = _check_out(Path(args.out).expanduser(), overwrite=args.overwrite)
-    total = _count_lines(Path(args.input)) if args.input != STDIN else None  # also: the file is readable
+    # also: the file is there and readable, before the model loads
+    total = _count_lines(Path(args.input)) if args.input != STDIN else None
     embedder = Embedder.load(
         args.model,
         tokenizer=args.tokenizer,
@@ -135,10 +137,13 @@ def _input(name: str) -> Any:
     return open(name, "rb")
 
 
-def _count_lines(path: Path) -> int:
-    """The texts in ``path``: its newlines, plus a last line without one (also checks it can be read)."""
+def _count_lines(path: Path) -> int | None:
+    """The texts in ``path``: its newlines, plus a last line without one (also checks it can be read). None
+    for a pipe (a FIFO, ``<(...)``, /dev/stdin): it can be read once only, and the embedding reads it."""
     if path.is_dir():
         raise IsADirectoryError(f"--input {path}: a folder, not a text file")
+    if not stat.S_ISREG(path.stat().st_mode):
+        return None
     count, last = 0, b"\n"
     with path.open("rb") as file:
         while block := file.read(_COPY):
