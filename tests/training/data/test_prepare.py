@@ -279,3 +279,16 @@ def test_tokenizers_parallelism_off_is_noted(
             Source("tsv", write_tsv(tmp_path / "a.tsv"), ("source", "target")), tokenizer, tmp_path / "o"
         )
     assert "TOKENIZERS_PARALLELISM=false: the tokenizer encodes on one core" in caplog.text
+
+
+def test_the_lock_is_never_created_through_a_symbolic_link(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """A dangling ``.out.lock -> elsewhere`` made prepare create ``elsewhere``: a file written where the
+    link's owner chose."""
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / ".out.lock").symlink_to(elsewhere)
+    source = Source("tsv", write_tsv(tmp_path / "a.tsv"), ("source", "target"))
+    with pytest.raises(
+        DataError, match=r"\.out\.lock is a symbolic link: zoo never creates its lock through"
+    ):
+        prepare_text(source, tokenizer, tmp_path / "out")
+    assert not elsewhere.exists() and not (tmp_path / "out").exists()

@@ -30,6 +30,7 @@ this cannot see (make and rsync share that blind spot); ``force=True`` prepares 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -472,7 +473,17 @@ def _exclusive(out: Path) -> Iterator[None]:
     except ImportError:
         yield
         return
-    with (out.parent / f".{out.name}.lock").open("a") as lock:
+    path = out.parent / f".{out.name}.lock"
+    try:  # never through a symbolic link: the lock file is created, and a link would create it elsewhere
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise DataError(
+            f"{path} is a symbolic link: zoo never creates its lock through a link (it would create or "
+            "change the file it points to); remove the link"
+        ) from None
+    with os.fdopen(fd, "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
             yield
