@@ -239,6 +239,16 @@ def test_a_template_that_refuses_the_conversation_is_a_data_error_naming_the_lin
         prepared(tmp_path, tok, [{"messages": CONVERSATION}])
 
 
+def test_a_lone_surrogate_in_a_message_is_a_data_error_naming_the_line(tmp_path: Path) -> None:
+    """It was tokenizers' TextEncodeInput TypeError traceback."""
+    tok = byte_level(CHATML_SPECIALS, chatml())
+    broken = [{"role": "user", "content": "hi \ud800"}, {"role": "assistant", "content": "hello"}]
+    with pytest.raises(
+        DataError, match=r"chat\.jsonl:2: messages\[0\] holds a lone UTF-16 surrogate at character 3"
+    ):
+        prepared(tmp_path, tok, [{"messages": CONVERSATION}, {"messages": broken}])
+
+
 def test_a_changed_template_prepares_again(tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATION}])
     first = prepare_corpus(

@@ -128,6 +128,9 @@ def test_jsonl_reads_named_keys_lists_and_integer_labels(tmp_path: Path) -> None
         ('{"text": "a"', "not JSON"),
         ('{"text": ' + "[" * 50_000 + "]" * 50_000 + "}", "JSON nested too deeply"),
         ('{"text": ' + "9" * 5_000 + "}", "holds an integer of more than 4,300 digits"),
+        # a TextEncodeInput TypeError traceback when encoded
+        ('{"text": "a \\ud800 b"}', "'text' is text with a lone UTF-16 surrogate at character 2"),
+        ('{"text": ["ok", "\\udfff"]}', "'text' is a list holding a text with a lone UTF-16 surrogate"),
     ],
 )
 def test_jsonl_refuses_nested_or_missing_values_naming_the_line(

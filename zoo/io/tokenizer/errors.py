@@ -70,12 +70,32 @@ def encode_checked(encode: Callable[[Sequence[T]], list], items: Sequence[T], *,
     try:
         return encode(items)
     except BaseException as error:
+        broken = next((i for i, item in enumerate(items) if lone_surrogate(item) is not None), None)
+        if broken is not None:  # tokenizers' TypeError ("TextEncodeInput must be ..."), said plainly
+            raise TokenizerError(
+                f"{source}: cannot encode text {broken} ({_snippet(items[broken])}): it holds a lone UTF-16 "
+                f"surrogate at character {lone_surrogate(items[broken])}, which is not valid Unicode"
+            ) from None
         if not is_library_error(error):
             raise
         first = _first_failing(encode, items) if len(items) > 1 else 0
         what = "the text" if first is None else f"text {first} ({_snippet(items[first])})"
         what = _snippet(items[0]) if len(items) == 1 else what
         raise TokenizerError(f"{source}: cannot encode {what}: {explain(str(error))}") from None
+
+
+def lone_surrogate(item: object) -> int | None:
+    """Where a lone UTF-16 surrogate (JSON's ``"\\ud800"`` decodes to one) sits in a text, or in the texts of
+    a pair or a list of words; None when there is none. No tokenizer can encode one."""
+    if isinstance(item, str):
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as error:
+            return error.start
+        return None
+    if isinstance(item, list | tuple):
+        return next((at for part in item if (at := lone_surrogate(part)) is not None), None)
+    return None
 
 
 def _first_failing(encode: Callable[[Sequence[T]], list], items: Sequence[T]) -> int | None:

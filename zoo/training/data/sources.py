@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from zoo._extras import install_hint
 from zoo.io.jsonfile import read_json
+from zoo.io.tokenizer.errors import lone_surrogate
 from zoo.training.data import DataError
 
 log = logging.getLogger(__name__)
@@ -333,6 +334,8 @@ def _value(value: Any) -> tuple[Value | None, str | None]:
     if value is None:
         return None, "empty (null)"
     if isinstance(value, str):
+        if (at := lone_surrogate(value)) is not None:
+            return None, f"text with a lone UTF-16 surrogate at character {at} (not valid Unicode)"
         return (value, None) if value.strip() else (None, "empty")
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value), None
@@ -342,6 +345,8 @@ def _value(value: Any) -> tuple[Value | None, str | None]:
         items = []
         for item in value:
             if isinstance(item, str):
+                if (at := lone_surrogate(item)) is not None:
+                    return None, f"a list holding a text with a lone UTF-16 surrogate at character {at}"
                 items.append(item)
             elif isinstance(item, int) and not isinstance(item, bool):
                 items.append(str(item))

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from zoo.io.tokenizer import ChatTemplateError, Tokenizer
-from zoo.io.tokenizer.errors import encode_checked
+from zoo.io.tokenizer.errors import encode_checked, lone_surrogate
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
@@ -318,6 +318,12 @@ def rendering(record: Record, tokenizer: Tokenizer, template: str) -> tuple[str,
         {"role": role, "content": content}
         for role, content in zip(record.fields["roles"], record.fields["contents"])
     ]
+    for i, message in enumerate(messages):
+        if (at := lone_surrogate(message["content"])) is not None:
+            raise DataError(
+                f"{record.origin}: messages[{i}] holds a lone UTF-16 surrogate at character {at}: not valid "
+                "Unicode, so no tokenizer can encode it"
+            )
 
     def text(upto: int, *, prompt: bool) -> str:
         try:
