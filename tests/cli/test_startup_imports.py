@@ -26,8 +26,10 @@ print(json.dumps({"status": status, "imported": [m for m in WATCHED if m in sys.
 HEAVY = ("torch._dynamo", "sympy", "transformers", "lm_eval", "tokenizers", "zoo.io.hf")
 
 
-def _imported(*argv: str | Path) -> tuple[int, list[str]]:
+def _imported(*argv: str | Path, cache: Path | None = None) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if cache is not None:
+        env["XDG_CACHE_HOME"] = str(cache)
     done = subprocess.run(
         [sys.executable, "-c", _PROBE.replace("WATCHED", repr((*HEAVY, "torch"))), *map(str, argv)],
         capture_output=True,
@@ -42,11 +44,33 @@ def _imported(*argv: str | Path) -> tuple[int, list[str]]:
 
 
 @pytest.mark.parametrize("argv", [("show", "gpt2"), ("show", "transformer-base"), ("presets",)])
-def test_show_and_presets_import_neither_the_compiler_nor_transformers(argv: tuple[str, ...]) -> None:
-    status, imported = _imported(*argv)
+def test_show_and_presets_import_neither_the_compiler_nor_transformers(
+    argv: tuple[str, ...], tmp_path: Path
+) -> None:
+    status, imported = _imported(*argv, cache=tmp_path)  # an empty cache: presets builds every count
     assert status == 0
     assert "torch" in imported  # the meta-device build: parameter counts have one source of truth
     assert not set(imported) & set(HEAVY), imported
+
+
+def test_presets_counts_come_from_the_cache_until_zoo_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first listing builds (and imports torch); the next reads the counts back and imports no torch;
+    a changed file of zoo's makes the cache stale."""
+    import zoo
+    from zoo.cli import presets
+
+    assert _imported("presets", cache=tmp_path)[1] == ["torch"]
+    assert _imported("presets", cache=tmp_path) == (0, [])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rows = {row["name"]: row["parameters"] for row in presets.preset_rows()}
+    assert rows["gpt2"] == zoo.build("gpt2", device="meta").num_parameters() == 124_439_808
+    stale = tmp_path / "zoo" / presets.COUNTS_FILE
+    stale.write_text(stale.read_text().replace(str(rows["gpt2"]), "1"))  # a wrong count, same stamp: read
+    assert {r["name"]: r["parameters"] for r in presets.preset_rows()}["gpt2"] == 1
+    monkeypatch.setattr(presets, "_code_stamp", lambda: "zoo changed")  # another stamp: built again
+    assert {r["name"]: r["parameters"] for r in presets.preset_rows()}["gpt2"] == rows["gpt2"]
 
 
 def test_diff_of_presets_imports_no_torch() -> None:
