@@ -319,6 +319,28 @@ def test_an_unknown_task_is_one_error_naming_it(world: Any) -> None:
         evaluate(world["root"] / "zoo", tasks=["zoo_mc", "nope"], include_path=world["tasks"])
 
 
+def test_a_task_file_that_is_not_yaml_is_named_with_its_error(world: Any, tmp_path: Path) -> None:
+    """lm-eval skips a file it cannot parse (a log line): the task was only "unknown"."""
+    from zoo.evaluation import EvaluationError, evaluate
+
+    (tmp_path / "broken.yaml").write_text("task: my_broken\ndataset_path: json\n  bad: [indent\n")
+    with pytest.raises(
+        EvaluationError,
+        match=r"unknown task 'my_broken'.*not valid YAML, so not read: .*broken\.yaml: line 3",
+    ):
+        evaluate(world["root"] / "zoo", tasks=["my_broken"], include_path=tmp_path)
+
+
+def test_a_file_as_include_path_is_refused_naming_it(world: Any) -> None:
+    from zoo.evaluation import EvaluationError, evaluate
+
+    task_file = next(Path(world["tasks"]).glob("*.yaml"))
+    with pytest.raises(
+        EvaluationError, match=r"--include-path .*\.yaml: a file; give the folder that holds it"
+    ):
+        evaluate(world["root"] / "zoo", tasks=["zoo_mc"], include_path=task_file)
+
+
 def test_without_lm_eval_the_error_names_the_extra(
     world: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

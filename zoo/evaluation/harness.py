@@ -58,7 +58,7 @@ def evaluate(
         model: a folder (zoo checkpoint or Hugging Face, with its tokenizer), a zoo decoder (with
             ``tokenizer``), or an lm-eval ``LM`` (a `ZooLM` built by hand, or any other).
         tasks: task, group or tag names (a list, or one string of names joined by commas).
-        include_path: folders (or YAML files) of task definitions of your own, e.g. local JSON data sets.
+        include_path: folders of task definitions (YAML files) of your own, e.g. local JSON data sets.
         num_fewshot: examples put before each question (None: the task's own setting).
         limit: documents per task, or a fraction of them when < 1 (None: all).
         batch_size, device, dtype: as `ZooLM` takes them.
@@ -147,9 +147,11 @@ def _load_tasks(
     unknown = [name for name in names if name not in manager.all_tasks and not Path(name).is_file()]
     if unknown:
         where = f" nor in --include-path {', '.join(folders)}" if folders else ""
+        broken = _unreadable_task_files(folders)  # lm-eval skips a file it cannot parse, with a log line
+        why = f"; not valid YAML, so not read: {'; '.join(broken)}" if broken else ""
         raise EvaluationError(
             f"unknown task {', '.join(map(repr, unknown))}: not one of lm-eval's tasks, groups or tags{where} "
-            "(`lm-eval ls tasks` lists them)"
+            f"(`lm-eval ls tasks` lists them){why}"
         )
     objects: list[Any] = []
     for name in names:
@@ -248,6 +250,27 @@ def _task_names(tasks: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))  # a task named twice runs once
 
 
+def _unreadable_task_files(folders: Sequence[str]) -> list[str]:
+    """``"file: line N: problem"`` for each YAML file under ``folders`` that does not parse (lm-eval's own
+    tags, ``!function``, are accepted as they are)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    broken = []
+    for folder in folders:
+        for file in sorted(Path(folder).rglob("*.y*ml")):
+            try:
+                yaml.load(file.read_text(encoding="utf-8", errors="replace"), Loader=Loader)  # a SafeLoader
+            except yaml.YAMLError as error:
+                mark = getattr(error, "problem_mark", None)
+                line = f"line {mark.line + 1}: " if mark is not None else ""
+                broken.append(f"{file}: {line}{getattr(error, 'problem', None) or error}")
+    return broken
+
+
 def _include_paths(include_path: PathLike | Sequence[PathLike] | None) -> list[str]:
     if include_path is None:
         return []
@@ -257,6 +280,11 @@ def _include_paths(include_path: PathLike | Sequence[PathLike] | None) -> list[s
         path = Path(item).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"--include-path {path}: no such folder (of lm-eval task YAML files)")
+        if not path.is_dir():  # lm-eval walks folders: a file given here was never read
+            raise EvaluationError(
+                f"--include-path {path}: a file; give the folder that holds it (lm-eval reads the task "
+                "files of a folder)"
+            )
         folders.append(str(path))
     return folders
 
