@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from support import tiny_seq2seq_run
 
 from zoo.cli import main
-from zoo.demo import toy_corpus, write_tsv
 from zoo.training import TrainConfig, TrainerState
 from zoo.training.progress import ProgressLines, RunHeader, clock, header_line, step_line
 from zoo.training.threads import resolve_threads
@@ -34,20 +34,7 @@ def _one_thread() -> Iterator[None]:
 @pytest.fixture
 def no_valid_config(tmp_path: Path) -> Path:
     """A tiny run with no validation split: before, nothing was printed until its end."""
-    write_tsv(toy_corpus(seed=0, train_size=200, valid_size=10).train, tmp_path / "train.tsv")
-    config = {
-        "model": {
-            "preset": "transformer-tiny",
-            "overrides": {"d_model": 32, "num_layers": 1, "attention.num_heads": 2, "ffn.d_ff": 64},
-        },
-        "data": {"train": str(tmp_path / "train.tsv")},
-        "tokenizer": {"vocab_size": 300},
-        "batch": {"max_tokens": 500},
-        "max_steps": 3,
-        "log_every": 1,
-        "device": "cpu",
-        "output_dir": str(tmp_path / "run"),
-    }
+    config = tiny_seq2seq_run(tmp_path, max_steps=3, log_every=1, device="cpu")
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path

@@ -31,24 +31,13 @@ def test_the_config_wins_and_a_gpu_run_keeps_torchs_choice() -> None:
 
 def test_a_run_sets_the_resolved_count(tmp_path, monkeypatch) -> None:
     """What the trainer does with it: torch.set_num_threads, before anything is built."""
-    from zoo.demo import toy_corpus, write_tsv
+    from support import tiny_seq2seq_run
+
     from zoo.training import TrainConfig, train
 
-    write_tsv(toy_corpus(seed=0, train_size=50, valid_size=5).train, tmp_path / "train.tsv")
     seen: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
     monkeypatch.setattr("zoo.training.threads.available_cpus", lambda: 4)
-    config = {
-        "model": {
-            "preset": "transformer-tiny",
-            "overrides": {"d_model": 32, "num_layers": 1, "attention.num_heads": 2, "ffn.d_ff": 64},
-        },
-        "data": {"train": str(tmp_path / "train.tsv")},
-        "tokenizer": {"vocab_size": 300},
-        "batch": {"max_tokens": 500},
-        "max_steps": 1,
-        "device": "cpu",
-        "output_dir": str(tmp_path / "run"),
-    }
+    config = tiny_seq2seq_run(tmp_path, train_size=50, valid_size=5, max_steps=1, device="cpu")
     train(TrainConfig.model_validate(config), progress=False)
     assert seen == [2]
