@@ -289,12 +289,17 @@ def _jsonl(path: Path, source: Source, bad: _BadLines) -> Iterator[Record]:
         if not isinstance(obj, dict):
             bad(path, number, f"expected a JSON object, found {_kind(obj)}")
             continue
+        # A lone surrogate can only come from a "\ud8.." escape (the file is strict UTF-8): look only then
+        escaped = "\\ud" in line or "\\uD" in line
         fields: dict[str, Value] = {}
         for name, key in picks:
             if key not in obj:
                 bad(path, number, f"no key {key!r} (keys: {', '.join(map(repr, list(obj)[:8]))})")
                 break
             value, problem = _value(obj[key])
+            if escaped and not problem and (at := lone_surrogate(value)) is not None:
+                what = "a list holding a text" if isinstance(value, list) else "text"
+                problem = f"{what} with a lone UTF-16 surrogate at character {at} (not valid Unicode)"
             if problem:
                 bad(path, number, f"{key!r} is {problem}")
                 break
@@ -334,8 +339,6 @@ def _value(value: Any) -> tuple[Value | None, str | None]:
     if value is None:
         return None, "empty (null)"
     if isinstance(value, str):
-        if (at := lone_surrogate(value)) is not None:
-            return None, f"text with a lone UTF-16 surrogate at character {at} (not valid Unicode)"
         return (value, None) if value.strip() else (None, "empty")
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value), None
@@ -345,8 +348,6 @@ def _value(value: Any) -> tuple[Value | None, str | None]:
         items = []
         for item in value:
             if isinstance(item, str):
-                if (at := lone_surrogate(item)) is not None:
-                    return None, f"a list holding a text with a lone UTF-16 surrogate at character {at}"
                 items.append(item)
             elif isinstance(item, int) and not isinstance(item, bool):
                 items.append(str(item))
