@@ -343,6 +343,61 @@ def test_train_on_prompt_is_refused_for_other_tasks() -> None:
         )
 
 
+# --- length ---------------------------------------------------------------------------------------------------
+
+LONG_PROMPT = [  # its prompt alone is longer than the limit below: its answer falls wholly past the cut
+    {"role": "user", "content": " ".join(["Which animal sleeps all day? And the dog?"] * 12)},
+    {"role": "assistant", "content": "The cat sleeps all day."},
+]
+
+
+def cut_below(tok: Tokenizer) -> int:
+    """A limit that cuts CONVERSATION inside its last answer (keeping the first) and LONG_PROMPT before its
+    answer begins."""
+    ids, _ = independent_mask(tok, CONVERSATION)
+    prompt = tok.apply_chat_template(LONG_PROMPT[:1], add_generation_prompt=True)
+    assert isinstance(prompt, list) and len(prompt) > len(ids)
+    return len(ids) - 2
+
+
+def test_a_conversation_whose_answers_all_fall_past_the_cut_is_skipped_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With too_long: truncate it was kept with no trained token: it trained on nothing (a loss of 0.0)."""
+    tok = byte_level(CHATML_SPECIALS, chatml())
+    tok.save_pretrained(tmp_path / "tok")
+    limit = cut_below(tok)
+    source = write_jsonl(tmp_path / "c.jsonl", [{"messages": CONVERSATION}, {"messages": LONG_PROMPT}])
+    args = ["data", "prepare", "--task", "chat", "--tokenizer", str(tmp_path / "tok"), "--out"]
+    assert main([*args, str(tmp_path / "p"), "--max-length", str(limit), str(source)]) == 0
+    assert "1 with nothing left to train (skipped)" in " ".join(capsys.readouterr().out.split())
+    data = open_prepared(tmp_path / "p")
+    counts = data.manifest.counts
+    assert data.num_examples == 1 and counts["over_max_length"] == 2 and counts["nothing_to_train"] == 1
+    ids, mask = rows_of(data, 0)  # CONVERSATION, cut in its last answer: its first answer still trained
+    assert (ids, mask) == tuple(row[:limit] for row in independent_mask(tok, CONVERSATION))
+
+
+def test_prepared_conversations_cut_when_batched_skip_those_left_with_nothing_to_train(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prepared without a limit, cut by a run's: the units leave out the conversation whose answers are all
+    past the cut (it was planned into batches, every target -100)."""
+    tok = byte_level(CHATML_SPECIALS, chatml())
+    data = prepared(tmp_path, tok, [{"messages": LONG_PROMPT}, {"messages": CONVERSATION}] * 2)
+    config = TrainConfig.from_dict(
+        {"model": "llama-tiny", "task": "chat", "data": {"train": "c.jsonl"}, "max_steps": 1}
+    )
+    limits = Limits(cut_below(tok))
+    with caplog.at_level("WARNING"):
+        units = CHAT.units(Split("train", data), tokenizers=Tokenizers(tok), limits=limits, config=config)
+    assert units.examples is not None and units.examples.tolist() == [1, 3]
+    assert "2 of them left nothing to train" in caplog.text and "chat.jsonl:1" in caplog.text
+    with pytest.raises(DataError, match=r"every example is longer than \d+ tokens or left nothing to train"):
+        only = prepared(tmp_path, tok, [{"messages": LONG_PROMPT}], name="only")
+        CHAT.units(Split("train", only), tokenizers=Tokenizers(tok), limits=limits, config=config)
+
+
 # --- batches --------------------------------------------------------------------------------------------------
 
 

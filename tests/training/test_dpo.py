@@ -352,6 +352,42 @@ def test_a_long_pair_keeps_its_prompt_and_loses_the_end_of_its_responses(
     assert math.isfinite(result.final["val_loss"])
 
 
+def test_a_pair_whose_prompt_fills_the_limit_is_skipped_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With too_long: truncate both its sequences were cut to the prompt: the same sequence twice, nothing to
+    prefer (a loss of log 2, no gradient, and a miss in rewards/accuracy). Skipped, as it is prepared or when a
+    run's shorter limit cuts prepared data."""
+    from zoo.training.corpus import prepare_corpus
+    from zoo.training.data.shards import open_prepared
+    from zoo.training.tasks import TASKS
+    from zoo.training.tasks.base import Limits, Split, Tokenizers
+
+    tok = train_tokenizer(iter(WORDS * 3), kind="bpe", vocab_size=60, min_frequency=1)
+    fits = {"prompt": "the cat", "chosen": " sleeps", "rejected": " eats a small fish"}
+    fills = {"prompt": " ".join(WORDS * 2), "chosen": " runs", "rejected": " sleeps"}
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in (fills, fits, fills)))
+    limit = 16  # "fits" is 13 tokens framed, "fills" its prompt alone 43
+    manifest = prepare_corpus("dpo", [source], tokenizer=tok, out=tmp_path / "cut", max_length=limit).manifest
+    assert manifest.num_examples == 1
+    assert manifest.counts["over_max_length"] == 2 and manifest.counts["nothing_to_train"] == 2
+    whole = prepare_corpus("dpo", [source], tokenizer=tok, out=tmp_path / "whole").manifest
+    assert whole.num_examples == 3
+    config = TrainConfig.from_dict(
+        {"model": GPT, "task": "dpo", "data": {"train": str(source)}, "max_steps": 1}
+    )
+    with caplog.at_level("WARNING"):
+        units = TASKS["dpo"].units(
+            Split("train", open_prepared(tmp_path / "whole")),
+            tokenizers=Tokenizers(tok),
+            limits=Limits(limit),
+            config=config,
+        )
+    assert units.examples is not None and units.examples.tolist() == [1]
+    assert "2 of them left nothing to train" in caplog.text
+
+
 def test_config_refusals_name_the_field(pairs: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"loss.label_smoothing \(0.5\) for dpo is a label-flip probability"

@@ -6,10 +6,11 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding, cut_words
+from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding, cut_messages, cut_words
 from zoo.training.data import DataError
 from zoo.training.data.sources import Record
 from zoo.training.tasks import TASKS
@@ -166,6 +167,10 @@ def test_cut_helpers_leave_short_texts_alone_and_say_what_they_cut() -> None:
     assert cut_words(["ab", "cd", "ef"], 6) == (["ab", "cd"], True)
     assert cut_words(["ab", "cd"], 6) == (["ab", "cd"], False)
     assert cut_words(["abcdefgh", "cd"], 4) == (["abcd"], True)
+    assert cut_messages(["ab", "cd", "ef"], 3) == (["ab", "cd"], True)  # 4 characters: over the budget
+    assert cut_messages(["abcdef"], 3) == (["abcd"], True)
+    assert cut_messages(["", "", "", "", ""], 2) == (["", "", ""], True)  # 3 messages: over it too
+    assert cut_messages(["ab", "c"], 3) == (["ab", "c"], False)
 
 
 def test_bleu_translation_cuts_a_long_validation_source_before_encoding(
@@ -182,3 +187,85 @@ def test_bleu_translation_cuts_a_long_validation_source_before_encoding(
         model, ["a b", line], source_tokenizer=tokenizer, target_tokenizer=tokenizer, max_new_tokens=2
     )
     assert recorder.longest == char_budget(tokenizer, MAX) and len(out) == 2
+
+
+class RenderRecorder:
+    """Wraps the chat task's template rendering, keeping the longest text a render wrote."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.longest = 0
+        from zoo.training.tasks import chat
+
+        render = chat.render
+
+        def recorded(*args: Any, **kwargs: Any) -> str:
+            text = render(*args, **kwargs)
+            self.longest = max(self.longest, len(text))
+            return text
+
+        monkeypatch.setattr(chat, "render", recorded)
+
+
+def chat_rows(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
+    """(ids, trained mask) of the whole conversation, rendered and encoded uncut, then truncated to MAX."""
+    from zoo.training.tasks.chat import chat_template, rendering, trained_tokens
+
+    record = Record(Path("c.jsonl"), 1, chat_record(messages))
+    text, spans = rendering(record, tokenizer, chat_template(tokenizer))
+    encoding = tokenizer.hf.encode(text, add_special_tokens=False)
+    mask = trained_tokens(np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2), spans)
+    return encoding.ids[:MAX], mask[:MAX].tolist()
+
+
+def chat_template_text(tokenizer: Tokenizer, messages: list[dict[str, str]]) -> str:
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert isinstance(text, str)
+    return text
+
+
+def chat_record(messages: list[dict[str, str]]) -> dict[str, Any]:
+    return {"roles": [m["role"] for m in messages], "contents": [m["content"] for m in messages]}
+
+
+@pytest.mark.parametrize("shape", ["one long message", "many messages"])
+def test_a_long_conversation_is_cut_before_it_is_rendered_and_keeps_the_tokens_truncation_would_keep(
+    tokenizer: Tokenizer, words: list[str], monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """A 50 MB chat line was rendered whole (several times: once per prompt before an answer), past the
+    renderer's bound, before the rendering was cut to the length limit."""
+    budget = char_budget(tokenizer, MAX)
+    if shape == "one long message":
+        messages = [
+            {"role": "user", "content": "a b"},
+            {"role": "assistant", "content": long_line(words, 40 * budget)},
+        ]
+    else:  # 400 short turns: rendering each answer's prompt, whole, would be quadratic
+        messages = [
+            {"role": role, "content": long_line(words, 10, seed=i)}
+            for i in range(200)
+            for role in ("user", "assistant")
+        ]
+    whole = chat_rows(tokenizer, messages)
+    recorder = RenderRecorder(monkeypatch)
+    encoded = encode("chat", [chat_record(messages)], tokenizer, file="c.jsonl")
+    assert recorder.longest < 3 * budget < len(chat_template_text(tokenizer, messages)) / 3
+    assert (encoded["tokens"][0], encoded["labels"][0]) == whole
+
+
+def test_a_chat_line_longer_than_the_renderer_allows_is_truncated_not_refused(
+    tokenizer: Tokenizer, words: list[str], tmp_path: Path
+) -> None:
+    """Rendered whole, a message of 9 million characters went past the template renderer's bound of 8 Mi
+    characters: a run with a length limit refused the line instead of cutting it."""
+    import json
+
+    from zoo.io.tokenizer.chat import MAX_CHARS
+    from zoo.training.corpus import prepare_corpus
+
+    content = (" ".join(words[:50]) + " ") * (MAX_CHARS // len(" ".join(words[:50])) + 10)
+    assert len(content) > MAX_CHARS
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"prompt": "a b", "response": content}) + "\n", encoding="utf-8")
+    done = prepare_corpus("chat", [path], tokenizer=tokenizer, out=tmp_path / "p", max_length=MAX)
+    assert done.manifest.counts["over_max_length"] == 1
+    assert done.manifest.sides["tokens"].tokens == MAX

@@ -116,11 +116,12 @@ def run_prepare(args: argparse.Namespace) -> int:
         )
         return 0
     counts = manifest.counts
-    notes = [
-        f"{counts[key]:,} {what}"
-        for key, what in (("skipped_lines", "bad lines skipped"), ("over_max_length", "over --max-length"))
-        if counts.get(key)
-    ]
+    noted = (
+        ("skipped_lines", "bad lines skipped"),
+        ("over_max_length", "over --max-length"),
+        ("nothing_to_train", "with nothing left to train (skipped)"),
+    )
+    notes = [f"{counts[key]:,} {what}" for key, what in noted if counts.get(key)]
     console.print(
         f"{manifest.num_examples:,} examples ({sides}) from {len(manifest.sources)} file(s) in "
         f"{result.seconds:.1f} s -> [bold]{markup(result.out)}[/]"

@@ -60,12 +60,14 @@ def prepare_split(
     cuts, counts = done.cuts, done.manifest.counts
     if cuts is not None and done.encoded:  # prepared now: cuts counted as the examples were encoded
         cuts.report(", ".join(map(str, source.paths)), kept=data.num_examples)
-    elif cuts is not None and counts.get("over_max_length"):  # found in the cache
-        action = "truncated" if cuts.limits.too_long == "truncate" else "skipped"
-        log.warning(
-            "%d of %d examples are longer than %d tokens and were %s",
-            counts["over_max_length"], counts.get("records", 0), cuts.limits.max_length, action,
-        )  # fmt: skip
+    elif cuts is not None and counts.get("over_max_length"):  # found in the cache: its counts said again
+        found = LengthCuts(
+            cuts.limits,
+            total=counts.get("records", 0),
+            cut=counts["over_max_length"],
+            hollow=counts.get("nothing_to_train", 0),
+        )
+        found.report(", ".join(map(str, source.paths)), kept=data.num_examples)
     return Split(name, data, raw=source)
 
 

@@ -15,6 +15,15 @@ So ``max_tokens`` tokens of plain text never reach the budget, and the tokens a 
 whole line's encoding would keep: a cut falls at least ``max_tokens × chars_per_token / 2`` characters past
 them, far from the word it splits.
 
+A conversation is cut before it is rendered (`cut_messages`): its messages' contents are kept, in order,
+until they hold more than ``budget`` characters (the last one kept cut there) or number more than
+``budget``, and the later messages are left out. A template that writes each message's content as it is,
+in order, after the messages before it (one whose renderings are prefixes of each other, as the chat task
+requires) then renders the cut conversation's first ``budget`` characters as it renders the whole one's.
+Not covered: a template that leaves out part of what it is given (a system message it never writes) may
+render a conversation cut sooner than truncation would cut it; the chat task checks that the rendering is
+longer than the budget and holds as many characters as the contents kept, else renders it whole.
+
 Not covered, and said so in docs/training.md: a line made mostly of what the tokenizer drops (thousands of
 spaces between words, control characters) or of unknown characters fused into one unknown token (Unigram,
 BPE with ``fuse_unk``); such a line is cut shorter than truncation would cut it.
@@ -60,3 +69,19 @@ def cut_words(words: Sequence[str], budget: int) -> tuple[list[str], bool]:
         if used > budget:  # the first word stays, cut if it must be: its tag is the first to keep
             return list(words[:i]) if i else [word[:budget]], True
     return list(words), False
+
+
+def cut_messages(contents: Sequence[str], budget: int) -> tuple[list[str], bool]:
+    """The contents of a conversation's first messages, kept until they hold ``budget + 1`` characters (the
+    last one kept cut there, so that the rendering is certainly over the budget) or number ``budget + 1``
+    messages (empty ones, say: a template writes something for each), and whether anything was cut or
+    left out."""
+    used = 0
+    for i, content in enumerate(contents):
+        if used + len(content) > budget:
+            kept = content[: budget + 1 - used]
+            return [*contents[:i], kept], len(kept) < len(content) or i + 1 < len(contents)
+        used += len(content)
+        if i == budget:
+            return list(contents[: i + 1]), i + 1 < len(contents)
+    return list(contents), False

@@ -445,11 +445,14 @@ class PreparedData:
             return np.ones(self.num_examples, dtype=np.int64)
         return np.diff(self.offsets(side))
 
-    def read_rows(self, indices: Sequence[int] | np.ndarray, side: str) -> list[np.ndarray]:
-        """The rows of ``indices`` on a sequence side, read from the files (positioned reads), not the
-        maps. Training reads its batches this way: pages a map touches stay in the process's resident set
-        (with the kernel's read-ahead around each one), so a run through a corpus far larger than memory
-        would grow with it; reads leave the pages to the page cache, outside the process."""
+    def read_rows(
+        self, indices: Sequence[int] | np.ndarray, side: str, *, limit: int | None = None
+    ) -> list[np.ndarray]:
+        """The rows of ``indices`` on a sequence side (each its first ``limit`` entries at most), read from
+        the files (positioned reads), not the maps. Training reads its batches this way: pages a map touches
+        stay in the process's resident set (with the kernel's read-ahead around each one), so a run through
+        a corpus far larger than memory would grow with it; reads leave the pages to the page cache, outside
+        the process."""
         dtype = np.dtype(self.side(side).resolved_dtype).newbyteorder("<")
         rows = []
         offsets_path, tokens_path = (self.path / self._file(side, kind) for kind in ("offsets", "tokens"))
@@ -457,6 +460,7 @@ class PreparedData:
             for i in np.asarray(indices, dtype=np.int64).tolist():
                 offsets.seek(8 * i)
                 start, stop = np.frombuffer(offsets.read(16), dtype="<i8").tolist()
+                stop = stop if limit is None else min(stop, start + limit)
                 tokens.seek(start * dtype.itemsize)
                 rows.append(np.frombuffer(tokens.read((stop - start) * dtype.itemsize), dtype=dtype))
         return rows

@@ -352,19 +352,29 @@ def rows(data: PreparedData, examples: np.ndarray, side: str) -> list[list[int]]
 @dataclass
 class LengthCuts:
     """Examples over the length limit, decided as they are encoded: cut (``truncate``), dropped (``skip``)
-    or refused (``error``, a `DataError` naming the line). `report` logs the count once."""
+    or refused (``error``, a `DataError` naming the line). A truncated example left with nothing to train
+    (a chat conversation whose answers all fall past the cut, a DPO pair whose prompt fills the limit) is
+    dropped too, counted in ``hollow``. `report` logs the counts once."""
 
     limits: Limits
     total: int = 0
     cut: int = 0
     first: str | None = None  # origin of the first example cut
+    hollow: int = 0  # of those cut, dropped: nothing left to train
+    first_hollow: str | None = None
 
     def apply(
-        self, records: Sequence[Record], sides: Sequence[tuple[list[Any], int]], over: set[int]
+        self,
+        records: Sequence[Record],
+        sides: Sequence[tuple[list[Any], int]],
+        over: set[int],
+        *,
+        trains: Callable[[int], bool] | None = None,
     ) -> None:
         """Decide every record of a chunk. ``sides``: (raw ids per record, framing's extra tokens) for
         each side; ``over``: the records cut before encoding (certainly too long). Cuts the ids in place;
-        a dropped record's row becomes None on every side (`zoo.training.data.prepare` drops it)."""
+        a dropped record's row becomes None on every side (`zoo.training.data.prepare` drops it).
+        ``trains(i)``: whether truncated record ``i`` (its rows cut) still has something to train."""
         limit, too_long = self.limits.max_length, self.limits.too_long
         for i, record in enumerate(records):
             self.total += 1
@@ -388,10 +398,16 @@ class LengthCuts:
                     ids[i] = None
                 elif len(ids[i]) + extra > limit:
                     ids[i] = ids[i][: limit - extra]  # framing's closing token then ends it
+            if too_long == "truncate" and trains is not None and not trains(i):
+                self.hollow += 1
+                self.first_hollow = self.first_hollow or record.origin
+                for ids, _ in sides:
+                    ids[i] = None
 
     def counts(self) -> dict[str, int]:
-        """For the manifest: how many examples were cut (and how)."""
-        return {"over_max_length": self.cut}
+        """For the manifest: how many examples were cut (and how), and how many of them were dropped with
+        nothing left to train."""
+        return {"over_max_length": self.cut, "nothing_to_train": self.hollow}
 
     def report(self, where: str, *, kept: int) -> None:
         """Log how many examples were truncated or skipped; refuse a split that keeps none of them."""
@@ -402,8 +418,16 @@ class LengthCuts:
                 "%d of %d examples are longer than %d tokens and were %s%s",
                 self.cut, self.total, self.limits.max_length, action, first,
             )  # fmt: skip
+        if self.hollow:
+            first = f" (first: {self.first_hollow})" if self.first_hollow else ""
+            log.warning(
+                "%d of them left nothing to train within the limit (every answer, or the responses, past the "
+                "cut) and were skipped%s",
+                self.hollow, first,
+            )  # fmt: skip
         if self.total and not kept:
-            raise DataError(f"{where}: every example is longer than {self.limits.max_length} tokens")
+            hollow = " or left nothing to train within them" if self.hollow else ""
+            raise DataError(f"{where}: every example is longer than {self.limits.max_length} tokens{hollow}")
 
 
 def _chars(record: Record) -> list[int]:
@@ -425,28 +449,42 @@ def cut_texts(texts: list[str], tokenizer: Tokenizer, cuts: LengthCuts | None) -
 
 
 LENGTH_CHUNK = 1 << 18  # examples per pass over the offsets: bounded temporaries, whatever the corpus
+ROWS_CHUNK = 1 << 10  # examples whose rows are read at once to see what a cut leaves them to train
 
 
-def example_units(split: Split, sides: dict[str, int], *, limits: Limits) -> Units:
+def example_units(
+    split: Split,
+    sides: dict[str, int],
+    *,
+    limits: Limits,
+    trains: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Units:
     """One unit per example, costing its framed length per side (side -> framing's extra tokens), cut to the
     limit, in the narrowest integer type that holds it (2 bytes per example and side below 65,536 tokens).
     Prepared data cut to a longer limit (or none) is cut here as ``data.too_long`` says: truncated (by the
     collator), skipped, or refused naming the first example over it. The offsets are read in chunks, never
-    held whole."""
+    held whole. ``trains``: as `measured_units`'s."""
     data = split.data
 
     def measure(start: int, stop: int) -> np.ndarray:
         columns = [data.read_lengths(side, start, stop) + extra for side, extra in sides.items()]
         return np.stack(columns, axis=1)  # (n, sides)
 
-    return measured_units(split, measure, columns=len(sides), limits=limits)
+    return measured_units(split, measure, columns=len(sides), limits=limits, trains=trains)
 
 
 def measured_units(
-    split: Split, measure: Callable[[int, int], np.ndarray], *, columns: int, limits: Limits
+    split: Split,
+    measure: Callable[[int, int], np.ndarray],
+    *,
+    columns: int,
+    limits: Limits,
+    trains: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Units:
     """`example_units` with the lengths a task computes: ``measure(start, stop)`` gives examples
-    ``start:stop``'s (n, columns) framed lengths (a DPO pair's longest sequence, say)."""
+    ``start:stop``'s (n, columns) framed lengths (a DPO pair's longest sequence, say). ``trains(examples)``:
+    (n,) bool, whether each of these examples, truncated to the limit, still has something to train; those
+    that have not are skipped and counted (`LengthCuts`)."""
     data, limit = split.data, limits.max_length
     n = data.num_examples
     table = np.empty((n, columns), dtype=np.uint16 if limit < 1 << 16 else np.int32)  # (N, columns)
@@ -467,12 +505,25 @@ def measured_units(
     if not len(cut):
         return Units(table, name=lambda u: data.origin(u))
     report = LengthCuts(limits, total=n, cut=len(cut), first=data.origin(int(cut[0])))
-    if limits.too_long == "truncate":
-        report.report(split.where, kept=n)
-        return Units(table, name=lambda u: data.origin(u))
-    keep = np.flatnonzero(~over)
+    dropped = over
+    if limits.too_long == "truncate":  # the collator cuts them; those left with nothing to train are dropped
+        hollow = _untrained(cut, trains) if trains is not None else cut[:0]
+        report.hollow = len(hollow)
+        report.first_hollow = data.origin(int(hollow[0])) if len(hollow) else None
+        dropped = np.zeros(n, dtype=bool)
+        dropped[hollow] = True
+    keep = np.flatnonzero(~dropped)
     report.report(split.where, kept=len(keep))
+    if len(keep) == n:
+        return Units(table, name=lambda u: data.origin(u))
     return Units(table[keep], keep, name=lambda u: data.origin(int(keep[u])))
+
+
+def _untrained(examples: np.ndarray, trains: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The ``examples`` that ``trains`` says keep nothing to train, asked a chunk at a time (a reader of
+    their rows holds no more than a chunk's)."""
+    parts = [examples[i : i + ROWS_CHUNK] for i in range(0, len(examples), ROWS_CHUNK)]
+    return np.concatenate([part[~trains(part)] for part in parts]) if parts else examples
 
 
 def field_text(record: Record, name: str) -> str:

@@ -29,6 +29,10 @@ naming the line. A token is trained when any character it covers is in a trained
 encoding); prepared data keeps that 0/1 mask per token as its ``labels`` side, beside the ``tokens``
 side, both memory-mapped. ``data.train_on_prompt: true`` trains every token instead, the mask unused.
 
+With a length limit a conversation is cut before it is rendered (`rendering`: its messages kept until their
+contents hold more characters than the limit can cover), and one left with no answer within the limit is
+dropped, counted (`LengthCuts`), as it is prepared and when a run's shorter limit cuts prepared data.
+
 Batches are those of causal LM: right-padded ids and mask, position t predicting token t + 1 where token
 t + 1 is trained (-100 elsewhere, and on padding). With ``data.packing`` the conversations are concatenated
 and cut into ``block_size`` windows (`zoo.training.tasks.language_model.Windows`, no framing: the template
@@ -51,13 +55,14 @@ import torch
 
 from zoo.io.tokenizer import ChatTemplateError, Tokenizer
 from zoo.io.tokenizer.errors import encode_checked, lone_surrogate
+from zoo.io.tokenizer.lengths import char_budget, cut_messages
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
-from zoo.training.data.shards import SideInfo
+from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.tasks.base import (
     Encode,
@@ -69,6 +74,7 @@ from zoo.training.tasks.base import (
     Tokenizers,
     Units,
     cut_texts,
+    example_units,
     pad,
     rows,
 )
@@ -172,9 +178,10 @@ class Chat(Task):
         tok = tokenizers.target
         template = chat_template(tok)
         encode_batch = partial(tok.hf.encode_batch, add_special_tokens=False)  # with offsets
+        budget = char_budget(tok, cuts.limits.max_length) if cuts is not None else None
 
         def encode(records: list[Record]) -> dict[str, list[Any]]:
-            rendered = [rendering(record, tok, template) for record in records]
+            rendered = [rendering(record, tok, template, budget=budget) for record in records]
             texts, over = cut_texts([text for text, _ in rendered], tok, cuts)
             encodings = encode_checked(encode_batch, texts, source=tok.source)
             ids = [encoding.ids for encoding in encodings]
@@ -183,7 +190,7 @@ class Chat(Task):
                 for encoding, (_, spans) in zip(encodings, rendered)
             ]
             if cuts is not None:  # the first max_length tokens kept: the template framed them already
-                cuts.apply(records, [(ids, 0), (masks, 0)], set(over))
+                cuts.apply(records, [(ids, 0), (masks, 0)], set(over), trains=lambda i: any(masks[i][1:]))
             return {"tokens": ids, "labels": masks}
 
         return encode
@@ -193,8 +200,9 @@ class Chat(Task):
 
     def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
         packing = config.data.packing
-        if packing is None:
-            return super().units(split, tokenizers=tokenizers, limits=limits, config=config)
+        if packing is None:  # a conversation the limit leaves without an answer is skipped, counted
+            trains = partial(answers_within, split.data, limits.max_length)
+            return example_units(split, self.framed_sides(tokenizers), limits=limits, trains=trains)
         return packed_windows(split, NO_FRAMING, packing, limits, side="tokens").units()
 
     def collator(
@@ -309,21 +317,40 @@ def render(
     return text
 
 
-def rendering(record: Record, tokenizer: Tokenizer, template: str) -> tuple[str, list[tuple[int, int]]]:
+def rendering(
+    record: Record, tokenizer: Tokenizer, template: str, *, budget: int | None = None
+) -> tuple[str, list[tuple[int, int]]]:
     """(the whole conversation as text, the character spans trained: each answer through its turn's end).
+
+    With ``budget``, the characters a length limit can keep (`zoo.io.tokenizer.lengths.char_budget`), a
+    conversation whose contents hold more is cut before it is rendered (`cut_messages`), so a 50 MB line is
+    never rendered (nor its prompts, once per answer): its rendering is then longer than the budget and
+    begins as the whole conversation's does. Should the template write less than the cut contents (one
+    that leaves a message out), the whole conversation is rendered instead.
 
     A template that cannot render the conversation, or whose renderings are not prefixes of each other,
     is a `DataError` naming the line."""
-    messages = [
-        {"role": role, "content": content}
-        for role, content in zip(record.fields["roles"], record.fields["contents"])
-    ]
-    for i, message in enumerate(messages):
-        if (at := lone_surrogate(message["content"])) is not None:
+    roles, contents = record.fields["roles"], record.fields["contents"]
+    for i, content in enumerate(contents):
+        if (at := lone_surrogate(content)) is not None:
             raise DataError(
                 f"{record.origin}: messages[{i}] holds a lone UTF-16 surrogate at character {at}: not valid "
                 "Unicode, so no tokenizer can encode it"
             )
+    if budget is not None:
+        kept, cut = cut_messages(contents, budget)
+        if cut:
+            full, spans = _spans(record, tokenizer, template, list(zip(roles, kept)))
+            if len(full) > budget and len(full) >= sum(map(len, kept)):  # as many characters as it was given
+                return full, spans
+    return _spans(record, tokenizer, template, list(zip(roles, contents)))
+
+
+def _spans(
+    record: Record, tokenizer: Tokenizer, template: str, turns: list[tuple[str, str]]
+) -> tuple[str, list[tuple[int, int]]]:
+    """`rendering` of the messages ``turns`` (role, content)."""
+    messages = [{"role": role, "content": content} for role, content in turns]
 
     def text(upto: int, *, prompt: bool) -> str:
         try:
@@ -353,6 +380,12 @@ def rendering(record: Record, tokenizer: Tokenizer, template: str) -> tuple[str,
             )
         spans.append((len(prefix), len(through)))
     return full, spans
+
+
+def answers_within(data: PreparedData, limit: int, examples: np.ndarray) -> np.ndarray:
+    """(n,) bool: whether each of ``examples`` trains a token within its first ``limit`` (a target: a
+    trained token after the first)."""
+    return np.array([row[1:].any() for row in data.read_rows(examples, "labels", limit=limit)], dtype=bool)
 
 
 def trained_tokens(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:

@@ -126,7 +126,12 @@ class DPO(Task):
             # The limit holds a whole sequence, prompt + response: cut each as one (its end first).
             prompts = ids["prompt"]
             joined = {side: [[*p, *r] for p, r in zip(prompts, ids[side])] for side in RESPONSES}
-            cuts.apply(records, [(joined[side], extra) for side in RESPONSES], over)
+            cuts.apply(  # a pair whose prompt fills the limit has nothing left to prefer: dropped, counted
+                records,
+                [(joined[side], extra) for side in RESPONSES],
+                over,
+                trains=lambda i: len(joined["chosen"][i]) > len(prompts[i]),
+            )
             kept: dict[str, list[list[int] | None]] = {side: [] for side in self.sides}
             for i, prompt in enumerate(prompts):
                 chosen, rejected = joined["chosen"][i], joined["rejected"][i]
@@ -151,7 +156,8 @@ class DPO(Task):
 
     def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
         """One unit per pair, costing two rows (chosen, rejected) of its longer framed sequence."""
-        data, extra = split.data, framing(tokenizers).extra
+        data, frame = split.data, framing(tokenizers)
+        extra, bos = frame.extra, int(frame.bos is not None)
 
         def measure(start: int, stop: int) -> np.ndarray:
             prompt = data.read_lengths("prompt", start, stop)
@@ -161,7 +167,14 @@ class DPO(Task):
             length = prompt.astype(np.int64) + longer + extra  # (n,)
             return np.stack([length, length], axis=1)  # (n, 2): the batch pads both rows to it
 
-        return measured_units(split, measure, columns=2, limits=limits)
+        def trains(examples: np.ndarray) -> np.ndarray:  # the cut leaves a response token (eos is no answer)
+            if frame.eos is None:  # framing's cut keeps the last token: a response's
+                return np.ones(len(examples), dtype=bool)
+            offsets = data.offsets("prompt")
+            prompt = offsets[examples + 1] - offsets[examples]  # (n,)
+            return bos + prompt + 1 < limits.max_length
+
+        return measured_units(split, measure, columns=2, limits=limits, trains=trains)
 
     def collator(
         self,
