@@ -50,6 +50,22 @@ def test_a_recursive_macro_is_one_error_not_a_recursion_traceback() -> None:
         render_chat(template, MESSAGES, where="t.jinja", special_tokens={})
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}",  # Jinja's parser recurses past Python's stack
+        "{% if true %}" * 150 + "x" + "{% endif %}" * 150,  # Python's compiler: too many indentation levels
+    ],
+    ids=["brackets", "blocks"],
+)
+def test_a_template_nested_too_deeply_to_compile_is_one_error(template: str) -> None:
+    """Compiling it was a raw RecursionError (or IndentationError) traceback: only the render was guarded."""
+    with pytest.raises(
+        ChatTemplateError, match=r"^t\.jinja: the chat template is nested too deeply to compile"
+    ):
+        render_chat(template, MESSAGES, where="t.jinja", special_tokens={})
+
+
 def test_a_template_that_renders_nothing_is_refused() -> None:
     with pytest.raises(
         ChatTemplateError, match=r"t\.jinja: the chat template renders nothing for these messages"

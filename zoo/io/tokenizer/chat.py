@@ -343,6 +343,16 @@ def _compile(template: str, where: str) -> jinja2.Template:
         raise ChatTemplateError(
             f"{where}: the chat template is not valid Jinja (line {error.lineno}): {error.message}"
         ) from None
+    except (
+        RecursionError,
+        SyntaxError,
+        MemoryError,
+    ) as error:  # Jinja's parser and Python's compiler recurse
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        raise ChatTemplateError(
+            f"{where}: the chat template is nested too deeply to compile (blocks or brackets some hundreds "
+            f"deep: {reason})"
+        ) from None
 
 
 @lru_cache(maxsize=64)
