@@ -10,6 +10,7 @@ One job a module:
     scoring.py     log-likelihoods of continuations: a batch of requests, one forward pass
     generating.py  generate_until: left-padded prompts, the KV cache, stop strings
     harness.py     `evaluate` (what ``zoo eval`` runs), task loading, `result_rows`
+    task_checks.py what is wrong with a task file or a loaded task, said before the model runs
     errors.py      `EvaluationError`, and the one-line refusal when lm-eval is not installed
 
 lm-evaluation-harness is the ``eval`` extra (``pip install -e '.[eval]'``), imported on first use.

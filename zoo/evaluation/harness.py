@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zoo.evaluation.errors import EvaluationError, LmEvalMissingError, missing_lm_eval
+from zoo.evaluation.task_checks import check_loaded, include_problems, why_not_loaded
 
 if TYPE_CHECKING:
     from zoo.io.tokenizer import Tokenizer
@@ -94,7 +95,9 @@ def evaluate(
     lm_eval = _import_lm_eval()
     from zoo.evaluation.lm_eval import ZooLM
 
-    manager, loaded = _load_tasks(names, include_path)  # before the model: a bad task costs no loading
+    manager, loaded, leaves = _load_tasks(names, include_path)  # before the model: a bad task costs nothing
+    for task in leaves:  # what would fail inside lm-eval, or score in silence, said now
+        check_loaded(task, manager, num_fewshot=num_fewshot, limit=limit, gen_kwargs=gen_kwargs)
     lm = model if isinstance(model, lm_eval.api.model.LM) else None
     if lm is None:
         lm = ZooLM(model, tokenizer, batch_size=batch_size, device=device, dtype=dtype)
@@ -134,8 +137,9 @@ def load_tasks(names: Sequence[str], include_path: PathLike | Sequence[PathLike]
 
 def _load_tasks(
     names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None
-) -> tuple[Any, list[Any]]:
-    """The `TaskManager` that found ``names`` and their task objects (see `load_tasks`)."""
+) -> tuple[Any, list[Any], list[Any]]:
+    """The `TaskManager` that found ``names``, their task (or group) objects (see `load_tasks`), and every
+    task among them, groups' members included."""
     lm_eval = _import_lm_eval()
     folders = _include_paths(include_path)
     manager = None
@@ -149,21 +153,28 @@ def _load_tasks(
         where = f" nor in --include-path {', '.join(folders)}" if folders else ""
         broken = _unreadable_task_files(folders)  # lm-eval skips a file it cannot parse, with a log line
         why = f"; not valid YAML, so not read: {'; '.join(broken)}" if broken else ""
+        looped = include_problems(folders)  # or whose include: chain loops or names no file
+        why += f"; not read, for its include: {'; '.join(looped)}" if looped else ""
         raise EvaluationError(
             f"unknown task {', '.join(map(repr, unknown))}: not one of lm-eval's tasks, groups or tags{where} "
             f"(`lm-eval ls tasks` lists them){why}"
         )
     objects: list[Any] = []
+    leaves: dict[str, Any] = {}
     for name in names:
         try:
             found = manager.load([name])
         except Exception as error:  # datasets raises many kinds (ConnectionError, its own, OSError...)
+            said = why_not_loaded(manager, name)  # what the task file shows, where it shows it
+            if said is not None:
+                raise EvaluationError(said) from error
             raise EvaluationError(f"task {name!r}: its data could not be loaded: {_reason(error)}") from error
         if name in found["groups"]:
             objects.append(found["groups"][name])
         else:
             objects.extend(found["tasks"].values())
-    return manager, objects
+        leaves.update(found["tasks"])
+    return manager, objects, list(leaves.values())
 
 
 def result_rows(results: dict[str, Any]) -> list[tuple[str, str, float | str, float | None]]:

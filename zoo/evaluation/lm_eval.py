@@ -386,9 +386,10 @@ def _generation_settings(
     kwargs = dict(gen_kwargs)
     where = f"task {task}: generation_kwargs" if task else "generation_kwargs"
     until = kwargs.pop("until", None)
-    stops = [until] if isinstance(until, str) else list(until or [])
-    if not all(isinstance(stop, str) for stop in stops):
+    stops = [until] if isinstance(until, str) else list(until) if isinstance(until, list | tuple) else None
+    if until is not None and (stops is None or not all(isinstance(stop, str) for stop in stops)):
         raise EvaluationError(f"{where}: until must be a string or a list of strings; got {until!r}")
+    stops = stops or []
     given = [kwargs.pop(name) for name in _MAX_TOKENS if name in kwargs]
     given = [value for value in given if value is not None]
     max_new = _positive_int(given[0] if given else default_max, f"{where}: max_gen_toks")
