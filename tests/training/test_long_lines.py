@@ -190,10 +190,10 @@ def test_bleu_translation_cuts_a_long_validation_source_before_encoding(
 
 
 class RenderRecorder:
-    """Wraps the chat task's template rendering, keeping the longest text a render wrote."""
+    """Wraps the chat task's template rendering, keeping the longest text a render wrote and counting them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.longest = 0
+        self.longest = self.renders = 0
         from zoo.training.tasks import chat
 
         render = chat.render
@@ -201,6 +201,7 @@ class RenderRecorder:
         def recorded(*args: Any, **kwargs: Any) -> str:
             text = render(*args, **kwargs)
             self.longest = max(self.longest, len(text))
+            self.renders += 1
             return text
 
         monkeypatch.setattr(chat, "render", recorded)
@@ -227,7 +228,7 @@ def chat_record(messages: list[dict[str, str]]) -> dict[str, Any]:
     return {"roles": [m["role"] for m in messages], "contents": [m["content"] for m in messages]}
 
 
-@pytest.mark.parametrize("shape", ["one long message", "many messages"])
+@pytest.mark.parametrize("shape", ["one long message", "many messages", "many empty messages"])
 def test_a_long_conversation_is_cut_before_it_is_rendered_and_keeps_the_tokens_truncation_would_keep(
     tokenizer: Tokenizer, words: list[str], monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
@@ -239,16 +240,20 @@ def test_a_long_conversation_is_cut_before_it_is_rendered_and_keeps_the_tokens_t
             {"role": "user", "content": "a b"},
             {"role": "assistant", "content": long_line(words, 40 * budget)},
         ]
-    else:  # 400 short turns: rendering each answer's prompt, whole, would be quadratic
+    else:  # hundreds of short turns: rendering each answer's prompt, whole, would be quadratic
         messages = [
-            {"role": role, "content": long_line(words, 10, seed=i)}
-            for i in range(200)
+            {"role": role, "content": long_line(words, 10, seed=i) if shape == "many messages" else ""}
+            for i in range(300)
             for role in ("user", "assistant")
         ]
     whole = chat_rows(tokenizer, messages)
     recorder = RenderRecorder(monkeypatch)
     encoded = encode("chat", [chat_record(messages)], tokenizer, file="c.jsonl")
-    assert recorder.longest < 3 * budget < len(chat_template_text(tokenizer, messages)) / 3
+    # Rendered: the contents up to the budget, or (empty ones) its number of messages, each with its markup.
+    kept = messages[: budget + 1] if shape == "many empty messages" else messages[:0]
+    bound = len(chat_template_text(tokenizer, kept)) if kept else 3 * budget
+    assert recorder.longest <= bound < len(chat_template_text(tokenizer, messages)) * 3 / 4
+    assert recorder.renders < 60  # not one per message (601): only the answers that begin before the cut
     assert (encoded["tokens"][0], encoded["labels"][0]) == whole
 
 

@@ -340,16 +340,26 @@ def rendering(
     if budget is not None:
         kept, cut = cut_messages(contents, budget)
         if cut:
-            full, spans = _spans(record, tokenizer, template, list(zip(roles, kept)))
-            if len(full) > budget and len(full) >= sum(map(len, kept)):  # as many characters as it was given
-                return full, spans
+            try:
+                full, spans = _spans(record, tokenizer, template, list(zip(roles, kept)), stop=budget)
+            except DataError:  # a template that refuses the cut conversation: the whole one decides
+                pass
+            else:
+                if len(full) > budget and len(full) >= sum(map(len, kept)):  # all it was given written
+                    return full, spans
     return _spans(record, tokenizer, template, list(zip(roles, contents)))
 
 
 def _spans(
-    record: Record, tokenizer: Tokenizer, template: str, turns: list[tuple[str, str]]
+    record: Record,
+    tokenizer: Tokenizer,
+    template: str,
+    turns: list[tuple[str, str]],
+    *,
+    stop: int | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
-    """`rendering` of the messages ``turns`` (role, content)."""
+    """`rendering` of the messages ``turns`` (role, content); with ``stop``, the answers whose prompt
+    renders past that many characters (past the cut) are not looked for: each costs a render."""
     messages = [{"role": role, "content": content} for role, content in turns]
 
     def text(upto: int, *, prompt: bool) -> str:
@@ -364,7 +374,10 @@ def _spans(
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prefix, through = text(i, prompt=True), text(i + 1, prompt=False)
+        prefix = text(i, prompt=True)
+        if stop is not None and len(prefix) >= stop:
+            break  # this answer and the later ones begin past the cut: nothing of theirs is trained
+        through = text(i + 1, prompt=False)
         if not through.startswith(prefix):
             raise DataError(
                 f"{record.origin}: the chat template does not begin assistant message {i} with its generation "
