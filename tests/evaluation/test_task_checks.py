@@ -148,11 +148,30 @@ def test_more_fewshot_examples_than_the_task_holds_is_refused_naming_both(model:
     assert run(model, "mc", tmp_path, num_fewshot=5, limit=1)["n-shot"]["mc"] == 5  # all 5: still fine
 
 
+def include_loops(folder: Path) -> None:
+    (folder / "loop.yaml").write_text("include: loop.yaml\ntask: loop\n")
+    (folder / "a.yaml").write_text("include: b.yaml\ntask: a_task\n")
+    (folder / "b.yaml").write_text("include: a.yaml\n")
+    (folder / "gone.yaml").write_text("include: nowhere.yaml\ntask: gone\n")
+    (folder / "fine.yaml").write_text("include: b_fine.yaml\ntask: fine\n")
+    (folder / "b_fine.yaml").write_text("dataset_path: json\n")
+
+
+def test_include_loops_and_missing_includes_are_each_named_once(tmp_path: Path) -> None:
+    from zoo.evaluation.task_checks import include_problems
+
+    include_loops(tmp_path)
+    assert include_problems([tmp_path]) == [
+        f"{tmp_path}/a.yaml -> b.yaml -> a.yaml: includes itself",
+        f"{tmp_path}/gone.yaml -> nowhere.yaml: no such file",
+        f"{tmp_path}/loop.yaml -> loop.yaml: includes itself",
+    ]
+
+
+@pytest.mark.slow  # an unknown task reads lm-eval's index of its ~15,000 built-in task files (6 s or more)
 def test_a_task_file_that_includes_itself_names_the_cycle(model: Any, tmp_path: Path) -> None:
     """lm-eval skipped the file (a log line), leaving "unknown task"."""
-    (tmp_path / "loop.yaml").write_text("include: loop.yaml\ntask: loop\n")
-    (tmp_path / "a.yaml").write_text("include: b.yaml\ntask: a_task\n")
-    (tmp_path / "b.yaml").write_text("include: a.yaml\n")
+    include_loops(tmp_path)
     message = refused(model, "loop", tmp_path, r"unknown task 'loop'.*includes itself")
     assert f"{tmp_path}/loop.yaml -> loop.yaml" in message
     assert f"{tmp_path}/a.yaml -> b.yaml -> a.yaml" in message
