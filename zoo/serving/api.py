@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -44,6 +45,8 @@ from zoo.serving.requests import (
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+logger = logging.getLogger(__name__)
 
 EXTRA = install_hint("serve")
 
@@ -223,13 +226,14 @@ def _too_large(cap: int, size: str) -> HTTPError:
 
 async def read_body(state: AppState, request: Any) -> dict[str, Any]:
     """The request's JSON object, once authorized: a body over the cap is a 413 before it is read whole,
-    one that is not a JSON object (or names another model) an OpenAI-shaped error."""
+    one that is not a JSON object (or names another model) an OpenAI-shaped error. A client that closes
+    the connection mid-body is one log line and `ClientGone`."""
     authorize(state, request)
     cap = state.max_request_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:  # refused before a byte of it is read
         raise _too_large(cap, f"{int(declared):,}")
-    chunks = await _read_chunks(request, cap)
+    chunks = await _read_chunks(request, cap, declared)
     try:
         body = await asyncio.to_thread(json.loads, b"".join(chunks))
     except ValueError:
@@ -250,13 +254,29 @@ async def read_body(state: AppState, request: Any) -> dict[str, Any]:
     return body
 
 
-async def _read_chunks(request: Any, cap: int) -> list[bytes]:
+async def _read_chunks(request: Any, cap: int, declared: str) -> list[bytes]:
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
-    async for chunk in request.stream():  # a body without a length (chunked) is counted as it comes
-        size += len(chunk)
-        if size > cap:
-            raise _too_large(cap, f"over {cap:,}")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():  # a body without a length (chunked) is counted as it comes
+            size += len(chunk)
+            if size > cap:
+                raise _too_large(cap, f"over {cap:,}")
+            chunks.append(chunk)
+    except ClientDisconnect:  # Starlette's exception would be logged as a traceback: a line says it all
+        client = request.client
+        who = f"the client at {client.host}:{client.port}" if client else "a client"
+        of = f" of {int(declared):,}" if declared.isdigit() else ""
+        logger.warning(
+            "zoo serve: %s closed the connection after %s%s bytes of its %s %s body; nothing was done",
+            who,
+            f"{size:,}",
+            of,
+            request.method,
+            request.url.path,
+        )
+        raise ClientGone from None
     return chunks
 
 
