@@ -35,6 +35,17 @@ def test_top_p_matches_transformers(scores, p):
     assert torch.equal(sampling.top_p_filter(scores, p), expected)
 
 
+def test_top_p_per_row_filters_each_row_with_its_own_p_as_transformers_does(scores):
+    """The server's rows each carry their own top_p (`zoo.serving.sampling.choose`): one call, each row as
+    transformers filters it alone (p exact in float32, so both compare against the same threshold)."""
+    p = torch.tensor([0.25, 0.5, 0.75, 1.0])
+    filtered = sampling.top_p_filter(scores, p)
+    for row, value in enumerate(p.tolist()):
+        expected = hf.TopPLogitsWarper(top_p=value)(None, scores[row : row + 1].clone())
+        assert torch.equal(filtered[row : row + 1], expected), row
+    assert not torch.equal(filtered, sampling.top_p_filter(scores, 0.5))
+
+
 def test_top_p_keeps_the_smallest_set_reaching_p_and_always_the_best_token(scores):
     kept = sampling.top_p_filter(scores, 0.5) > float("-inf")
     probs = scores.softmax(-1)

@@ -5,13 +5,16 @@ every greedy answer equals `zoo.generation.stream_text` of its prompt alone (the
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import openai
 import pytest
@@ -203,6 +206,38 @@ def test_a_body_over_the_cap_is_a_413_before_it_is_read(server: Server) -> None:
         server.url + "/completions", data=iter([body[:600_000], body[600_000:]]), timeout=30
     )
     assert chunked.status_code == 413 and f"over {cap:,}" in chunked.json()["error"]["message"]
+    assert _client(server).models.list().data[0].id == MODEL_NAME  # and the server goes on
+
+
+def test_a_client_that_closes_mid_body_is_one_log_line(server: Server) -> None:
+    """It was Starlette's ClientDisconnect as an "Exception in ASGI application" traceback in the log."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    watched = [logging.getLogger(), logging.getLogger("uvicorn")]  # uvicorn's loggers do not propagate
+    for logger in watched:
+        logger.addHandler(handler)
+    address = urlsplit(server.url)
+    try:
+        with socket.create_connection((address.hostname, address.port)) as client:
+            client.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: zoo\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"prompt":'
+            )
+            threading.Event().wait(0.2)  # the server has the head and 10 bytes when the client leaves
+        for _ in range(100):
+            if records:
+                break
+            threading.Event().wait(0.05)
+        threading.Event().wait(0.3)  # nothing more comes after the first line
+    finally:
+        for logger in watched:
+            logger.removeHandler(handler)
+    lines = [(r.name, r.getMessage(), r.exc_info) for r in records]
+    assert len(records) == 1 and records[0].exc_info is None, lines
+    message = records[0].getMessage()
+    assert "\n" not in message and "closed the connection after 10 of 1,000 bytes" in message, message
+    assert "POST /v1/completions" in message
     assert _client(server).models.list().data[0].id == MODEL_NAME  # and the server goes on
 
 

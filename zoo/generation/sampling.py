@@ -114,12 +114,13 @@ def top_k_filter(scores: Scores, k: int) -> Scores:
     return scores.masked_fill(scores < kth, float("-inf"))
 
 
-def top_p_filter(scores: Scores, p: float) -> Scores:
+def top_p_filter(scores: Scores, p: float | torch.Tensor) -> Scores:
     """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of most likely tokens whose
-    probability reaches ``p``; the most likely token always stays."""
+    probability reaches ``p``; the most likely token always stays. ``p``: one for every row, or (B,) one
+    per row (the server's requests, each with its own ``top_p``)."""
     sorted_scores, order = torch.sort(scores, dim=-1)  # ascending
-    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-    remove_sorted = cumulative <= 1 - p
+    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)  # (B, V)
+    remove_sorted = cumulative <= (1 - p[:, None] if isinstance(p, torch.Tensor) else 1 - p)
     remove_sorted[:, -1] = False
     remove = remove_sorted.scatter(1, order, remove_sorted)
     return scores.masked_fill(remove, float("-inf"))

@@ -2,9 +2,12 @@
 
 Thin on purpose: a handler checks the body, tokenises, submits ``n`` `Completion`s to the `Engine` and
 relays its events. The engine calls ``emit`` from its own thread; ``loop.call_soon_threadsafe`` hands each
-event to the request's asyncio queue, so no torch work ever runs on the event loop. A streamed response is
-server-sent events (``data: {chunk}\\n\\n`` ..., ``data: [DONE]``); when the client goes away, Starlette
-cancels the stream and its completions are cancelled, which frees their slots at the engine's next step.
+event to the request's asyncio queue (`Relay`), so no torch work ever runs on the event loop. A streamed
+response is server-sent events (``data: {chunk}\\n\\n`` ..., ``data: [DONE]``); when the client goes away,
+Starlette cancels the stream and its completions are cancelled, which frees their slots at the engine's
+next step.
+
+The routes are module-level handlers over one `AppState` (``app.state.zoo``); `create_app` only wires them.
 
 Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 a bad parameter (named in
 ``param``), 401 a missing or wrong API key, 404 an unknown model or route, 413 a prompt longer than the model
@@ -16,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from zoo._extras import install_hint
 from zoo.generation.chat import end_of_turn_ids
+from zoo.serving.bodies import HTTPError, Sampling, bad
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
 from zoo.serving.requests import (
@@ -40,22 +46,9 @@ from zoo.serving.requests import (
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+logger = logging.getLogger(__name__)
+
 EXTRA = install_hint("serve")
-
-
-class HTTPError(Exception):
-    def __init__(
-        self, status: int, message: str, *, kind: str, param: str | None = None, code: str | None = None
-    ):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-def bad(message: str, param: str | None) -> HTTPError:
-    return HTTPError(400, message, kind="invalid_request_error", param=param)
 
 
 class ServeExtraMissing(ValueError, ImportError):
@@ -70,8 +63,7 @@ def default_request_bytes(engine: Engine) -> int:
     """The largest request body a server takes by default: 1 MiB for the JSON around the text, plus 64 bytes
     for each token a sequence may hold (a token seldom covers more than 16 characters, 4 bytes each at most
     in UTF-8). A body past it could only be refused after tokenising it."""
-    most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
-    return (1 << 20) + 64 * most
+    return (1 << 20) + 64 * _positions(engine)
 
 
 class ClientGone(Exception):
@@ -103,107 +95,30 @@ def import_fastapi() -> Any:
     return fastapi
 
 
-# ---- request bodies ----
-
-
-def _number(body: dict[str, Any], name: str, default: float, *, low: float, high: float) -> float:
-    value = body.get(name, default)
-    value = default if value is None else value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise bad(f"{name} must be a number in [{low}, {high}], got {value!r}", name)
-    return float(value)
-
-
-def _integer(body: dict[str, Any], name: str, default: int | None, *, low: int, high: int) -> int | None:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise bad(f"{name} must be an integer in [{low}, {high}], got {value!r}", name)
-    return value
-
-
-def _boolean(body: dict[str, Any], name: str) -> bool:
-    """A JSON boolean (absent or null: false); 1, "true" and the like are refused, not read as true."""
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise bad(f"{name} must be a boolean (true or false), got {value!r}", name)
-    return value
-
-
-def _stop(body: dict[str, Any]) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else stop
-    if (
-        not isinstance(stops, list)
-        or not 0 < len(stops) <= 4
-        or not all(isinstance(s, str) and s for s in stops)
-    ):
-        raise bad("stop must be a non-empty string or a list of up to 4 of them", "stop")
-    return [valid_text(s, "stop") for s in stops]
-
-
-class Sampling:
-    """The parameters a completion and a chat completion share, checked."""
-
-    def __init__(self, body: dict[str, Any], *, max_tokens_names: tuple[str, ...]) -> None:
-        if _boolean(body, "echo"):
-            raise bad("echo is not supported by zoo serve", "echo")
-        if body.get("logprobs") is not None and body.get("logprobs") is not False:
-            raise bad("logprobs is not supported by zoo serve", "logprobs")
-        if _integer(body, "best_of", None, low=1, high=128) not in (None, 1):
-            raise bad("best_of is not supported by zoo serve", "best_of")
-        if body.get("suffix") is not None:  # a text after the insertion: zoo's models only continue a prompt
-            raise bad("suffix is not supported by zoo serve", "suffix")
-        self.max_tokens: int | None = None
-        for name in max_tokens_names:
-            if body.get(name) is not None:
-                self.max_tokens = _integer(body, name, None, low=1, high=1 << 30)
-        self.temperature = _number(body, "temperature", 1.0, low=0.0, high=2.0)
-        self.top_p = _number(body, "top_p", 1.0, low=0.0, high=1.0)
-        if self.top_p == 0.0:
-            raise bad("top_p must be in (0, 1]", "top_p")
-        n = _integer(body, "n", 1, low=1, high=128)
-        self.n = 1 if n is None else n
-        self.seed = _integer(body, "seed", None, low=-(1 << 63), high=(1 << 63) - 1)
-        self.stop = _stop(body)
-        self.stream = _boolean(body, "stream")
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise bad("stream_options must be an object", "stream_options")
-        self.include_usage = self.stream and _boolean(options, "include_usage")
-
-    def completions(
-        self,
-        prompt: list[int],
-        room: int,
-        emit: Callable[[int], Callable[[Event], None]],
-        *,
-        stop_token_ids: Sequence[int] = (),
-        continues_prompt: bool = True,
-    ) -> list[Completion]:
-        """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
-        return [
-            Completion(
-                prompt=prompt,
-                max_tokens=self.max_tokens if self.max_tokens is not None else room,
-                emit=emit(i),
-                temperature=self.temperature,
-                top_p=self.top_p,
-                seed=None if self.seed is None else (self.seed + i) % (1 << 63),
-                stop=self.stop,
-                stop_token_ids=stop_token_ids,
-                continues_prompt=continues_prompt,
-            )
-            for i in range(self.n)
-        ]
+def _positions(engine: Engine) -> int:
+    """The most tokens one sequence (prompt and answer) may hold."""
+    return engine.model.spec.max_positions if engine.seq2seq else engine.limit
 
 
 # ---- the app ----
+
+
+@dataclass(frozen=True)
+class AppState:
+    """What every handler reads (``app.state.zoo``): the engine, its tokenizer, and `create_app`'s settings."""
+
+    engine: Engine
+    tokenizer: Any
+    model_name: str
+    api_key: str | None
+    default_max_tokens: int
+    max_request_bytes: int
+    created: int  # when the app was made: the model's "created" in /v1/models
+    # A chat answer also ends at the token its template closes an assistant turn with (Llama 3's <|eot_id|>
+    # where the model's eos is <|end_of_text|>); computed once, from a rendered sample.
+    turn_ends: Sequence[int]
+    bos: int | None  # the tokenizer's: a decoder's prompt starts with it
+    eos: int | None  # the tokenizer's: an encoder-decoder's source ends with it
 
 
 def create_app(
@@ -224,263 +139,367 @@ def create_app(
     if cap < 1:
         raise ValueError(f"max_request_bytes must be >= 1, got {cap}")
     fastapi = import_fastapi()
-    from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     app = fastapi.FastAPI(title="zoo serve", docs_url=None, redoc_url=None, openapi_url=None)
-    created = int(time.time())
-    bos = getattr(tokenizer, "bos_id", None)
-    eos = getattr(tokenizer, "eos_id", None)
-    # A chat answer also ends at the token its template closes an assistant turn with (Llama 3's <|eot_id|>
-    # where the model's eos is <|end_of_text|>); computed once, from a rendered sample.
-    turn_ends = () if engine.seq2seq else end_of_turn_ids(tokenizer)
-
-    @app.exception_handler(HTTPError)
-    async def _http_error(request: Any, error: HTTPError) -> Any:
-        return JSONResponse(error.body(), status_code=error.status)
-
-    @app.exception_handler(ClientGone)
-    async def _client_gone(request: Any, error: ClientGone) -> Any:
-        return JSONResponse({}, status_code=499)  # nginx's "client closed request": no one reads it
-
-    @app.exception_handler(RequestError)
-    async def _request_error(request: Any, error: RequestError) -> Any:
-        return JSONResponse(bad(str(error), error.param).body(), status_code=400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _starlette_error(request: Any, error: Any) -> Any:
-        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return JSONResponse(
-            HTTPError(error.status_code, str(error.detail), kind=kind).body(), status_code=error.status_code
-        )
-
-    def authorize(request: Any) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), api_key.encode()):
-            raise HTTPError(
-                401,
-                "missing or wrong API key (Authorization: Bearer KEY)",
-                kind="invalid_request_error",
-                code="invalid_api_key",
-            )
-
-    def too_large(size: str) -> HTTPError:
-        return HTTPError(
-            413,
-            f"the request body is {size} bytes; this server takes at most {cap:,} (--max-request-bytes)",
-            kind="invalid_request_error",
-            code="request_too_large",
-        )
-
-    async def read_body(request: Any) -> dict[str, Any]:
-        authorize(request)
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > cap:  # refused before a byte of it is read
-            raise too_large(f"{int(declared):,}")
-        chunks, size = [], 0
-        async for chunk in request.stream():  # a body without a length (chunked) is counted as it comes
-            size += len(chunk)
-            if size > cap:
-                raise too_large(f"over {cap:,}")
-            chunks.append(chunk)
-        try:
-            body = await asyncio.to_thread(json.loads, b"".join(chunks))
-        except ValueError:
-            raise bad("the request body is not valid JSON", None) from None
-        except RecursionError:  # json's parser recurses per level: thousands of levels exhaust the stack
-            raise bad("the request body is nested too deeply to be an OpenAI request", None) from None
-        if not isinstance(body, dict):
-            raise bad("the request body must be a JSON object", None)
-        model = body.get("model")
-        if model is not None and model != model_name:
-            raise HTTPError(
-                404,
-                f"model {model!r} is not served here (this server serves {model_name!r})",
-                kind="invalid_request_error",
-                param="model",
-                code="model_not_found",
-            )
-        return body
-
-    def encode(text: str) -> list[int]:
-        if not engine.seq2seq:
-            return tokenizer.encode(text, add_bos=bos is not None, add_eos=False)
-        return tokenizer.encode(text, add_eos=eos is not None)
-
-    async def models(request: Any) -> Any:
-        authorize(request)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"id": model_name, "object": "model", "created": created, "owned_by": "zoo"}],
-            }
-        )
-
-    async def completions(request: Any) -> Any:
-        body = await read_body(request)
-        sampling = Sampling(body, max_tokens_names=("max_tokens",))
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            ids = await asyncio.to_thread(encode, valid_text(prompt, "prompt"))
-        elif (
-            isinstance(prompt, list)
-            and prompt
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt)
-        ):
-            ids = list(prompt)
-        else:
-            raise bad("prompt must be a string or a list of token ids (one prompt per request)", "prompt")
-        if sampling.max_tokens is None:
-            sampling.max_tokens = default_max_tokens  # OpenAI's default for completions
-        return await respond(request, sampling, ids, chat=False)
-
-    async def chat_completions(request: Any) -> Any:
-        body = await read_body(request)
-        sampling = Sampling(body, max_tokens_names=("max_tokens", "max_completion_tokens"))
-        messages = check_messages(body.get("messages"))
-        if engine.seq2seq:
-            prompt = await asyncio.to_thread(encode, messages[-1]["content"])
-        else:
-            prompt = await asyncio.to_thread(render_chat, tokenizer, messages)
-        return await respond(request, sampling, prompt, chat=True)
-
-    async def respond(request: Any, sampling: Sampling, prompt: list[int], *, chat: bool) -> Any:
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
-
-        def emit(index: int) -> Callable[[Event], None]:
-            def put(event: Event) -> None:
-                loop.call_soon_threadsafe(events.put_nowait, (index, event))
-
-            return put
-
-        most = engine.model.spec.max_positions if engine.seq2seq else engine.limit
-        requests = sampling.completions(
-            prompt,
-            max(most - len(prompt), 1),
-            emit,
-            stop_token_ids=turn_ends if chat else (),
-            continues_prompt=not chat,  # a chat answer is a message of its own: no space before it
-        )
-        try:
-            engine.submit(requests)
-        except PromptTooLong as error:
-            raise HTTPError(
-                413,
-                str(error),
-                kind="invalid_request_error",
-                param="messages" if chat else "prompt",
-                code="context_length_exceeded",
-            ) from None
-        except RequestError as error:
-            raise bad(str(error), error.param) from None
-        except QueueFull as error:
-            raise HTTPError(503, str(error), kind="server_error", code="overloaded") from None
-        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        head = {
-            "id": ident,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": model_name,
-        }
-
-        async def gone() -> None:
-            # The body is read: the next ASGI message is the client's disconnect, whenever it comes.
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-
-        # A streaming response listens for the disconnect itself (Starlette cancels it); a plain one writes
-        # nothing until the end, so it must watch, or a client that left would hold its slots to the end.
-        watcher = None if sampling.stream else asyncio.ensure_future(gone())
-
-        async def next_event() -> tuple[int, Event]:
-            if watcher is None:
-                return await events.get()
-            getting = asyncio.ensure_future(events.get())
-            await asyncio.wait({getting, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if getting.done():
-                return getting.result()
-            getting.cancel()
-            raise ClientGone
-
-        async def results() -> AsyncIterator[tuple[int, Event]]:
-            left = len(requests)
-            try:
-                while left:
-                    index, event = await next_event()
-                    if isinstance(event, Failed):
-                        raise HTTPError(500, event.message, kind="server_error")
-                    left -= isinstance(event, Done)
-                    yield index, event
-            finally:  # the client went away (or we failed): free the slots
-                if watcher is not None:
-                    watcher.cancel()
-                for r in requests:
-                    r.cancel()
-
-        if not sampling.stream:
-            done: dict[int, Done] = {}
-            async for index, event in results():
-                if isinstance(event, Done):
-                    done[index] = event
-            choices = [
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": d.text},
-                    "logprobs": None,
-                    "finish_reason": d.finish_reason,
-                }
-                if chat
-                else {"index": i, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason}
-                for i, d in sorted(done.items())
-            ]
-            return JSONResponse({**head, "choices": choices, "usage": usage(len(prompt), done.values())})
-
-        async def sse() -> AsyncIterator[str]:
-            chunk = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
-            done: list[Done] = []
-            if chat:
-                for i in range(len(requests)):
-                    yield _event(
-                        {**chunk, "choices": [_chat_choice(i, {"role": "assistant", "content": ""}, None)]}
-                    )
-            try:
-                async for index, event in results():
-                    if isinstance(event, Delta):
-                        choice = (
-                            _chat_choice(index, {"content": event.text}, None)
-                            if chat
-                            else _text_choice(index, event.text, None)
-                        )
-                    else:
-                        assert isinstance(event, Done)
-                        done.append(event)
-                        choice = (
-                            _chat_choice(index, {}, event.finish_reason)
-                            if chat
-                            else _text_choice(index, "", event.finish_reason)
-                        )
-                    yield _event({**chunk, "choices": [choice]})
-            except HTTPError as error:
-                yield _event(error.body())
-                return
-            if sampling.include_usage:
-                yield _event({**chunk, "choices": [], "usage": usage(len(prompt), done)})
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
+    app.state.zoo = AppState(
+        engine=engine,
+        tokenizer=tokenizer,
+        model_name=model_name,
+        api_key=api_key,
+        default_max_tokens=default_max_tokens,
+        max_request_bytes=cap,
+        created=int(time.time()),
+        turn_ends=() if engine.seq2seq else end_of_turn_ids(tokenizer),
+        bos=getattr(tokenizer, "bos_id", None),
+        eos=getattr(tokenizer, "eos_id", None),
+    )
+    app.add_exception_handler(HTTPError, _http_error)
+    app.add_exception_handler(ClientGone, _client_gone)
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(StarletteHTTPException, _starlette_error)
     # Plain Starlette routes: each handler reads its own body, so errors keep OpenAI's shape (FastAPI's
     # body models would answer 422 in theirs), and no annotation needs resolving.
     app.add_route("/v1/models", models, methods=["GET"])
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     return app
+
+
+def _state(request: Any) -> AppState:
+    state: AppState = request.app.state.zoo
+    return state
+
+
+def _json(content: dict[str, Any], status: int = 200) -> Any:
+    from starlette.responses import JSONResponse  # the serve extra, there once an app exists
+
+    return JSONResponse(content, status_code=status)
+
+
+# ---- errors ----
+
+
+async def _http_error(request: Any, error: HTTPError) -> Any:
+    return _json(error.body(), error.status)
+
+
+async def _client_gone(request: Any, error: ClientGone) -> Any:
+    return _json({}, 499)  # nginx's "client closed request": no one reads it
+
+
+async def _request_error(request: Any, error: RequestError) -> Any:
+    return _json(bad(str(error), error.param).body(), 400)
+
+
+async def _starlette_error(request: Any, error: Any) -> Any:
+    kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+    return _json(HTTPError(error.status_code, str(error.detail), kind=kind).body(), error.status_code)
+
+
+# ---- reading a request ----
+
+
+def authorize(state: AppState, request: Any) -> None:
+    """Raise a 401 unless the request carries the server's key (if it has one), compared in constant time."""
+    if state.api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    token = given[7:] if given.lower().startswith("bearer ") else ""
+    if not hmac.compare_digest(token.encode(), state.api_key.encode()):
+        raise HTTPError(
+            401,
+            "missing or wrong API key (Authorization: Bearer KEY)",
+            kind="invalid_request_error",
+            code="invalid_api_key",
+        )
+
+
+def _too_large(cap: int, size: str) -> HTTPError:
+    return HTTPError(
+        413,
+        f"the request body is {size} bytes; this server takes at most {cap:,} (--max-request-bytes)",
+        kind="invalid_request_error",
+        code="request_too_large",
+    )
+
+
+async def read_body(state: AppState, request: Any) -> dict[str, Any]:
+    """The request's JSON object, once authorized: a body over the cap is a 413 before it is read whole,
+    one that is not a JSON object (or names another model) an OpenAI-shaped error. A client that closes
+    the connection mid-body is one log line and `ClientGone`."""
+    authorize(state, request)
+    cap = state.max_request_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:  # refused before a byte of it is read
+        raise _too_large(cap, f"{int(declared):,}")
+    chunks = await _read_chunks(request, cap, declared)
+    try:
+        body = await asyncio.to_thread(json.loads, b"".join(chunks))
+    except ValueError:
+        raise bad("the request body is not valid JSON", None) from None
+    except RecursionError:  # json's parser recurses per level: thousands of levels exhaust the stack
+        raise bad("the request body is nested too deeply to be an OpenAI request", None) from None
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object", None)
+    model = body.get("model")
+    if model is not None and model != state.model_name:
+        raise HTTPError(
+            404,
+            f"model {model!r} is not served here (this server serves {state.model_name!r})",
+            kind="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
+    return body
+
+
+async def _read_chunks(request: Any, cap: int, declared: str) -> list[bytes]:
+    from starlette.requests import ClientDisconnect
+
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():  # a body without a length (chunked) is counted as it comes
+            size += len(chunk)
+            if size > cap:
+                raise _too_large(cap, f"over {cap:,}")
+            chunks.append(chunk)
+    except ClientDisconnect:  # Starlette's exception would be logged as a traceback: a line says it all
+        client = request.client
+        who = f"the client at {client.host}:{client.port}" if client else "a client"
+        of = f" of {int(declared):,}" if declared.isdigit() else ""
+        logger.warning(
+            "zoo serve: %s closed the connection after %s%s bytes of its %s %s body; nothing was done",
+            who,
+            f"{size:,}",
+            of,
+            request.method,
+            request.url.path,
+        )
+        raise ClientGone from None
+    return chunks
+
+
+def encode(state: AppState, text: str) -> list[int]:
+    """A prompt's token ids: with a bos for a decoder (when the tokenizer has one), an eos for a source."""
+    if not state.engine.seq2seq:
+        return state.tokenizer.encode(text, add_bos=state.bos is not None, add_eos=False)
+    return state.tokenizer.encode(text, add_eos=state.eos is not None)
+
+
+# ---- the routes ----
+
+
+async def models(request: Any) -> Any:
+    """GET /v1/models: the one model served."""
+    state = _state(request)
+    authorize(state, request)
+    return _json(
+        {
+            "object": "list",
+            "data": [
+                {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "zoo"}
+            ],
+        }
+    )
+
+
+async def completions(request: Any) -> Any:
+    """POST /v1/completions: one prompt, a string or token ids."""
+    state = _state(request)
+    body = await read_body(state, request)
+    sampling = Sampling(body, max_tokens_names=("max_tokens",))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        ids = await asyncio.to_thread(encode, state, valid_text(prompt, "prompt"))
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in prompt)
+    ):
+        ids = list(prompt)
+    else:
+        raise bad("prompt must be a string or a list of token ids (one prompt per request)", "prompt")
+    if sampling.max_tokens is None:
+        sampling.max_tokens = state.default_max_tokens  # OpenAI's default for completions
+    return await respond(state, request, sampling, ids, chat=False)
+
+
+async def chat_completions(request: Any) -> Any:
+    """POST /v1/chat/completions: messages through the chat template (a source: the last one's content)."""
+    state = _state(request)
+    body = await read_body(state, request)
+    sampling = Sampling(body, max_tokens_names=("max_tokens", "max_completion_tokens"))
+    messages = check_messages(body.get("messages"))
+    if state.engine.seq2seq:
+        prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])
+    else:
+        prompt = await asyncio.to_thread(render_chat, state.tokenizer, messages)
+    return await respond(state, request, sampling, prompt, chat=True)
+
+
+# ---- answering ----
+
+
+async def respond(state: AppState, request: Any, sampling: Sampling, prompt: list[int], *, chat: bool) -> Any:
+    """Submit the request's ``n`` completions and answer with them: one JSON body once all are done, or
+    server-sent events as they come."""
+    relay = Relay(request)
+    requests = sampling.completions(
+        prompt,
+        max(_positions(state.engine) - len(prompt), 1),
+        relay.emit,
+        stop_token_ids=state.turn_ends if chat else (),
+        continues_prompt=not chat,  # a chat answer is a message of its own: no space before it
+    )
+    _submit(state.engine, requests, chat=chat)
+    # A streaming response listens for the disconnect itself (Starlette cancels it); a plain one writes
+    # nothing until the end, so it must watch, or a client that left would hold its slots to the end.
+    relay.follow(requests, watch=not sampling.stream)
+    head = {
+        "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": state.model_name,
+    }
+    if not sampling.stream:
+        return _json(await _answer(relay, head, len(prompt), chat=chat))
+    from starlette.responses import StreamingResponse
+
+    events = _sse(relay, head, len(prompt), chat=chat, include_usage=sampling.include_usage)
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _submit(engine: Engine, requests: list[Completion], *, chat: bool) -> None:
+    """Hand ``requests`` to the engine; its refusals as HTTP errors (413, 400, 503)."""
+    try:
+        engine.submit(requests)
+    except PromptTooLong as error:
+        raise HTTPError(
+            413,
+            str(error),
+            kind="invalid_request_error",
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        ) from None
+    except RequestError as error:
+        raise bad(str(error), error.param) from None
+    except QueueFull as error:
+        raise HTTPError(503, str(error), kind="server_error", code="overloaded") from None
+
+
+class Relay:
+    """The events of one HTTP request's completions, from the engine's thread to the handler: ``emit(i)``
+    is choice i's callback (run on the engine's thread, it only schedules a put on the event loop), and
+    `results` reads them back in order."""
+
+    def __init__(self, request: Any) -> None:
+        self._request = request
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+        self._watcher: asyncio.Task[None] | None = None
+        self.requests: list[Completion] = []
+
+    def emit(self, index: int) -> Callable[[Event], None]:
+        def put(event: Event) -> None:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
+
+        return put
+
+    def follow(self, requests: list[Completion], *, watch: bool) -> None:
+        """Relay ``requests`` (submitted); ``watch``: end with `ClientGone` as soon as the client leaves."""
+        self.requests = requests
+        if watch:
+            self._watcher = asyncio.ensure_future(self._gone())
+
+    async def _gone(self) -> None:
+        # The body is read: the next ASGI message is the client's disconnect, whenever it comes.
+        while (await self._request.receive())["type"] != "http.disconnect":
+            pass
+
+    async def _next(self) -> tuple[int, Event]:
+        if self._watcher is None:
+            return await self._events.get()
+        getting = asyncio.ensure_future(self._events.get())
+        await asyncio.wait({getting, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if getting.done():
+            return getting.result()
+        getting.cancel()
+        raise ClientGone
+
+    async def results(self) -> AsyncIterator[tuple[int, Event]]:
+        """(choice, event) until every choice is done; a failure is a 500 `HTTPError`. However it ends,
+        the requests are cancelled (nothing, once done), so a client that went away frees its slots."""
+        left = len(self.requests)
+        try:
+            while left:
+                index, event = await self._next()
+                if isinstance(event, Failed):
+                    raise HTTPError(500, event.message, kind="server_error")
+                left -= isinstance(event, Done)
+                yield index, event
+        finally:  # the client went away (or we failed): free the slots
+            if self._watcher is not None:
+                self._watcher.cancel()
+            for r in self.requests:
+                r.cancel()
+
+
+async def _answer(relay: Relay, head: dict[str, Any], prompt_tokens: int, *, chat: bool) -> dict[str, Any]:
+    """The whole response body, once every choice is done."""
+    done: dict[int, Done] = {}
+    async for index, event in relay.results():
+        if isinstance(event, Done):
+            done[index] = event
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": d.text},
+            "logprobs": None,
+            "finish_reason": d.finish_reason,
+        }
+        if chat
+        else {"index": i, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason}
+        for i, d in sorted(done.items())
+    ]
+    return {**head, "choices": choices, "usage": usage(prompt_tokens, done.values())}
+
+
+async def _sse(
+    relay: Relay, head: dict[str, Any], prompt_tokens: int, *, chat: bool, include_usage: bool
+) -> AsyncIterator[str]:
+    """The server-sent events of a streamed response: a chunk per piece of text, one per finished choice,
+    the usage when asked for, then ``[DONE]``; a failure is an error event."""
+    chunk = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
+    done: list[Done] = []
+    if chat:
+        for i in range(len(relay.requests)):
+            yield _event({**chunk, "choices": [_chat_choice(i, {"role": "assistant", "content": ""}, None)]})
+    try:
+        async for index, event in relay.results():
+            if isinstance(event, Delta):
+                choice = (
+                    _chat_choice(index, {"content": event.text}, None)
+                    if chat
+                    else _text_choice(index, event.text, None)
+                )
+            else:
+                assert isinstance(event, Done)
+                done.append(event)
+                choice = (
+                    _chat_choice(index, {}, event.finish_reason)
+                    if chat
+                    else _text_choice(index, "", event.finish_reason)
+                )
+            yield _event({**chunk, "choices": [choice]})
+    except HTTPError as error:
+        yield _event(error.body())
+        return
+    if include_usage:
+        yield _event({**chunk, "choices": [], "usage": usage(prompt_tokens, done)})
+    yield "data: [DONE]\n\n"
 
 
 def usage(prompt_tokens: int, done: Any) -> dict[str, int]:

@@ -3,7 +3,8 @@
 Shapes: R rows (the busy slots of a step), V vocab.
 
 Greedy rows (temperature 0) take the argmax. Sampled rows are warped together — logits / temperature, then
-nucleus filtering with each row's own p — and then draw by inverse transform: one uniform number per row
+nucleus filtering with each row's own p (`zoo.generation.sampling.top_p_filter`, the one ``generate`` uses,
+as in transformers) — and then draw by inverse transform: one uniform number per row
 from that row's `torch.Generator` (a short loop over the sampled rows only: the draw must come from each
 request's own generator, so that a seeded request samples the same text whatever runs beside it), then one
 batched ``searchsorted`` over the rows' cumulative probabilities.
@@ -15,15 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-
-def nucleus(scores: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Keep, per row, the smallest set of most likely tokens whose probability reaches ``top_p`` (R,);
-    the others get -inf (Holtzman et al. 2020; the most likely token always stays)."""
-    ordered, order = scores.sort(dim=-1, descending=True)  # (R, V)
-    probs = ordered.softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # (R, V) the mass of the more likely tokens
-    drop = before >= top_p[:, None]
-    return scores.scatter(1, order, ordered.masked_fill(drop, float("-inf")))
+from zoo.generation.sampling import top_p_filter
 
 
 def choose(
@@ -40,7 +33,7 @@ def choose(
         return tokens
     rows = torch.tensor(sampled, device=logits.device)
     scores = logits[rows].float() / temperature[rows, None]  # (S, V)
-    scores = nucleus(scores, top_p[rows])
+    scores = top_p_filter(scores, top_p[rows])
     cdf = scores.softmax(dim=-1).cumsum(dim=-1)  # (S, V)
     uniform = torch.stack([torch.rand((), generator=g, device=g.device) for _, g in drawing])
     drawn = torch.searchsorted(cdf, (uniform.to(cdf.device) * cdf[:, -1])[:, None]).squeeze(1)
