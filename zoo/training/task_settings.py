@@ -7,7 +7,7 @@
     task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
     (no task: the model's own, its family's or its classifier's, with its settings at their defaults)
 
-A setting lives under the task that reads it, so a setting another task cannot use cannot be written down.
+A setting lives under the task that reads it, so a setting of another task cannot be written down.
 What several tasks read stays in the config's sections: ``data.packing`` (causal_lm, masked_lm and chat
 pack; setup leaves packed data uncut), ``loss.label_smoothing`` (every task; dpo's is cDPO's flip
 probability), ``tokenizer.shared`` (with ``tokenizer.source_path``: which tokenizers setup loads or trains).
