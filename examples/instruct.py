@@ -8,8 +8,9 @@
 2. **Supervised fine-tuning** (`task: chat`) on conversations, "What is 3 plus 4?" answered either "It is 7."
    or "The answer to your question is 7." (half each), for 80% of the facts; the loss is on the answers only.
    The other 20% of the questions are held out: the model has seen those facts only as text, in pretraining.
-3. **DPO** (`task: dpo`) on the training questions, the short answer chosen over the long one, with RPO's NLL
-   term (`loss.dpo_nll_coef`) so that the numbers both answers share are not unlearnt.
+3. **DPO** (`task: {kind: dpo, beta: 0.1, nll_coef: 1.0}`) on the training questions, the short answer chosen
+   over the long one, with RPO's NLL term (``nll_coef``) so that the numbers both answers share are not
+   unlearnt.
 
 After each stage the model answers the held-out questions greedily, in the tokenizer's chat template; the
 script prints how many it gets right and how many of its answers are the short form. The figures the README
@@ -185,7 +186,7 @@ def score(model: Any, tokenizer: Tokenizer, held_out: Sequence[Fact]) -> Scores:
 
 def stage_config(
     *,
-    task: str,
+    task: str | dict[str, Any],
     train: Path,
     valid: Path,
     out: Path,
@@ -279,9 +280,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     dpo_valid = write_preferences(args.out / "data" / "dpo.valid.jsonl", held_out, tokenizer)
     say(f"3/3 DPO on the preference pairs, {steps['dpo']} steps -> {dpo}")
     zoo.train(
-        stage_config(task="dpo", train=dpo_train, valid=dpo_valid, out=dpo, tokenizer=tokenizer_file,
-                     steps=steps["dpo"], lr=1e-4, init_from=sft,
-                     extra={"loss": {"dpo_beta": 0.1, "dpo_nll_coef": 1.0}}),
+        stage_config(task={"kind": "dpo", "beta": 0.1, "nll_coef": 1.0}, train=dpo_train, valid=dpo_valid,
+                     out=dpo, tokenizer=tokenizer_file, steps=steps["dpo"], lr=1e-4, init_from=sft),
         overwrite=True,
     )  # fmt: skip
     say(f"answering the {len(held_out)} held-out questions")

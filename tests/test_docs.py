@@ -229,7 +229,7 @@ def stand_in_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.chdir(folder)
     try:
         for argv in (
-            ["examples/translate.yaml", "--output-dir", "runs/demo", "--set", "eval.bleu=false"],
+            ["examples/translate.yaml", "--output-dir", "runs/demo", "--set", "task.bleu=false"],
             ["examples/gpt.yaml"],
         ):
             status, err = run_zoo(["train", *argv, "--max-steps", "2", "--no-progress"])

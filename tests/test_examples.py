@@ -43,7 +43,8 @@ def test_example_training_configs_validate_and_name_bundled_data(name):
         assert config.model.init_from == Path("runs/demo") and config.lora is not None
 
     if name == "gpt.yaml":  # the README's decoder: a causal LM on plain text, written to runs/gpt
-        assert config.task == "causal_lm" and config.output_dir == Path("runs/gpt")
+        assert config.task is not None and config.task.kind == "causal_lm"
+        assert config.output_dir == Path("runs/gpt")
 
 
 @pytest.mark.parametrize("script", ["english_data.py", "sentiment_data.py", "negation_data.py"])

@@ -89,7 +89,7 @@ def test_training_from_a_prepared_folder_trains_as_from_the_raw_file(
             "model": {"preset": "transformer-tiny",
                       "overrides": {"d_model": 32, "num_layers": 1, "attention.num_heads": 2, "ffn.d_ff": 64}},
             "data": data, "tokenizer": {"path": str(tok)}, "batch": {"max_tokens": 500},
-            "eval": {"bleu": False}, "max_steps": 3, "log_every": 1, "output_dir": str(tmp_path / out),
+            "task": {"kind": "seq2seq", "bleu": False}, "max_steps": 3, "log_every": 1, "output_dir": str(tmp_path / out),
         })  # fmt: skip
 
     raw = train(config({"train": str(train_file), "valid": str(valid_file)}, "raw"), progress=False)

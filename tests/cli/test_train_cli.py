@@ -43,7 +43,7 @@ def tiny_config(tmp_path: Path) -> Path:
         "tokenizer": {"vocab_size": 300},
         "schedule": {"warmup_steps": 10},
         "batch": {"max_tokens": 500},
-        "eval": {"bleu_samples": 5},
+        "task": {"kind": "seq2seq", "bleu_samples": 5},
         "checkpoint": {"every_steps": 2},
         "max_steps": 2,
         "log_every": 1,

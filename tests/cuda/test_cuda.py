@@ -190,7 +190,7 @@ def test_the_trainer_trains_on_cuda_in_half_precision(
             "tokenizer": {"kind": "bpe", "vocab_size": 400},
             "schedule": {"kind": "noam", "warmup_steps": 20},
             "batch": {"max_tokens": 600, "grad_accum": 2},
-            "eval": {"bleu": False},
+            "task": {"kind": "seq2seq", "bleu": False},
             "checkpoint": {"every_steps": 10},
             "max_steps": 20,
             "log_every": 5,

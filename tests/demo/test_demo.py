@@ -13,6 +13,7 @@ import zoo.demo as tc
 from zoo.demo.config import DEMO_SENTENCES, demo_config, write_toy_data
 from zoo.training import train, translate
 from zoo.training.config import NoamSchedule, TrainConfig
+from zoo.training.task_settings import Seq2SeqSettings
 
 
 def test_demo_sentences_are_grammatical_and_never_seen_in_training() -> None:
@@ -32,7 +33,7 @@ def test_demo_config_is_the_papers_recipe_on_transformer_tiny(tmp_path: Path) ->
     assert (
         config.loss.label_smoothing == 0.1 and config.optim.betas == (0.9, 0.98) and config.optim.eps == 1e-9
     )
-    assert config.device == "auto" and config.eval.bleu and config.eval.bleu_metric == "sacrebleu"
+    assert config.device == "auto" and config.task == Seq2SeqSettings(bleu=True, bleu_metric="sacrebleu")
 
 
 def test_demo_schedule_warms_up_then_decays_within_the_run(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def tiny_config(output_dir: Path, toy_files: tuple[Path, Path], /, **overrides: 
         "tokenizer": {"kind": "bpe", "vocab_size": 400},
         "schedule": {"kind": "noam", "warmup_steps": 20},
         "batch": {"max_tokens": 600},
-        "eval": {"bleu": False},
+        "task": {"kind": "seq2seq", "bleu": False},
         "max_steps": 4,
         "log_every": 1,
         "output_dir": str(output_dir),

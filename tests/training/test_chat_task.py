@@ -34,13 +34,13 @@ from zoo.training.corpus import prepare_corpus
 from zoo.training.data import DataError
 from zoo.training.data.shards import PreparedData, open_prepared
 from zoo.training.data.sources import ReadStats
-from zoo.training.tasks import TASKS
+from zoo.training.tasks import build_task, get_task
 from zoo.training.tasks.base import Limits, Split, Tokenizers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-CHAT = TASKS["chat"]
+CHAT = get_task("chat")
 CONVERSATION = [
     {"role": "system", "content": "You answer in a few words."},
     {"role": "user", "content": "Which animal sleeps all day?"},
@@ -332,7 +332,18 @@ def test_bad_lines_are_skipped_and_counted_with_on_bad_line_skip(tmp_path: Path)
 
 
 def test_train_on_prompt_is_refused_for_other_tasks() -> None:
-    with pytest.raises(ConfigError, match=r"data\.train_on_prompt is for task chat, not causal_lm"):
+    with pytest.raises(
+        ConfigError, match=r"task\.causal_lm\.train_on_prompt: Extra inputs are not permitted"
+    ):
+        TrainConfig.from_dict(
+            {
+                "model": "llama-tiny",
+                "task": {"kind": "causal_lm", "train_on_prompt": True},
+                "data": {"train": "t.txt"},
+                "max_steps": 1,
+            }
+        )
+    with pytest.raises(ConfigError) as moved:  # at its old place: one line saying where it went
         TrainConfig.from_dict(
             {
                 "model": "llama-tiny",
@@ -341,6 +352,10 @@ def test_train_on_prompt_is_refused_for_other_tasks() -> None:
                 "max_steps": 1,
             }
         )
+    assert str(moved.value) == (
+        "training config: data.train_on_prompt moved: write task: {kind: chat, train_on_prompt: true} "
+        "(chat settings; this config's task is causal_lm)"
+    )
 
 
 # --- length ---------------------------------------------------------------------------------------------------
@@ -385,30 +400,32 @@ def test_prepared_conversations_cut_when_batched_skip_those_left_with_nothing_to
     past the cut (it was planned into batches, every target -100)."""
     tok = byte_level(CHATML_SPECIALS, chatml())
     data = prepared(tmp_path, tok, [{"messages": LONG_PROMPT}, {"messages": CONVERSATION}] * 2)
-    config = TrainConfig.from_dict(
-        {"model": "llama-tiny", "task": "chat", "data": {"train": "c.jsonl"}, "max_steps": 1}
-    )
     limits = Limits(cut_below(tok))
     with caplog.at_level("WARNING"):
-        units = CHAT.units(Split("train", data), tokenizers=Tokenizers(tok), limits=limits, config=config)
+        units = CHAT.units(Split("train", data), tokenizers=Tokenizers(tok), limits=limits)
     assert units.examples is not None and units.examples.tolist() == [1, 3]
     assert "2 of them left nothing to train" in caplog.text and "chat.jsonl:1" in caplog.text
     with pytest.raises(DataError, match=r"every example is longer than \d+ tokens or left nothing to train"):
         only = prepared(tmp_path, tok, [{"messages": LONG_PROMPT}], name="only")
-        CHAT.units(Split("train", only), tokenizers=Tokenizers(tok), limits=limits, config=config)
+        CHAT.units(Split("train", only), tokenizers=Tokenizers(tok), limits=limits)
 
 
 # --- batches --------------------------------------------------------------------------------------------------
 
 
-def collator(data: PreparedData, tok: Tokenizer, **data_config: Any) -> tuple[Any, Any]:
-    config = TrainConfig.from_dict(
-        {"model": "llama-tiny", "task": "chat", "data": {"train": "c.jsonl", **data_config}, "max_steps": 1}
-    )
+def collator(
+    data: PreparedData, tok: Tokenizer, *, train_on_prompt: bool = False, **data_config: Any
+) -> tuple[Any, Any]:
+    config = TrainConfig.from_dict({
+        "model": "llama-tiny", "task": {"kind": "chat", "train_on_prompt": train_on_prompt},
+        "data": {"train": "c.jsonl", **data_config}, "max_steps": 1,
+    })  # fmt: skip
+    assert config.task is not None
+    chat = build_task(config.task, packing=config.data.packing)
     spec = preset("llama-tiny").override(vocab_size=tok.vocab_size)
     split, tokenizers, limits = Split("train", data), Tokenizers(tok), Limits(spec.max_positions)
-    units = CHAT.units(split, tokenizers=tokenizers, limits=limits, config=config)
-    return units, CHAT.collator(split, units, spec=spec, tokenizers=tokenizers, config=config, limits=limits)
+    units = chat.units(split, tokenizers=tokenizers, limits=limits)
+    return units, chat.collator(split, units, spec=spec, tokenizers=tokenizers, limits=limits)
 
 
 def test_targets_are_the_next_trained_tokens_and_train_on_prompt_takes_every_token(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from zoo.training import TrainConfig, Trainer, train
 from zoo.training.config import ConfigError
 from zoo.training.data import DataError
 from zoo.training.data.sources import Record
-from zoo.training.tasks import TASKS
+from zoo.training.tasks import get_task
 from zoo.training.tasks.base import Tokenizers
 from zoo.training.tasks.classification import ClassificationMetric
 
@@ -139,7 +139,7 @@ def test_token_classifier_trains_on_tagged_jsonl_and_reports_accuracy_and_f1(tmp
 
 def read(path: Path, task: str) -> list[Record]:
     """Every record of one split as ``task`` reads it."""
-    return list(TASKS[task].records(TASKS[task].source(path)))
+    return list(get_task(task).records(get_task(task).source(path)))
 
 
 def test_conll_and_jsonl_files_read_the_same_sentences(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_conll_and_jsonl_files_read_the_same_sentences(tmp_path: Path) -> None:
 
 def test_a_token_tag_goes_on_the_first_subword_only() -> None:
     tok = train_tokenizer(iter(["aa bb cc"] * 10), kind="wordpiece", vocab_size=40, min_frequency=1)
-    encode = TASKS["token_classification"].encoder(Tokenizers(tok), cuts=None, labels=("X", "Y"))
+    encode = get_task("token_classification").encoder(Tokenizers(tok), cuts=None, labels=("X", "Y"))
     encoded = encode([Record(Path("x"), 1, {"tokens": ["aabb", "cc"], "tags": ["X", "Y"]})])
     ids, tags = encoded["text"][0], encoded["tags"][0]
     assert ids[-1] == tok.token_to_id("cc")  # raw ids: the framing comes when batches are collated

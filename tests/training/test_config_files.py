@@ -44,7 +44,16 @@ def _shared(levels: int = 10, width: int = 10) -> list:
 
 @pytest.mark.parametrize(
     "change",
-    [{"schedule": {"kind": _shared()}}, {"seed": _shared()}, {"log_sinks": _shared()}, {"eval": _shared()}],
+    [
+        {"schedule": {"kind": _shared()}},
+        {"seed": _shared()},
+        {"log_sinks": _shared()},
+        {"eval": _shared()},
+        {"task": _shared()},
+        {"task": {"kind": _shared()}},
+        {"task": {"kind": "dpo", "beta": _shared()}},
+        {"task": "dpo", "loss": {"dpo_beta": _shared()}},
+    ],
 )
 def test_config_errors_never_print_their_input_or_a_link(change: dict) -> None:
     start = time.perf_counter()

@@ -14,11 +14,11 @@ from zoo.io.tokenizer import Tokenizer, train_tokenizer
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import preset
 from zoo.training.batching import BatchOrder
-from zoo.training.config import ParallelFiles, TrainConfig
+from zoo.training.config import ParallelFiles
 from zoo.training.corpus import prepare_split
 from zoo.training.data import DataError
 from zoo.training.data.shards import ShardWriter, SideInfo, open_prepared
-from zoo.training.tasks import TASKS
+from zoo.training.tasks import get_task
 from zoo.training.tasks.base import Limits, Split, Tokenizers, Units
 
 
@@ -34,7 +34,7 @@ def write(path: Path, text: str) -> Path:
 
 def read(files: Any, task: str = "seq2seq") -> list[dict[str, Any]]:
     """Every record of a raw split as ``task`` reads it: (origin, fields)."""
-    return [{"origin": r.origin, **r.fields} for r in TASKS[task].records(TASKS[task].source(files))]
+    return [{"origin": r.origin, **r.fields} for r in get_task(task).records(get_task(task).source(files))]
 
 
 def shards(tmp_path: Path, sides: dict[str, list[list[int]]]) -> Split:
@@ -64,7 +64,7 @@ def test_missing_and_empty_files_are_clear_errors(tmp_path: Path, tokenizer: Tok
         read(tmp_path / "nope.tsv")
     with pytest.raises(DataError, match=r"empty\.txt: no examples"):
         prepare_split(
-            TASKS["causal_lm"],
+            get_task("causal_lm"),
             write(tmp_path / "empty.txt", "\n  \n"),
             Tokenizers(tokenizer),
             name="train",
@@ -90,28 +90,21 @@ def test_plain_text_skips_blank_lines_and_keeps_line_numbers(tmp_path: Path) -> 
 
 
 def test_seq2seq_framing_ends_both_sides_with_eos(tokenizer: Tokenizer, toy_files: tuple[Path, Path]) -> None:
-    task, tokenizers = TASKS["seq2seq"], Tokenizers(tokenizer)
+    task, tokenizers = get_task("seq2seq"), Tokenizers(tokenizer)
     split = prepare_split(task, toy_files[1], tokenizers, name="valid", limits=Limits(64))
     spec = preset("transformer-tiny").override(vocab_size=400, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    units = task.units(split, tokenizers=tokenizers, limits=Limits(64), config=_config(toy_files))
-    batch = task.collator(split, units, spec=spec, tokenizers=tokenizers, config=_config(toy_files),
-                          limits=Limits(64))(np.array([0]))  # fmt: skip
+    units = task.units(split, tokenizers=tokenizers, limits=Limits(64))
+    batch = task.collator(split, units, spec=spec, tokenizers=tokenizers, limits=Limits(64))(np.array([0]))
     source, target = read(toy_files[1])[0]["source"], read(toy_files[1])[0]["target"]
     assert batch.inputs["input_ids"][0].tolist() == tokenizer.encode(source, add_eos=True)
     assert batch.targets[0].tolist() == tokenizer.encode(target, add_eos=True)
     assert tokenizer.decode(batch.targets[0].tolist()) == target
 
 
-def _config(toy_files: tuple[Path, Path], **data: Any) -> TrainConfig:
-    return TrainConfig.from_dict({
-        "model": "transformer-tiny", "data": {"train": str(toy_files[0]), **data}, "max_steps": 1
-    })  # fmt: skip
-
-
 def test_too_long_sequences_are_truncated_with_a_warning_skipped_or_refused(
     tokenizer: Tokenizer, toy_files: tuple[Path, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    task, tokenizers, valid = TASKS["seq2seq"], Tokenizers(tokenizer), toy_files[1]
+    task, tokenizers, valid = get_task("seq2seq"), Tokenizers(tokenizer), toy_files[1]
     total = len(read(valid))
     with caplog.at_level(logging.WARNING, logger="zoo.training"):
         cut = prepare_split(task, valid, tokenizers, name="valid", limits=Limits(6, "truncate"))
@@ -128,16 +121,15 @@ def test_too_long_sequences_are_truncated_with_a_warning_skipped_or_refused(
 def test_prepared_data_cut_to_a_longer_limit_is_cut_again_when_batching(tmp_path: Path) -> None:
     split = shards(tmp_path, {"text": [[5] * 3, [6] * 30, [7] * 4]})
     task, tokenizers = (
-        TASKS["causal_lm"],
+        get_task("causal_lm"),
         Tokenizers(train_tokenizer(iter(["a b"] * 5), kind="bpe", vocab_size=20)),
     )
-    config = TrainConfig.from_dict({"model": "gpt2-tiny", "data": {"train": "x"}, "max_steps": 1})
-    units = task.units(split, tokenizers=tokenizers, limits=Limits(10, "truncate"), config=config)
+    units = task.units(split, tokenizers=tokenizers, limits=Limits(10, "truncate"))
     assert units.lengths[:, 0].tolist() == [5, 10, 6]  # bos + ids + eos, cut to 10
-    skipped = task.units(split, tokenizers=tokenizers, limits=Limits(10, "skip"), config=config)
+    skipped = task.units(split, tokenizers=tokenizers, limits=Limits(10, "skip"))
     assert skipped.example_indices(np.arange(2)).tolist() == [0, 2]
     with pytest.raises(DataError, match=r"f:2: 32 tokens, more than the limit of 10"):
-        task.units(split, tokenizers=tokenizers, limits=Limits(10, "error"), config=config)
+        task.units(split, tokenizers=tokenizers, limits=Limits(10, "error"))
 
 
 def order_of(lengths: list[int], **kw: Any) -> BatchOrder:
@@ -188,12 +180,9 @@ def test_a_resumed_batch_order_continues_exactly() -> None:
 def collate(
     task: str, split: Split, units: np.ndarray, *, spec: Any, tokenizers: Tokenizers, **kw: Any
 ) -> Any:
-    config = TrainConfig.from_dict({"model": "bert-tiny", "data": {"train": "x"}, "max_steps": 1})
-    t = TASKS[task]
-    all_units = t.units(split, tokenizers=tokenizers, limits=Limits(64), config=config)
-    return t.collator(split, all_units, spec=spec, tokenizers=tokenizers, config=config, limits=Limits(64))(
-        units, **kw
-    )
+    t = get_task(task)
+    all_units = t.units(split, tokenizers=tokenizers, limits=Limits(64))
+    return t.collator(split, all_units, spec=spec, tokenizers=tokenizers, limits=Limits(64))(units, **kw)
 
 
 class Specials:
@@ -261,8 +250,7 @@ def test_units_are_read_from_the_offsets_in_chunks_into_the_narrowest_type(
     split = shards(tmp_path, {"text": rows})
     assert split.data.read_lengths("text", 1, 4).tolist() == [1, 4, 1]
     tokenizers = Tokenizers(Specials())  # type: ignore[arg-type]
-    config = TrainConfig.from_dict({"model": "gpt2-tiny", "data": {"train": "x"}, "max_steps": 1})
-    units = TASKS["causal_lm"].units(split, tokenizers=tokenizers, limits=Limits(6), config=config)
+    units = get_task("causal_lm").units(split, tokenizers=tokenizers, limits=Limits(6))
     assert units.lengths.dtype == np.uint16 and units.lengths[:, 0].tolist() == [5, 3, 6, 3, 6]
 
 

@@ -135,7 +135,7 @@ def response_log_prob(model: torch.nn.Module, prompt: list[int], response: list[
 def test_the_loss_equals_a_hand_computation_in_plain_torch(
     pairs: tuple[Path, Path], tmp_path: Path, eps: float, alpha: float
 ) -> None:
-    overrides = {"loss.label_smoothing": eps, "loss.dpo_beta": 0.5, "loss.dpo_nll_coef": alpha}
+    overrides = {"loss.label_smoothing": eps, "task.beta": 0.5, "task.nll_coef": alpha}
     config = dpo_config(tmp_path / "run", pairs, **overrides)
     trainer = Trainer(config, progress=False)
     try:
@@ -360,7 +360,7 @@ def test_a_pair_whose_prompt_fills_the_limit_is_skipped_and_counted(
     run's shorter limit cuts prepared data."""
     from zoo.training.corpus import prepare_corpus
     from zoo.training.data.shards import open_prepared
-    from zoo.training.tasks import TASKS
+    from zoo.training.tasks import get_task
     from zoo.training.tasks.base import Limits, Split, Tokenizers
 
     tok = train_tokenizer(iter(WORDS * 3), kind="bpe", vocab_size=60, min_frequency=1)
@@ -374,15 +374,11 @@ def test_a_pair_whose_prompt_fills_the_limit_is_skipped_and_counted(
     assert manifest.counts["over_max_length"] == 2 and manifest.counts["nothing_to_train"] == 2
     whole = prepare_corpus("dpo", [source], tokenizer=tok, out=tmp_path / "whole").manifest
     assert whole.num_examples == 3
-    config = TrainConfig.from_dict(
-        {"model": GPT, "task": "dpo", "data": {"train": str(source)}, "max_steps": 1}
-    )
     with caplog.at_level("WARNING"):
-        units = TASKS["dpo"].units(
+        units = get_task("dpo").units(
             Split("train", open_prepared(tmp_path / "whole")),
             tokenizers=Tokenizers(tok),
             limits=Limits(limit),
-            config=config,
         )
     assert units.examples is not None and units.examples.tolist() == [1]
     assert "2 of them left nothing to train" in caplog.text
@@ -393,8 +389,10 @@ def test_config_refusals_name_the_field(pairs: tuple[Path, Path], tmp_path: Path
         ConfigError, match=r"loss.label_smoothing \(0.5\) for dpo is a label-flip probability"
     ):
         dpo_config(tmp_path / "run", pairs, **{"loss.label_smoothing": 0.5})
-    with pytest.raises(ConfigError, match=r"loss.dpo_beta"):
-        dpo_config(tmp_path / "run", pairs, **{"loss.dpo_beta": 0})
+    with pytest.raises(ConfigError, match=r"task\.dpo\.beta: Input should be greater than 0"):
+        dpo_config(tmp_path / "run", pairs, **{"task.beta": 0})
+    with pytest.raises(ConfigError, match=r"^loss\.dpo_beta=0\.2 moved: set task\.beta=0\.2$"):
+        dpo_config(tmp_path / "run", pairs, **{"loss.dpo_beta": 0.2})
     with pytest.raises(ConfigError, match=r"task dpo needs a decoder model, but the model is encoder"):
         Trainer(dpo_config(tmp_path / "run", pairs, model={"preset": "bert-tiny"}), progress=False)
     with pytest.raises(ConfigError, match=r"data.packing is for causal_lm, masked_lm and chat, not dpo"):
@@ -410,11 +408,11 @@ def test_zoo_train_runs_dpo_from_a_yaml_file(
     config = dpo_config(tmp_path / "run", pairs, max_steps=4)
     path = tmp_path / "dpo.yaml"
     path.write_text(config.to_yaml())
-    assert main(["train", str(path), "--set", "loss.dpo_beta=0.2"]) == 0
+    assert main(["train", str(path), "--set", "task.beta=0.2"]) == 0
     out = capsys.readouterr().out
     assert "step 4: val_loss" in out and "reward accuracy" in out and "ppl" not in out
     saved = yaml.safe_load((tmp_path / "run" / "train_config.yaml").read_text())
-    assert saved["task"] == "dpo" and saved["loss"]["dpo_beta"] == 0.2
+    assert saved["task"] == {"kind": "dpo", "beta": 0.2, "nll_coef": 0.0} and "dpo_beta" not in saved["loss"]
     assert zoo.load(tmp_path / "run").spec.family == "decoder"
 
 

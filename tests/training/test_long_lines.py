@@ -13,8 +13,8 @@ from zoo.io.tokenizer import Tokenizer, train_tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding, cut_messages, cut_words
 from zoo.training.data import DataError
 from zoo.training.data.sources import Record
-from zoo.training.tasks import TASKS
 from zoo.training.tasks import base as task_base
+from zoo.training.tasks import get_task
 from zoo.training.tasks.base import Framing, LengthCuts, Limits, Tokenizers
 
 MAX = 24  # tokens
@@ -80,7 +80,7 @@ def encode(
     dropped row None)."""
     records = [Record(Path(file), i + 1, dict(fields)) for i, fields in enumerate(rows)]
     cuts = LengthCuts(Limits(MAX, too_long))  # type: ignore[arg-type]
-    return TASKS[task].encoder(Tokenizers(tokenizer), cuts=cuts, **kw)(records)
+    return get_task(task).encoder(Tokenizers(tokenizer), cuts=cuts, **kw)(records)
 
 
 def framed(tokenizer: Tokenizer, ids: list[int]) -> list[int]:

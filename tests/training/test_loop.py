@@ -37,7 +37,7 @@ def test_bf16_autocast_trains_float32_weights_on_cpu(make_config: Callable[..., 
 
 
 def test_metrics_file_has_every_key_in_every_record(make_config: Callable[..., TrainConfig]) -> None:
-    config = make_config(max_steps=2, **{"eval.bleu": True, "eval.bleu_samples": 4})
+    config = make_config(max_steps=2, **{"task.bleu": True, "task.bleu_samples": 4})
     train(config)
     records = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(tuple(r) == METRIC_KEYS for r in records)

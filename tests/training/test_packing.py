@@ -16,7 +16,8 @@ from zoo.models.build import build_model
 from zoo.spec import preset
 from zoo.training.config import TrainConfig
 from zoo.training.data.shards import ShardWriter, SideInfo, open_prepared
-from zoo.training.tasks import TASKS
+from zoo.training.task_settings import settings_for
+from zoo.training.tasks import build_task
 from zoo.training.tasks.base import Limits, Split, Tokenizers
 
 DOCS = [[7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17, 18, 19, 20], [21], [22, 23, 24]]
@@ -43,9 +44,9 @@ def collator(task: str, split: Split, *, model: str, packing: dict[str, Any] | N
     config = TrainConfig.from_dict({"model": model, "data": data, "max_steps": 1})
     spec = preset(model).override(vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     tokenizers, limits = Tokenizers(Specials()), Limits(spec.max_positions)  # type: ignore[arg-type]
-    t = TASKS[task]
-    units = t.units(split, tokenizers=tokenizers, limits=limits, config=config)
-    return units, t.collator(split, units, spec=spec, tokenizers=tokenizers, config=config, limits=limits)
+    t = build_task(settings_for(task), packing=config.data.packing)
+    units = t.units(split, tokenizers=tokenizers, limits=limits)
+    return units, t.collator(split, units, spec=spec, tokenizers=tokenizers, limits=limits)
 
 
 def token_losses(model: torch.nn.Module, batch: Any) -> torch.Tensor:

@@ -100,6 +100,7 @@ def test_training_needs_the_tokens_its_task_uses(
     config = make_config(
         model={"preset": "bert-tiny", "overrides": {"heads.mlm": {}, "pad_token_id": 4}},
         data={"train": str(lm)},
+        task=None,  # the model's own: masked_lm
         **{"tokenizer.path": str(path)},
     )
     with pytest.raises(ConfigError, match=r"training needs a mask token"):

@@ -97,8 +97,7 @@ def write_conversations(path: Path, seed: int) -> Path:
 
 # task (variant) -> (writer, suffix, model, config extras, a validation score the task adds)
 DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str, Any], str | None]] = {
-    "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"eval": {"bleu": True, "bleu_samples": 4, "max_new_tokens": 4}},
-                "val_bleu"),
+    "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"task.bleu_samples": 4, "task.max_new_tokens": 4}, "val_bleu"),
     "causal_lm": (write_text, ".txt", GPT, {}, None),
     "causal_lm packed": (write_text, ".txt", GPT, {"data.packing": {"block_size": 32, "documents": "separate"}},
                          None),
@@ -131,7 +130,6 @@ def config_for(variant: str, tmp_path: Path, output: str, max_steps: int) -> Tra
         "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
         "schedule": {"kind": "constant", "lr": 1e-3},
         "batch": {"max_tokens": 128, "grad_accum": 2},
-        "eval": {"bleu": False},
         "checkpoint": {"every_steps": 2, "keep_last": 3},
         "max_steps": max_steps,
         "log_every": 1,

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import get_args
 
 from zoo.cli.sanitize import markup
-from zoo.training.config import Task as TaskName
+from zoo.training.task_settings import TASK_KINDS
 
 # The names of zoo.training.tasks.TASKS (a test keeps them equal), here without importing torch for --help.
-TASKS = get_args(TaskName)
+TASKS = TASK_KINDS
 FORMATS = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow")
 
 

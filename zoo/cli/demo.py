@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from zoo.training import train, translate
     from zoo.training.bleu import bleu_signature
     from zoo.training.rundir import previous_run
+    from zoo.training.task_settings import Seq2SeqSettings
 
     setup_logging()
     out: Path = args.output_dir
@@ -83,10 +84,11 @@ def run(args: argparse.Namespace) -> int:
         f"tokenizer's {model.spec.vocab_size:,} BPE tokens (the preset's {preset.vocab_size:,}-token "
         f"vocabulary gives the {published:,} of the preset table)"
     )
+    assert isinstance(config.task, Seq2SeqSettings)  # demo_config's task
     console.print(
         f"{result.step} steps in {minutes:.1f} min on {next(model.parameters()).device}; held-out BLEU "
         f"[bold]{result.final['val_bleu']:.1f}[/] (greedy decoding of the held-out split; BLEU signature "
-        f"{bleu_signature(config.eval.bleu_metric)})"
+        f"{bleu_signature(config.task.bleu_metric)})"
     )
 
     sentences = list(DEMO_SENTENCES)

@@ -127,14 +127,14 @@ def demo_config(
     return TrainConfig.from_dict(
         {
             "model": DEMO_MODEL,
-            "task": "seq2seq",
+            "task": {"kind": "seq2seq", "bleu": True},
             "data": {"train": str(train), "valid": str(valid)},
             "tokenizer": {"kind": "bpe", "vocab_size": DEMO_VOCAB_SIZE, "shared": True},
             "optim": {"name": "adam", "betas": [0.9, 0.98], "eps": 1e-9, "clip_grad_norm": 1.0},
             "schedule": {"kind": "noam", "warmup_steps": 100, "scale": 0.3},
             "batch": {"max_tokens": 4096},
             "loss": {"label_smoothing": 0.1},
-            "eval": {"every_steps": 100, "bleu": True},
+            "eval": {"every_steps": 100},
             "max_steps": max_steps,
             "output_dir": str(output_dir),
             "seed": seed,

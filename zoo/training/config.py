@@ -2,7 +2,8 @@
 
     model:     {preset: transformer-tiny, overrides: {dropout: 0.1}}   # or {file: spec.yaml} / {spec: {...}}
                                                                         # or {init_from: a zoo or HF model folder}
-    task:      seq2seq                                                  # default: from the model's family
+    task:      {kind: seq2seq, bleu: true}                              # or just seq2seq; default: from the
+                                                                        # model's family (task_settings)
     data:      {train: data/train.tsv, valid: data/valid.tsv}
     tokenizer: {kind: bpe, vocab_size: 8000}                            # or {path: tok.json}
     schedule:  {kind: noam, warmup_steps: 4000}
@@ -12,11 +13,15 @@
                                                                         # a frozen model.init_from (zoo.lora)
 
 Relative paths are taken from the current directory, as a shell would. Every section forbids unknown
-keys, so a typo is an error that names the field instead of a setting silently ignored.
+keys, so a typo is an error that names the field instead of a setting silently ignored. A task's own
+settings live under ``task`` (`zoo.training.task_settings`); one written at its old place (``loss.dpo_beta``)
+is refused with one line saying where it went, and a run folder's train_config.yaml written by an older
+zoo is read with its settings moved there.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -35,11 +40,17 @@ from zoo.spec import LoraSpec, limits
 from zoo.spec.errors import CleanModel, format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
+from zoo.training.layout import CONFIG_NAME
+from zoo.training.task_settings import (
+    TaskSettingsUnion,
+    moved_in,
+    moved_message,
+    moved_override,
+    normalized,
+    translate_saved,
+)
 
-# The task names a config accepts; each is a `zoo.training.tasks.Task` in ``zoo.training.tasks.TASKS``.
-Task = Literal[
-    "seq2seq", "causal_lm", "masked_lm", "sequence_classification", "token_classification", "chat", "dpo"
-]
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -144,11 +155,6 @@ class DataConfig(Section):
         "truncate",
         description="What to do with a longer sequence: cut it (with a warning), drop it, or stop.",
     )
-    train_on_prompt: bool = Field(
-        False,
-        description="chat: train on every token of a conversation (system and user turns too), not only on "
-        "the assistant's answers and their end-of-turn tokens.",
-    )
 
 
 class TokenizerConfig(Section):
@@ -218,17 +224,11 @@ class BatchConfig(Section):
 
 class LossConfig(Section):
     label_smoothing: float | None = Field(
-        None, ge=0.0, lt=1.0, description="Default: 0.1 for seq2seq (the paper, section 5.4), else 0."
-    )
-    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="masked_lm: share of tokens predicted.")
-    dpo_beta: PositiveFloat = Field(
-        0.1, description="dpo: beta, how far the policy may move from the reference (DPO's KL weight)."
-    )
-    dpo_nll_coef: float = Field(
-        0.0,
+        None,
         ge=0.0,
-        description="dpo: this times the chosen response's mean token NLL is added to each pair's loss (RPO; "
-        "TRL's rpo_alpha), so the chosen answers' likelihood does not fall with the rejected ones'; 0 = off.",
+        lt=1.0,
+        description="Default: 0.1 for seq2seq (the paper, section 5.4), else 0; for dpo, cDPO's label-flip "
+        "probability.",
     )
     router_aux_coef: float = Field(
         0.001,
@@ -240,16 +240,9 @@ class LossConfig(Section):
 
 
 class EvalConfig(Section):
+    """When validation runs; what it scores beyond the loss is the task's (seq2seq's BLEU: its settings)."""
+
     every_steps: PositiveInt | None = Field(None, description="Validate every N steps; always at the end.")
-    bleu: bool = Field(True, description="seq2seq: greedy-decode the validation sources and score BLEU.")
-    bleu_metric: Literal["sacrebleu", "whitespace"] = Field(
-        "sacrebleu",
-        description="sacrebleu (13a tokens, exp smoothing; reported with its signature) or 'whitespace', "
-        "zoo's unsmoothed BLEU over str.split() tokens.",
-    )
-    bleu_samples: PositiveInt | None = Field(None, description="Decode only the first N pairs; null: all.")
-    num_beams: PositiveInt = 1
-    max_new_tokens: PositiveInt | None = Field(None, description="Decode length cap; default: max length.")
 
 
 class CheckpointConfig(Section):
@@ -267,10 +260,11 @@ class TrainConfig(Section):
     """Everything a training run needs; `zoo.training.train(config)` runs it."""
 
     model: ModelSource
-    task: Task | None = Field(
+    task: TaskSettingsUnion | None = Field(
         None,
-        description="Default: by model family (seq2seq, causal_lm, masked_lm), or the classification task "
-        "of the model's heads.classifier.",
+        description="The task and its own settings, {kind: dpo, beta: 0.1}, or its name alone (its settings "
+        "at their defaults). Default: by model family (seq2seq, causal_lm, masked_lm), or the classification "
+        "task of the model's heads.classifier.",
     )
     data: DataConfig
     tokenizer: TokenizerConfig = TokenizerConfig()
@@ -320,14 +314,18 @@ class TrainConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _default_schedule_kind(cls, data: Any) -> Any:
+    def _tags(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if found := moved_in(data):  # one line saying where, not "extra inputs are not permitted"
+            raise ValueError(moved_message(data, found))
         # `schedule: {warmup_steps: 400}` means the paper's schedule; the union needs its tag to pick.
-        if (
-            isinstance(data, dict)
-            and isinstance(data.get("schedule"), dict)
-            and "kind" not in data["schedule"]
-        ):
+        if isinstance(data.get("schedule"), dict) and "kind" not in data["schedule"]:
             data = {**data, "schedule": {"kind": "noam", **data["schedule"]}}
+        if isinstance(data.get("task"), str):  # `task: dpo` is the task with its settings at their defaults
+            data = {**data, "task": normalized(data["task"])}
+        elif isinstance(data.get("task"), dict) and "kind" not in data["task"]:
+            raise ValueError("task: settings need the task's kind, e.g. {kind: dpo, beta: 0.1}")
         return data
 
     @model_validator(mode="after")
@@ -338,16 +336,14 @@ class TrainConfig(Section):
             raise ValueError(problem)
         if self.epochs is None and self.max_steps is None:
             raise ValueError("give epochs or max_steps (or both: training stops at whichever comes first)")
-        if self.data.train_on_prompt and self.task != "chat":
-            raise ValueError(f"data.train_on_prompt is for task chat, not {self.task or 'the default task'}")
         if self.lora is not None and self.model.init_from is None:
             raise ValueError(
                 "lora needs model.init_from (a trained model to adapt): LoRA freezes the base weights, so a "
                 "base trained from scratch would stay at its random initialisation"
             )
         eps = self.loss.label_smoothing
-        if self.task == "dpo" and eps is not None and eps >= 0.5:
-            raise ValueError(f"loss.label_smoothing ({eps}) for dpo is a label-flip probability: below 0.5")
+        if self.task is not None and eps is not None and (problem := self.task.label_smoothing_problem(eps)):
+            raise ValueError(problem)
         if self.lora is not None and self.distributed.strategy == "fsdp":
             raise ValueError(
                 "lora with distributed.strategy fsdp is not supported: use ddp (the adapters are a small "
@@ -359,9 +355,14 @@ class TrainConfig(Section):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, where: str = "training config") -> TrainConfig:
-        """Validate a mapping; errors become one `ConfigError` listing ``dotted.field: problem`` lines."""
+        """Validate a mapping; errors become one `ConfigError` listing ``dotted.field: problem`` lines (a
+        setting at its old place: one line saying where it moved)."""
+        if found := moved_in(data):
+            raise ConfigError(f"{where}: {moved_message(data, found)}")
+        if "task" in data:  # a long name is quoted bounded (`plain_tags`), as a tag
+            data = {**data, "task": normalized(data["task"])}
         try:
-            return cls.model_validate(plain_tags(data, [("schedule", "kind")]))
+            return cls.model_validate(plain_tags(data, [("schedule", "kind"), ("task", "kind")]))
         except ValidationError as error:
             raise ConfigError(
                 f"{where}: invalid training config:\n{format_validation_error(error)}"
@@ -375,7 +376,9 @@ class TrainConfig(Section):
         ``init_from`` replaces the file's model source, keeping its model.overrides (as `starting_from`),
         before the config is validated.
 
-        Files over 10 MiB, or whose aliases expand past 100,000 values, are refused (`zoo.spec.files`).
+        Files over 10 MiB, or whose aliases expand past 100,000 values, are refused (`zoo.spec.files`). A run
+        folder's ``train_config.yaml`` written by an older zoo is read with its task settings moved under
+        ``task`` (`zoo.training.task_settings.translate_saved`; a warning says what moved).
         """
         path = Path(path).expanduser()
         if not path.is_file():
@@ -388,8 +391,14 @@ class TrainConfig(Section):
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a training config must be a mapping, got {type(data).__name__}")
-        for key, value in overrides.items():
-            _set_dotted(data, key, value)
+        if path.name == CONFIG_NAME:  # what a run wrote, perhaps an older zoo: its settings read where now
+            try:
+                data, notes = translate_saved(data)
+            except ValueError as error:
+                raise ConfigError(f"{path}: written by an older zoo: {error}") from None
+            for note in notes:
+                log.warning("%s: written by an older zoo: %s", path, note)
+        data = _with_overrides(data, overrides)
         if init_from is not None:
             model = data.get("model")
             kept = model.get("overrides", {}) if isinstance(model, dict) else {}
@@ -398,17 +407,34 @@ class TrainConfig(Section):
 
     def override(self, **changes: Any) -> TrainConfig:
         """A validated copy with dotted keys changed: ``config.override(**{"batch.max_tokens": 512})``."""
-        data = self.model_dump(mode="json", exclude_unset=True)
-        for key, value in changes.items():
-            _set_dotted(data, key, value)
-        return TrainConfig.from_dict(data)
+        return TrainConfig.from_dict(_with_overrides(self._given(), changes))
 
     def starting_from(self, path: str | Path) -> TrainConfig:
         """The same run fine-tuning the model at ``path`` (``model.init_from``), keeping model.overrides."""
-        data = self.model_dump(mode="json", exclude_unset=True)
+        data = self._given()
         data["model"] = {"init_from": str(path), "overrides": self.model.overrides}
         return TrainConfig.from_dict(data)
+
+    def _given(self) -> dict[str, Any]:
+        """The config as it was given (defaults left out), its task's kind named even when the settings
+        were built in Python (``DPOSettings(beta=0.2)`` leaves its kind at the default, unset)."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        if self.task is not None:
+            data["task"] = {"kind": self.task.kind, **data.get("task", {})}
+        return data
 
     def to_yaml(self) -> str:
         """The full config, every default explicit (what a run writes to ``<output_dir>/train_config.yaml``)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _with_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the dotted ``overrides`` set (``task.beta`` reaches into ``task: dpo`` too); one at a
+    setting's old place is a `ConfigError` saying where it moved."""
+    if "task" in data:
+        data["task"] = normalized(data["task"])
+    for key, value in overrides.items():
+        if (moved := moved_override(key, value, data.get("task"))) is not None:
+            raise ConfigError(moved)
+        _set_dotted(data, key, value)
+    return data

@@ -160,8 +160,8 @@ class Trainer:
             zoo.lora.apply(self.model, config.lora)
         # What the task trains on (DPO's keeps a frozen reference: the starting weights, never checkpointed).
         self.objective = self.task.objective(
-            config,
             self.spec,
+            label_smoothing=config.loss.label_smoothing,
             model=self.model,
             starting_model=lambda: self._starting_model(prepared.init_from),
         )
@@ -256,10 +256,8 @@ class Trainer:
         config, batch, task = self.config, self.config.batch, self.task
 
         def units_and_collator(split: Split) -> tuple[Units, Collate]:
-            units = task.units(split, tokenizers=self.tokenizers, limits=limits, config=config)
-            collate = task.collator(
-                split, units, spec=self.spec, tokenizers=self.tokenizers, config=config, limits=limits
-            )
+            units = task.units(split, tokenizers=self.tokenizers, limits=limits)
+            collate = task.collator(split, units, spec=self.spec, tokenizers=self.tokenizers, limits=limits)
             return units, collate
 
         train_units, self.collate = units_and_collator(self.train_split)
@@ -290,7 +288,7 @@ class Trainer:
 
     @property
     def label_smoothing(self) -> float:
-        return self.task.label_smoothing(self.config)
+        return self.task.label_smoothing(self.config.loss.label_smoothing)
 
     def autocast(self) -> AbstractContextManager:
         """The run's autocast (``precision``, resolved for the device: `zoo.training.precision`)."""
@@ -444,7 +442,6 @@ class Trainer:
             self.model,
             self.valid_split,
             tokenizers=self.tokenizers,
-            config=self.config,
             autocast=self.autocast(),
         )
         self.wrapped.train()

@@ -143,7 +143,7 @@ def base_spec(config: TrainConfig) -> ModelSpec:
         spec = parse_spec(source.spec)  # type: ignore[arg-type]
     overrides = source.overrides
     if config.task is not None:  # a classifier's overrides wait for its head (`Task.spec_overrides`)
-        overrides = tasks.get_task(config.task).spec_overrides(overrides)[0]
+        overrides = tasks.build_task(config.task).spec_overrides(overrides)[0]
     return spec.override(**overrides) if overrides else spec
 
 
@@ -158,8 +158,9 @@ def check_lora_targets(spec: ModelSpec, config: TrainConfig) -> None:
 
 
 def resolve_task(config: TrainConfig, spec: ModelSpec) -> Task:
-    """The config's task, or the natural one for the model (`zoo.training.tasks.resolve_task`)."""
-    return tasks.resolve_task(config.task, spec, where=_where(config))
+    """The config's task with its settings and ``data.packing``, or the natural one for the model
+    (`zoo.training.tasks.resolve_task`)."""
+    return tasks.resolve_task(config.task, spec, packing=config.data.packing, where=_where(config))
 
 
 def check_files(config: TrainConfig, task: Task) -> None:
@@ -187,7 +188,7 @@ def load_or_train_tokenizers(config: TrainConfig, *, task: Task, saved_dir: Path
 
 def _load_or_train(config: TrainConfig, *, task: Task, saved_dir: Path | None) -> Tokenizers:
     cfg = config.tokenizer
-    separate = task.separate_vocabularies(config)
+    separate = task.separate_vocabularies(config.tokenizer)
     init_from = config.model.init_from
     if saved_dir is not None and (saved_dir / TOKENIZER_NAME).is_file():
         source = Tokenizer.from_file(saved_dir / SOURCE_TOKENIZER_NAME) if separate else None

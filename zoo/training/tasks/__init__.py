@@ -9,18 +9,17 @@
     dpo                        `zoo.training.tasks.dpo`              preference pairs, DPO's loss, a frozen
                                                                      reference (or LoRA's base)
 
-Setup (`zoo.training.prepare`) and the loop (`zoo.training.loop`) hold no task branches: they ask the
-task. A new task is one module with a `Task` subclass and one row in `TASKS` (and its name in the config's
-``Task`` literal, which validates configs without importing torch).
+A task is built with its own settings, the config's ``task: {kind: NAME, ...}`` (`build_task`); setup
+(`zoo.training.prepare`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
+task is one module with a `Task` subclass, one row in `TASKS`, and its settings in
+`zoo.training.task_settings` (plain data, so a config validates without importing torch).
 """
 
 from __future__ import annotations
 
-from typing import get_args
-
 from zoo.spec import ModelSpec
-from zoo.training.config import ConfigError
-from zoo.training.config import Task as TaskName
+from zoo.training.config import ConfigError, PackingConfig
+from zoo.training.task_settings import SETTINGS, TaskSettings
 from zoo.training.tasks.base import Task
 from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
@@ -28,37 +27,39 @@ from zoo.training.tasks.dpo import DPO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
 from zoo.training.tasks.seq2seq import Seq2Seq
 
-TASKS: dict[str, Task] = {
+# The registry: a task's name (its settings' kind) -> the class that implements it.
+TASKS: dict[str, type[Task]] = {
     task.name: task
-    for task in (
-        Seq2Seq(),
-        CausalLM(),
-        MaskedLM(),
-        SequenceClassification(),
-        TokenClassification(),
-        Chat(),
-        DPO(),
-    )
+    for task in (Seq2Seq, CausalLM, MaskedLM, SequenceClassification, TokenClassification, Chat, DPO)
 }
-assert set(TASKS) == set(get_args(TaskName)), "every task the config accepts is registered, and only those"
+assert set(TASKS) == set(SETTINGS), "every task the config accepts is registered, and only those"
+assert all(TASKS[kind].settings_type is settings for kind, settings in SETTINGS.items()), "each its own"
+
+
+def build_task(settings: TaskSettings, *, packing: PackingConfig | None = None) -> Task:
+    """The task ``settings`` name, holding them, with ``data.packing`` (a `ConfigError` for a task that
+    does not pack)."""
+    return TASKS[settings.kind](settings, packing=packing)
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name``."""
-    return TASKS[name]
+    """The task called ``name``, its settings at their defaults."""
+    return TASKS[name]()
 
 
-def resolve_task(name: str | None, spec: ModelSpec, *, where: str) -> Task:
-    """The named task, or the natural one for the model (its family's, or its classifier's); a task the
-    model cannot do is a `ConfigError`."""
-    if name is None:
-        task = next(task for task in TASKS.values() if task.natural_for(spec))
-    else:
-        task = TASKS[name]
+def resolve_task(
+    settings: TaskSettings | None, spec: ModelSpec, *, packing: PackingConfig | None = None, where: str
+) -> Task:
+    """The task ``settings`` name, or (None) the natural one for the model (its family's, or its
+    classifier's) with its settings at their defaults; a task the model cannot do is a `ConfigError`."""
+    if settings is None:
+        natural = next(task for task in TASKS.values() if task.natural_for(spec))
+        settings = natural.settings_type(kind=natural.name)
+    task = build_task(settings, packing=packing)
     if task.family != spec.family:
         raise ConfigError(f"task {task.name} needs a {task.family} model, but the model is {spec.family}")
     task.check_model(spec, where=where)
     return task
 
 
-__all__ = ["TASKS", "Task", "get_task", "resolve_task"]
+__all__ = ["TASKS", "Task", "build_task", "get_task", "resolve_task"]

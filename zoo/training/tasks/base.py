@@ -1,6 +1,9 @@
 """The task protocol, and what every task shares: framing, cutting to length, padding, the batch.
 
-A task is one object (`Task`) that answers everything setup and the loop need to know about it:
+A task is one object (`Task`), built with its own settings (``settings``: the config's ``task``,
+`zoo.training.task_settings`) and ``packing`` (``data.packing``, which the language-model tasks and chat
+read), that answers everything setup and the loop need to know about it; its hooks are given the run's
+pieces they need (tokenizers, the spec, a split), never the whole config:
 
     the model      ``family``; `Task.check_model` (the heads it needs); `Task.natural_for` (the default
                    task of a model); `Task.spec_overrides` and `Task.fit_spec` (a classifier's head)
@@ -38,13 +41,14 @@ from zoo.io.tokenizer import Tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
 from zoo.spec import ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, ParallelFiles, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, PackingConfig, ParallelFiles, TokenizerConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.evaluate import ScoreAccumulator
 from zoo.training.objectives import Objective, TokenCrossEntropy
+from zoo.training.task_settings import TaskSettings
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -130,16 +134,32 @@ class Task(ABC):
     """One training task. Subclasses set the class attributes and implement the abstract methods; the
     defaults fit the tasks that have no opinion (no head to add, nothing unused, no extra scores)."""
 
-    name: ClassVar[str]  # the config's ``task``
+    name: ClassVar[str]  # the config's ``task`` (its settings' ``kind``)
+    settings_type: ClassVar[type[TaskSettings]]  # what the config's ``task: {kind: name, ...}`` becomes
     family: ClassVar[Family]  # the model family it trains
     sides: ClassVar[tuple[str, ...]]  # the token arrays of its prepared data, e.g. ("source", "target")
     fields: ClassVar[tuple[str, ...]]  # the record fields its raw data has, e.g. ("source", "target")
+    packs: ClassVar[bool] = False  # whether it reads ``data.packing`` (documents packed into windows)
+
+    def __init__(self, settings: TaskSettings | None = None, *, packing: PackingConfig | None = None) -> None:
+        """The task with its ``settings`` (default: all at their defaults) and ``data.packing``; packing
+        for a task that does not pack is a `ConfigError`."""
+        settings = settings if settings is not None else self.settings_type(kind=self.name)
+        if not isinstance(settings, self.settings_type):
+            raise TypeError(
+                f"task {self.name} takes {self.settings_type.__name__}, not {type(settings).__name__}"
+            )
+        if packing is not None and not self.packs:
+            raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
+        self.settings: TaskSettings = settings
+        self.packing = packing
 
     # -- the model -------------------------------------------------------------------------------------------
 
-    def natural_for(self, spec: ModelSpec) -> bool:
+    @classmethod
+    def natural_for(cls, spec: ModelSpec) -> bool:
         """Whether this is the task a model trains on when the config names none: its family's."""
-        return spec.family == self.family
+        return spec.family == cls.family
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
         """Refuse a model this task cannot train (the family is checked before): a `ConfigError`."""
@@ -162,8 +182,8 @@ class Task(ABC):
 
     # -- tokenizers --------------------------------------------------------------------------------------
 
-    def separate_vocabularies(self, config: TrainConfig) -> bool:
-        """Whether the source side gets its own tokenizer (and embedding)."""
+    def separate_vocabularies(self, tokenizer: TokenizerConfig) -> bool:
+        """Whether the source side gets its own tokenizer (and embedding), as ``tokenizer`` says."""
         return False
 
     def tokenizer_lines(self, records: Iterator[Record], *, side: str) -> Iterator[str]:
@@ -184,9 +204,9 @@ class Task(ABC):
     # -- data --------------------------------------------------------------------------------------------
 
     def check_data(self, data: DataConfig) -> None:
-        """Refuse data settings this task cannot use (a `ConfigError` naming the field)."""
-        if data.packing is not None:
-            raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
+        """Refuse data settings this task cannot use (a `ConfigError` naming the field); packing is refused
+        when the task is built."""
+        return None
 
     @staticmethod
     def refuse_parallel_files(data: DataConfig, message: str) -> None:
@@ -241,7 +261,7 @@ class Task(ABC):
         from a fresh pass over the records when needed."""
         return {}
 
-    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
+    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
         """What the split's batches are planned from: one unit per example by default, costing its framed
         length on each side that batches pad (`example_units`)."""
         return example_units(split, self.framed_sides(tokenizers), limits=limits)
@@ -258,31 +278,31 @@ class Task(ABC):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> Collate:
         """Units of ``split`` (as `units` planned them) -> batches for ``spec``'s model."""
 
     # -- loss and metrics --------------------------------------------------------------------------------
 
-    def label_smoothing(self, config: TrainConfig) -> float:
-        """The training loss's label smoothing: the config's, else this task's default (0)."""
-        eps = config.loss.label_smoothing
+    def label_smoothing(self, eps: float | None) -> float:
+        """The training loss's label smoothing: ``eps`` (``loss.label_smoothing``), else this task's
+        default (0)."""
         return eps if eps is not None else 0.0
 
     def objective(
         self,
-        config: TrainConfig,
         spec: ModelSpec,
         *,
+        label_smoothing: float | None,
         model: ZooModel,
         starting_model: Callable[[], ZooModel],
     ) -> Objective:
         """What the loop and validation compute on each batch (`zoo.training.objectives`): token
-        cross-entropy, label-smoothed as `label_smoothing` says, by default. ``model`` is the model being
-        trained (its adapters added, for LoRA); ``starting_model()`` builds a new one holding the weights
-        the run started from (``model.init_from``'s, or the seed's), for an objective that needs them."""
-        return TokenCrossEntropy(label_smoothing=self.label_smoothing(config))
+        cross-entropy, label-smoothed as `label_smoothing` says of ``label_smoothing``
+        (``loss.label_smoothing``), by default. ``model`` is the model being trained (its adapters added,
+        for LoRA); ``starting_model()`` builds a new one holding the weights the run started from
+        (``model.init_from``'s, or the seed's), for an objective that needs them."""
+        return TokenCrossEntropy(label_smoothing=self.label_smoothing(label_smoothing))
 
     def metric(self, spec: ModelSpec) -> ScoreAccumulator | None:
         """A fresh accumulator of validation scores beyond the loss (None: the loss says it all)."""
@@ -294,7 +314,6 @@ class Task(ABC):
         split: Split,
         *,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         autocast: AbstractContextManager,
     ) -> dict[str, Any]:
         """Validation scores computed by running the model beyond the loss (translation's BLEU)."""

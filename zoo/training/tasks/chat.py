@@ -27,7 +27,8 @@ a prefix of the next (prefix_i of through_i, through_i of the whole): a template
 turns differently once later ones follow (some drop earlier reasoning) has no such spans, and is refused
 naming the line. A token is trained when any character it covers is in a trained span (offsets of the one
 encoding); prepared data keeps that 0/1 mask per token as its ``labels`` side, beside the ``tokens``
-side, both memory-mapped. ``data.train_on_prompt: true`` trains every token instead, the mask unused.
+side, both memory-mapped. ``task: {kind: chat, train_on_prompt: true}`` trains every token instead, the
+mask unused.
 
 With a length limit a conversation is cut before it is rendered (`rendering`: its messages kept until their
 contents hold more characters than the limit can cover), and one left with no answer within the limit is
@@ -59,11 +60,12 @@ from zoo.io.tokenizer.lengths import char_budget, cut_messages
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, TrainConfig
+from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.task_settings import ChatSettings
 from zoo.training.tasks.base import (
     Encode,
     Framing,
@@ -93,13 +95,17 @@ NO_FRAMING = Framing()  # the template writes bos and the turn markers
 
 class Chat(Task):
     name = "chat"
+    settings_type = ChatSettings
+    settings: ChatSettings
     family = "decoder"
     sides: ClassVar[tuple[str, ...]] = ("tokens", "labels")
     fields: ClassVar[tuple[str, ...]] = ("json",)  # the raw line; `records` parses it
+    packs = True
 
     # -- the model -------------------------------------------------------------------------------------------
 
-    def natural_for(self, spec: ModelSpec) -> bool:
+    @classmethod
+    def natural_for(cls, spec: ModelSpec) -> bool:
         return False  # a decoder trains as causal_lm unless the config names chat
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
@@ -198,8 +204,8 @@ class Chat(Task):
     def framed_sides(self, tokenizers: Tokenizers) -> dict[str, int]:
         return {"tokens": 0}
 
-    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
-        packing = config.data.packing
+    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
+        packing = self.packing
         if packing is None:  # a conversation the limit leaves without an answer is skipped, counted
             trains = partial(answers_within, split.data, limits.max_length)
             return example_units(split, self.framed_sides(tokenizers), limits=limits, trains=trains)
@@ -212,11 +218,10 @@ class Chat(Task):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> ChatCollator:
         assert spec.pad_token_id is not None  # wire_spec refuses a spec without one
-        packing = config.data.packing
+        packing = self.packing
         windows = (
             packed_windows(split, NO_FRAMING, packing, limits, side="tokens") if packing is not None else None
         )
@@ -225,7 +230,7 @@ class Chat(Task):
             units,
             pad_id=spec.pad_token_id,
             max_length=limits.max_length,
-            train_on_prompt=config.data.train_on_prompt,
+            train_on_prompt=self.settings.train_on_prompt,
             windows=windows,
             separate=packing is not None and packing.documents == "separate",
         )

@@ -35,10 +35,11 @@ from zoo.losses import IGNORE_INDEX
 from zoo.spec import EncoderSpec, ModelSpec
 from zoo.spec.model import SequenceClassifierSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, TrainConfig
+from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.shards import PreparedData, SideInfo
 from zoo.training.data.sources import Format, OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.task_settings import SequenceClassificationSettings, TokenClassificationSettings
 from zoo.training.tasks.base import (
     Encode,
     Framing,
@@ -77,9 +78,10 @@ class Classification(Task):
 
     # -- the model -------------------------------------------------------------------------------------------
 
-    def natural_for(self, spec: ModelSpec) -> bool:
+    @classmethod
+    def natural_for(cls, spec: ModelSpec) -> bool:
         classifier = spec.heads.classifier if isinstance(spec, EncoderSpec) else None
-        return classifier is not None and classifier.task == self.head
+        return classifier is not None and classifier.task == cls.head
 
     def spec_overrides(self, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """Overrides under ``heads.classifier`` wait for the classifier, made from the data; dotted
@@ -183,7 +185,6 @@ class Classification(Task):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> ClassificationCollator:
         assert spec.pad_token_id is not None  # wire_spec refuses a spec without one
@@ -206,6 +207,7 @@ class Classification(Task):
 
 class SequenceClassification(Classification):
     name = "sequence_classification"
+    settings_type = SequenceClassificationSettings
     head = "sequence"
     sides: ClassVar[tuple[str, ...]] = ("text", "label")
     fields: ClassVar[tuple[str, ...]] = ("text", "label")
@@ -249,6 +251,7 @@ class SequenceClassification(Classification):
 
 class TokenClassification(Classification):
     name = "token_classification"
+    settings_type = TokenClassificationSettings
     head = "token"
     sides: ClassVar[tuple[str, ...]] = ("text", "tags")
     fields: ClassVar[tuple[str, ...]] = ("tokens", "tags")

@@ -20,11 +20,13 @@ first (``data.too_long: truncate``; eos kept), or is skipped or refused.
 The loss (`DirectPreference`, `zoo.losses.dpo_loss`) compares each sequence's summed log-probability under
 the policy and under the reference model, the weights the run started from, frozen:
 
-    with ``lora``       the same model with its adapters disabled (`zoo.lora.disabled`): no weight copied
+    with adapters       (the config's ``lora``) the same model with them disabled (`zoo.lora.disabled`): no
+                        weight copied
     without             a frozen copy of ``model.init_from`` (or of the seed's initialisation), built once at
                         setup and kept in eval mode: it doubles the weights' memory, as TRL's does
 
-The reference runs under ``torch.no_grad`` in eval mode (no dropout); the policy in train mode. Neither is
+Its settings (`zoo.training.task_settings.DPOSettings`) are ``beta`` and ``nll_coef`` (RPO's NLL term);
+``loss.label_smoothing`` is cDPO's label-flip probability. The reference runs under ``torch.no_grad`` in eval mode (no dropout); the policy in train mode. Neither is
 checkpointed as a reference: a resumed run rebuilds it from ``init_from`` (or the adapters' base).
 """
 
@@ -43,10 +45,11 @@ import zoo.lora
 from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, TrainConfig
+from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.objectives import Objective, ObjectiveSums
+from zoo.training.task_settings import DPOSettings
 from zoo.training.tasks.base import (
     Encode,
     Framing,
@@ -73,13 +76,16 @@ RESPONSES = ("chosen", "rejected")
 
 class DPO(Task):
     name = "dpo"
+    settings_type = DPOSettings
+    settings: DPOSettings
     family = "decoder"
     sides: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
     fields: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
 
     # -- the model -------------------------------------------------------------------------------------------
 
-    def natural_for(self, spec: ModelSpec) -> bool:
+    @classmethod
+    def natural_for(cls, spec: ModelSpec) -> bool:
         return False  # a decoder trains on causal_lm unless the config names dpo
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
@@ -154,7 +160,7 @@ class DPO(Task):
             "rejected": frame.eos is not None,
         }
 
-    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
+    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
         """One unit per pair, costing two rows (chosen, rejected) of its longer framed sequence."""
         data, frame = split.data, framing(tokenizers)
         extra, bos = frame.extra, int(frame.bos is not None)
@@ -183,7 +189,6 @@ class DPO(Task):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> PreferenceCollator:
         assert spec.pad_token_id is not None  # wire_spec refuses a spec without one
@@ -195,18 +200,18 @@ class DPO(Task):
 
     def objective(
         self,
-        config: TrainConfig,
         spec: ModelSpec,
         *,
+        label_smoothing: float | None,
         model: ZooModel,
         starting_model: Callable[[], ZooModel],
     ) -> DirectPreference:
         settings = {
-            "beta": config.loss.dpo_beta,
-            "label_smoothing": self.label_smoothing(config),
-            "nll_coef": config.loss.dpo_nll_coef,
+            "beta": self.settings.beta,
+            "label_smoothing": self.label_smoothing(label_smoothing),
+            "nll_coef": self.settings.nll_coef,
         }
-        if config.lora is not None:  # the base is the trained model with its adapters disabled
+        if zoo.lora.adapter_modules(model):  # LoRA: the base is the trained model with its adapters disabled
             return DirectPreference(model, adapters=True, **settings)
         return DirectPreference(frozen(starting_model()), adapters=False, **settings)
 

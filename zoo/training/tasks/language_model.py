@@ -3,7 +3,7 @@
 Raw data is plain text, one document a line (blank lines skipped). A document is framed ``bos text eos``
 (``[CLS] text [SEP]`` with a BERT tokenizer; with what the tokenizer has: GPT-2's has no separate bos).
 Without packing each document is one example, cut to the length limit and right-padded. With
-``data.packing`` the framed documents are concatenated and cut into windows of ``block_size`` tokens (the
+``data.packing`` (the task is built with it) the framed documents are concatenated and cut into windows of ``block_size`` tokens (the
 last may be shorter), as nanoGPT and transformers' ``group_texts`` do, so no batch pads:
 
     documents   [bos a1 a2 eos] [bos b1 b2 b3 eos] [bos c1 eos] ...
@@ -20,7 +20,8 @@ Windows are planned from the offsets alone: the documents' framed lengths, their
 
 Causal LM targets are the inputs shifted left (position t predicts token t + 1; with separate documents,
 never across a boundary). Masked LM targets are the original ids at the positions BERT's masking picked
-(`zoo.training.masking`, 15% of the non-special tokens, 80/10/10), drawn from the batch's generator.
+(`zoo.training.masking`, ``mlm_probability`` of the non-special tokens (its settings: 15% by default),
+80/10/10), drawn from the batch's generator.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ import torch
 from zoo.losses import IGNORE_INDEX
 from zoo.spec import DecoderSpec, EncoderSpec, ModelSpec
 from zoo.training.batching import Batch
-from zoo.training.config import ConfigError, DataConfig, PackingConfig, TrainConfig
+from zoo.training.config import ConfigError, DataConfig, PackingConfig
 from zoo.training.data.sources import OnBadLine, Record, Source
 from zoo.training.masking import mask_tokens
+from zoo.training.task_settings import CausalLMSettings, MaskedLMSettings
 from zoo.training.tasks.base import (
     LENGTH_CHUNK,
     Encode,
@@ -61,6 +63,7 @@ class LanguageModel(Task):
 
     sides: ClassVar[tuple[str, ...]] = ("text",)
     fields: ClassVar[tuple[str, ...]] = ("text",)
+    packs = True
 
     def check_data(self, data: DataConfig) -> None:
         self.refuse_parallel_files(data, f"data: {{source, target}} files are for seq2seq, not {self.name}")
@@ -83,10 +86,10 @@ class LanguageModel(Task):
     def framed_sides(self, tokenizers: Tokenizers) -> dict[str, int]:
         return {"text": framing(tokenizers).extra}
 
-    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits, config: TrainConfig) -> Units:
-        packing = config.data.packing
+    def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
+        packing = self.packing
         if packing is None:
-            return super().units(split, tokenizers=tokenizers, limits=limits, config=config)
+            return super().units(split, tokenizers=tokenizers, limits=limits)
         return packed_windows(split, framing(tokenizers), packing, limits).units()
 
     def collator(
@@ -96,12 +99,11 @@ class LanguageModel(Task):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> LanguageModelCollator:
         pad_id = spec.pad_token_id
         assert pad_id is not None  # wire_spec refuses a spec without one
-        packing = config.data.packing
+        packing = self.packing
         windows = packed_windows(split, framing(tokenizers), packing, limits) if packing is not None else None
         return LanguageModelCollator(
             split,
@@ -111,10 +113,10 @@ class LanguageModel(Task):
             max_length=limits.max_length,
             windows=windows,
             packing=packing,
-            targets=self.targets(spec, tokenizers, config),
+            targets=self.targets(spec, tokenizers),
         )
 
-    def targets(self, spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig) -> Targets:
+    def targets(self, spec: ModelSpec, tokenizers: Tokenizers) -> Targets:
         """How a collated batch of ids becomes (model inputs, targets)."""
         raise NotImplementedError
 
@@ -142,21 +144,26 @@ def framing(tokenizers: Tokenizers) -> Framing:
 
 class CausalLM(LanguageModel):
     name = "causal_lm"
+    settings_type = CausalLMSettings
+    settings: CausalLMSettings
     family = "decoder"
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
         if isinstance(spec, DecoderSpec) and spec.lm_head is None:
             raise ConfigError("task causal_lm needs an LM head; the spec has lm_head: null")
 
-    def targets(self, spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig) -> Targets:
+    def targets(self, spec: ModelSpec, tokenizers: Tokenizers) -> Targets:
         return NextTokens()
 
 
 class MaskedLM(LanguageModel):
     name = "masked_lm"
+    settings_type = MaskedLMSettings
+    settings: MaskedLMSettings
     family = "encoder"
 
-    def natural_for(self, spec: ModelSpec) -> bool:
+    @classmethod
+    def natural_for(cls, spec: ModelSpec) -> bool:
         return isinstance(spec, EncoderSpec) and spec.heads.classifier is None
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
@@ -172,7 +179,7 @@ class MaskedLM(LanguageModel):
     def has_unused_parameters(self, spec: ModelSpec) -> bool:
         return True  # BERT's pooler: computed, never read by the MLM loss
 
-    def targets(self, spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig) -> Targets:
+    def targets(self, spec: ModelSpec, tokenizers: Tokenizers) -> Targets:
         tok = tokenizers.target
         assert tok.mask_id is not None and spec.pad_token_id is not None  # missing_tokens checked both
         special = {i for i in tok.special_ids().values() if i is not None} | {spec.pad_token_id, tok.mask_id}
@@ -180,7 +187,7 @@ class MaskedLM(LanguageModel):
             mask_id=tok.mask_id,
             special=tuple(sorted(special)),
             vocab_size=spec.vocab_size,
-            probability=config.loss.mlm_probability,
+            probability=self.settings.mlm_probability,
         )
 
 

@@ -9,7 +9,8 @@ against the target itself:
     targets           x1 x2 x3 eos       padded with -100, never with the pad id
 
 The training loss is label-smoothed (0.1 by default: Vaswani et al. 2017, section 5.4); validation adds
-the BLEU of greedy (or beam) translations of the validation sources against their references.
+the BLEU of greedy (or beam) translations of the validation sources against their references, as the
+task's settings say (`zoo.training.task_settings.Seq2SeqSettings`: ``bleu``, ``bleu_metric``, ...).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from zoo.losses import IGNORE_INDEX
 from zoo.models.base import ZooModel
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.spec import ModelSpec
-from zoo.training.config import ParallelFiles, TrainConfig
+from zoo.training.config import ParallelFiles, TokenizerConfig
 from zoo.training.data.sources import OnBadLine, Record, Source, iter_records
 from zoo.training.evaluate import bleu
+from zoo.training.task_settings import Seq2SeqSettings
 from zoo.training.tasks.base import (
     Batch,
     Encode,
@@ -50,12 +52,14 @@ from zoo.training.tasks.base import (
 
 class Seq2Seq(Task):
     name = "seq2seq"
+    settings_type = Seq2SeqSettings
+    settings: Seq2SeqSettings
     family = "encoder-decoder"
     sides: ClassVar[tuple[str, ...]] = ("source", "target")
     fields: ClassVar[tuple[str, ...]] = ("source", "target")
 
-    def separate_vocabularies(self, config: TrainConfig) -> bool:
-        return not config.tokenizer.shared
+    def separate_vocabularies(self, tokenizer: TokenizerConfig) -> bool:
+        return not tokenizer.shared
 
     def tokenizer_lines(self, records: Iterator[Record], *, side: str) -> Iterator[str]:
         names = self.fields if side == "both" else (side,)
@@ -102,7 +106,6 @@ class Seq2Seq(Task):
         *,
         spec: ModelSpec,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         limits: Limits,
     ) -> Seq2SeqCollator:
         start_id = getattr(spec, "start_token_id", None)
@@ -117,8 +120,7 @@ class Seq2Seq(Task):
             max_length=limits.max_length,
         )
 
-    def label_smoothing(self, config: TrainConfig) -> float:
-        eps = config.loss.label_smoothing
+    def label_smoothing(self, eps: float | None) -> float:
         return eps if eps is not None else 0.1  # the paper, section 5.4
 
     def scores(
@@ -127,21 +129,21 @@ class Seq2Seq(Task):
         split: Split,
         *,
         tokenizers: Tokenizers,
-        config: TrainConfig,
         autocast: AbstractContextManager,
     ) -> dict[str, Any]:
-        if not config.eval.bleu:
+        settings = self.settings
+        if not settings.bleu:
             return {}
         assert isinstance(model, EncoderDecoderModel)  # the family was checked at setup
         with autocast:
             score = bleu(
                 model,
-                reference_pairs(split, tokenizers, limit=config.eval.bleu_samples),
+                reference_pairs(split, tokenizers, limit=settings.bleu_samples),
                 source_tokenizer=tokenizers.for_source,
                 target_tokenizer=tokenizers.target,
-                num_beams=config.eval.num_beams,
-                max_new_tokens=config.eval.max_new_tokens,
-                metric=config.eval.bleu_metric,
+                num_beams=settings.num_beams,
+                max_new_tokens=settings.max_new_tokens,
+                metric=settings.bleu_metric,
             )
         return {"val_bleu": score}
 

@@ -1,0 +1,269 @@
+"""Each training task's own settings: the config's ``task:``, a union keyed on ``kind`` (as the spec's blocks).
+
+    task: dpo                                          # a task by name, its settings at their defaults
+    task: {kind: dpo, beta: 0.1, nll_coef: 0.0}
+    task: {kind: masked_lm, mlm_probability: 0.15}
+    task: {kind: chat, train_on_prompt: false}
+    task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
+    (no task: the model's own, its family's or its classifier's, with its settings at their defaults)
+
+A setting lives under the task that reads it, so a setting of another task cannot be written down.
+What several tasks read stays in the config's sections: ``data.packing`` (causal_lm, masked_lm and chat
+pack; setup leaves packed data uncut), ``loss.label_smoothing`` (every task; dpo's is cDPO's flip
+probability), ``tokenizer.shared`` (with ``tokenizer.source_path``: which tokenizers setup loads or trains).
+
+These are plain data, validated without torch (the tasks themselves, `zoo.training.tasks`, import it);
+`zoo.training.tasks.build_task` makes the task that holds them. A new task is its module in
+``zoo/training/tasks/``, its settings here (a member of `TaskSettingsUnion`) and its row in
+`zoo.training.tasks.TASKS`; the config is not edited.
+
+Settings at their old places (``loss.dpo_beta``, ``eval.bleu``, ...; `MOVED`) are refused with one line
+that says where each went (`moved_message`); a run folder's ``train_config.yaml`` written by an older zoo
+is read with them moved (`translate_saved`), so its run can still be read and resumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
+
+from zoo.spec.errors import CleanModel, short_repr
+
+
+class TaskSettings(CleanModel):
+    """What every task's settings share: the ``kind`` that names the task; unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    kind: str
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        """What is wrong with ``loss.label_smoothing: eps`` for this task (None: nothing)."""
+        return None
+
+
+class Seq2SeqSettings(TaskSettings):
+    """seq2seq: validation adds the BLEU of the model's translations of the validation sources."""
+
+    kind: Literal["seq2seq"] = "seq2seq"
+    bleu: bool = Field(True, description="Decode the validation sources and score BLEU.")
+    bleu_metric: Literal["sacrebleu", "whitespace"] = Field(
+        "sacrebleu",
+        description="sacrebleu (13a tokens, exp smoothing; reported with its signature) or 'whitespace', "
+        "zoo's unsmoothed BLEU over str.split() tokens.",
+    )
+    bleu_samples: PositiveInt | None = Field(None, description="Decode only the first N pairs; null: all.")
+    num_beams: PositiveInt = Field(1, description="Beams when decoding for BLEU; 1: greedy.")
+    max_new_tokens: PositiveInt | None = Field(None, description="Decode length cap; default: max length.")
+
+
+class CausalLMSettings(TaskSettings):
+    """causal_lm: next-token prediction on plain text (``data.packing`` packs it); no settings of its own."""
+
+    kind: Literal["causal_lm"] = "causal_lm"
+
+
+class MaskedLMSettings(TaskSettings):
+    """masked_lm: BERT's masking (80% [MASK], 10% a random token, 10% unchanged)."""
+
+    kind: Literal["masked_lm"] = "masked_lm"
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="Share of the tokens predicted.")
+
+
+class SequenceClassificationSettings(TaskSettings):
+    """sequence_classification: one label per text; the labels come from the data."""
+
+    kind: Literal["sequence_classification"] = "sequence_classification"
+
+
+class TokenClassificationSettings(TaskSettings):
+    """token_classification: one tag per word; the tags come from the data."""
+
+    kind: Literal["token_classification"] = "token_classification"
+
+
+class ChatSettings(TaskSettings):
+    """chat: supervised fine-tuning on conversations, the loss on the assistant's turns."""
+
+    kind: Literal["chat"] = "chat"
+    train_on_prompt: bool = Field(
+        False,
+        description="Train on every token of a conversation (system and user turns too), not only on the "
+        "assistant's answers and their end-of-turn tokens.",
+    )
+
+
+class DPOSettings(TaskSettings):
+    """dpo: Direct Preference Optimization on preference pairs against a frozen reference."""
+
+    kind: Literal["dpo"] = "dpo"
+    beta: PositiveFloat = Field(
+        0.1, description="How far the policy may move from the reference (DPO's KL weight)."
+    )
+    nll_coef: float = Field(
+        0.0,
+        ge=0.0,
+        description="This times the chosen response's mean token NLL is added to each pair's loss (RPO; "
+        "TRL's rpo_alpha), so the chosen answers' likelihood does not fall with the rejected ones'; 0 = off.",
+    )
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        if eps >= 0.5:
+            return f"loss.label_smoothing ({eps}) for dpo is a label-flip probability: below 0.5"
+        return None
+
+
+# The union the config's ``task`` validates into: every task's settings, listed once.
+TaskSettingsUnion = Annotated[
+    Seq2SeqSettings
+    | CausalLMSettings
+    | MaskedLMSettings
+    | SequenceClassificationSettings
+    | TokenClassificationSettings
+    | ChatSettings
+    | DPOSettings,
+    Field(discriminator="kind"),
+]
+SETTINGS: dict[str, type[TaskSettings]] = {
+    cls.model_fields["kind"].default: cls for cls in get_args(get_args(TaskSettingsUnion)[0])
+}
+TASK_KINDS: tuple[str, ...] = tuple(SETTINGS)  # the task names a config accepts
+
+
+def settings_for(kind: str) -> TaskSettings:
+    """Task ``kind``'s settings at their defaults."""
+    return SETTINGS[kind](kind=kind)
+
+
+def normalized(task: Any) -> Any:
+    """A config's ``task`` as a mapping: ``dpo`` is ``{kind: dpo}`` (anything else is left to validation)."""
+    return {"kind": task} if isinstance(task, str) else task
+
+
+def task_kind(task: Any) -> str | None:
+    """The kind a config's raw ``task`` names (None: none, or not readable as one)."""
+    task = normalized(task)
+    kind = task.get("kind") if isinstance(task, Mapping) else None
+    return kind if isinstance(kind, str) else None
+
+
+# --- settings at their old places --------------------------------------------------------------------
+
+# Where each setting moved: its old dotted field -> (the task that reads it, its name there).
+MOVED: dict[str, tuple[str, str]] = {
+    "loss.mlm_probability": ("masked_lm", "mlm_probability"),
+    "loss.dpo_beta": ("dpo", "beta"),
+    "loss.dpo_nll_coef": ("dpo", "nll_coef"),
+    "data.train_on_prompt": ("chat", "train_on_prompt"),
+    "eval.bleu": ("seq2seq", "bleu"),
+    "eval.bleu_metric": ("seq2seq", "bleu_metric"),
+    "eval.bleu_samples": ("seq2seq", "bleu_samples"),
+    "eval.num_beams": ("seq2seq", "num_beams"),
+    "eval.max_new_tokens": ("seq2seq", "max_new_tokens"),
+}
+# The tasks an older zoo picked by itself when the config named none that read a moved setting (chat and
+# dpo were only ever named).
+_PICKED_UNNAMED = ("seq2seq", "masked_lm")
+
+
+def moved_in(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings at their old places in a raw config: old dotted field -> value, in `MOVED`'s order."""
+    found = {}
+    for old in MOVED:
+        section, name = old.split(".")
+        values = data.get(section)
+        if isinstance(values, Mapping) and name in values:
+            found[old] = values[name]
+    return found
+
+
+def moved_message(data: Mapping[str, Any], found: Mapping[str, Any]) -> str:
+    """One line saying where the settings ``found`` at their old places in ``data`` go, for the config's
+    task (else the first they belong to): ``loss.dpo_beta moved: write task: {kind: dpo, beta: 0.2}``,
+    keeping the settings the config's task already has."""
+    named = task_kind(data.get("task"))
+    kinds = [MOVED[old][0] for old in found]
+    kind = named if named in kinds else kinds[0]
+    olds = [old for old in found if MOVED[old][0] == kind]
+    task = dict(normalized(data.get("task"))) if named == kind else {"kind": kind}
+    task |= {MOVED[old][1]: found[old] for old in olds}
+    other = f" ({kind} settings; this config's task is {named})" if named not in (None, kind) else ""
+    return f"{', '.join(olds)} moved: write task: {flow(task)}{other}"
+
+
+def moved_override(key: str, value: Any, task: Any) -> str | None:
+    """One line for an override (``--set``) of a setting at its old place: ``loss.dpo_beta=0.2 moved: set
+    task.beta=0.2`` (or ``task={kind: dpo, beta: 0.2}`` when the config names another task or none);
+    None when ``key`` did not move."""
+    if key not in MOVED:
+        return None
+    kind, name = MOVED[key]
+    new = (
+        f"task.{name}={flow(value)}"
+        if task_kind(task) == kind
+        else f"task={flow({'kind': kind, name: value})}"
+    )
+    return f"{key}={flow(value)} moved: set {new}"
+
+
+def translate_saved(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A ``train_config.yaml`` an older zoo wrote (every setting explicit, some at their old places) as
+    this one reads it, and a note on each change: a setting of the config's task goes under ``task``; one
+    of a task the run never was is dropped (the older zoo did not read it either), noted when it was not
+    at its default. With no task named, a setting away from its default goes under the one task that reads
+    it (the run's own: only it read the setting); settings of two tasks there are a ValueError."""
+    found = moved_in(data)
+    if not found:
+        return data, []
+    data = {**data}
+    for section in {old.split(".")[0] for old in found}:
+        data[section] = {k: v for k, v in data[section].items() if f"{section}.{k}" not in MOVED}
+    named = task_kind(data.get("task"))
+    kept: dict[str, dict[str, Any]] = {}  # kind -> {old field: value}
+    notes = []
+    for old, value in found.items():
+        kind, name = MOVED[old]
+        at_default = SETTINGS[kind].model_fields[name].default == value
+        if kind == named or (named is None and kind in _PICKED_UNNAMED and not at_default):
+            kept.setdefault(kind, {})[old] = value
+        elif not at_default:
+            notes.append(f"{old}: {flow(value)} dropped (a {kind} setting; the run's task never read it)")
+    if len(kept) > 1:
+        olds = ", ".join(old for values in kept.values() for old in values)
+        kinds = " and ".join(sorted(kept))
+        raise ValueError(f"{olds} are settings of {kinds}, and no task is named: name the run's task")
+    for kind, values in kept.items():
+        task = {**normalized(data.get("task") or {"kind": kind})}
+        task |= {MOVED[old][1]: value for old, value in values.items()}
+        how = "" if named else f" (the only task that reads {'it' if len(values) == 1 else 'them'})"
+        notes.append(f"{', '.join(values)} read as task: {flow(task)}{how}")
+        data["task"] = task
+    return data, notes
+
+
+def flow(value: Any) -> str:
+    """``value`` as YAML on one line, ``{kind: dpo, beta: 0.2}``, ``0.2``, ``null``: a mapping's first
+    entries and short scalars; anything else (a config's value may be a huge list) as a bounded repr."""
+    if isinstance(value, Mapping):
+        shown = [f"{_scalar(key)}: {_scalar(item)}" for key, item in list(value.items())[:_MAX_SHOWN]]
+        return "{" + ", ".join(shown + (["..."] if len(value) > _MAX_SHOWN else [])) + "}"
+    return _scalar(value)
+
+
+_MAX_SHOWN = 8
+
+
+def _scalar(value: Any) -> str:
+    if (
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= 60)
+    ):
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+            return short_repr(value)
+        text = yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()
+        return text[1:-1]  # without the list's brackets
+    return short_repr(value)
