@@ -160,3 +160,19 @@ def test_a_task_trains_evaluates_and_resumes_exactly(variant: str, tmp_path: Pat
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
         assert torch.equal(a, b), name
     assert resumed.final["val_loss"] == pytest.approx(straight.final["val_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_separate_vocabularies_are_read_by_seq2seq_and_refused_by_every_other_task(name: str) -> None:
+    """``tokenizer.shared: false`` is acted on by the task with a source side and refused by the others,
+    never ignored."""
+    from zoo.training.config import ConfigError, TokenizerConfig
+    from zoo.training.tasks import get_task
+
+    task = get_task(name)
+    assert task.separate_vocabularies(TokenizerConfig()) is False
+    if name == "seq2seq":
+        assert task.separate_vocabularies(TokenizerConfig(shared=False)) is True
+    else:
+        with pytest.raises(ConfigError, match=rf"tokenizer.shared: false needs .*; {name} reads one vocabulary"):
+            task.separate_vocabularies(TokenizerConfig(shared=False))

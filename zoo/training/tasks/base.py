@@ -183,7 +183,13 @@ class Task(ABC):
     # -- tokenizers --------------------------------------------------------------------------------------
 
     def separate_vocabularies(self, tokenizer: TokenizerConfig) -> bool:
-        """Whether the source side gets its own tokenizer (and embedding), as ``tokenizer`` says."""
+        """Whether the source side gets its own tokenizer (and embedding), as ``tokenizer`` says; a task with
+        no source side refuses ``shared: false`` rather than ignore it."""
+        if not tokenizer.shared:
+            raise ConfigError(
+                f"tokenizer.shared: false needs a task with a source side (seq2seq); {self.name} reads one "
+                "vocabulary: leave tokenizer.shared at true"
+            )
         return False
 
     def tokenizer_lines(self, records: Iterator[Record], *, side: str) -> Iterator[str]:
