@@ -71,6 +71,7 @@ from zoo.io.hf.common import (
     rules_to_hf,
     rules_to_zoo,
     token_id,
+    with_logits_bias,
 )
 from zoo.spec import EncoderDecoderSpec, ModelSpec, SinusoidalPositions, parse_spec
 
@@ -351,6 +352,13 @@ def _to_half_layout(tensors: StateDict, d_model: int) -> StateDict:
     return out
 
 
+def _as_half_layout(spec: ModelSpec) -> ModelSpec:
+    """What a Marian export describes: the paper's interleaved sinusoids written in the half layout, the
+    residual stream reordered (`_to_half_layout`); any other spec as it is."""
+    interleaved = [s for s in spec.stacks().values() if s.position.model_dump() == _INTERLEAVED]
+    return spec.override(**{s.sources["position"]: _HALF for s in interleaved}) if interleaved else spec
+
+
 def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
     return FamilyMapping(
         model_types=(model_type,),
@@ -358,6 +366,7 @@ def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
         spec_to_config=lambda spec: spec_to_config(spec, marian=marian),
         hf_to_zoo=lambda tensors, spec: _hf_to_zoo(tensors, spec, marian=marian),
         zoo_to_hf=lambda tensors, spec: _zoo_to_hf(tensors, spec, marian=marian),
+        exported_as=(lambda spec: _as_half_layout(with_logits_bias(spec))) if marian else with_logits_bias,
     )
 
 

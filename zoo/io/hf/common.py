@@ -31,6 +31,13 @@ from zoo.spec.errors import short_repr
 StateDict = dict[str, torch.Tensor]
 
 
+class NamesOnly(StateDict):
+    """A model's state dict (meta tensors) given to a family's ``zoo_to_hf`` for the names it would write:
+    what the export guard reads the config back with (`zoo.io.hf.faithful`). `rules_to_hf` leaves out a
+    rule whose zoo tensor the model lacks (a spec the family cannot express), where it would refuse: the
+    read-back names what is lost, by its spec field."""
+
+
 @dataclass(frozen=True)
 class FamilyMapping:
     """How one Hugging Face family maps onto zoo.
@@ -43,6 +50,9 @@ class FamilyMapping:
         or unexpected keys.
     ffn_kinds: the FFN spec kinds (``dense``, ``moe``) the family writes; export refuses any other before
         ``spec_to_config`` runs.
+    exported_as(spec): the spec the written files describe, where the family re-expresses an option through
+        the weights (Marian: the paper's interleaved sinusoids as its half layout, the residual stream
+        reordered); the export guard (`zoo.io.hf.faithful`) reads the config back against it. None: ``spec``.
     """
 
     model_types: tuple[str, ...]
@@ -51,6 +61,7 @@ class FamilyMapping:
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
     ffn_kinds: tuple[str, ...] = ("dense",)
+    exported_as: Callable[[ModelSpec], ModelSpec] | None = None
 
 
 def check_ffn_kinds(mapping: FamilyMapping, spec: ModelSpec) -> None:
@@ -230,29 +241,40 @@ def reject(config: Mapping[str, Any], key: str, default: Any, *, why: str) -> No
 
 
 def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:
-    """Raise naming the first spec field whose value the HF ``family`` cannot express.
+    """Raise naming the first spec field whose value the HF ``family``'s ``spec_to_config`` cannot work with.
 
     ``checks`` holds ``(dotted field, value, wanted)``; ``wanted`` is a value or a tuple of allowed values.
-    Every check is made, so that the error's ``fields`` lists each field that differs (how far ``family``
-    is from the spec); the message names the first and counts the others.
+    A family lists only what it needs to write a config at all (a rope config needs rotary positions):
+    everything else is the export guard's, which reads the config back (`zoo.io.hf.faithful`). Every check
+    is made, so that the error's ``fields`` lists each field that differs (how far ``family`` is from the
+    spec); the message names the first and counts the others.
     """
     failed: dict[str, tuple[Any, str]] = {}  # field -> (value, what is needed); a field twice counts once
     for field, value, wanted in checks:
         allowed = wanted if isinstance(wanted, tuple) else (wanted,)
         if value not in allowed:
-            failed.setdefault(field, (value, " or ".join(repr(w) for w in allowed)))
+            needs = " or ".join(repr(w) for w in allowed)
+            failed.setdefault(field, (value, f": Hugging Face {family} needs {needs}"))
     if failed:
-        (field, (value, expected)), *others = failed.items()
-        more = [name for name, _ in others]
-        also = (
-            f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})"
-            if more
-            else ""
-        )
-        raise HFError(
-            f"{family} cannot express {field}={value!r}: Hugging Face {family} needs {expected}{also}",
-            fields=tuple(failed),
-        )
+        raise refusal(family, failed)
+
+
+def refusal(family: str, failed: dict[str, tuple[Any, str]]) -> HFError:
+    """The error for the spec fields ``family`` cannot express: ``failed`` maps each field to its value and
+    why (``": Hugging Face gpt2 needs 'pre'"``, ``" (read back as 'pre')"``). The message names the first
+    field and counts the others; ``fields`` holds them all."""
+    (field, (value, why)), *others = failed.items()
+    more = [name for name, _ in others]
+    also = f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})" if more else ""
+    return HFError(f"{family} cannot express {field}={value!r}{why}{also}", fields=tuple(failed))
+
+
+def with_logits_bias(spec: ModelSpec) -> ModelSpec:
+    """What a BART-shaped export describes (its `FamilyMapping.exported_as`): a head without
+    ``lm_head.logits_bias`` is written with a zero ``final_logits_bias``, which transformers' head always
+    has and which reads back as one: the same logits."""
+    head = getattr(spec, "lm_head", None)
+    return spec if head is None or head.logits_bias else spec.override(**{"lm_head.logits_bias": True})
 
 
 # -- tensor tables -----------------------------------------------------------------------------------------
@@ -426,10 +448,15 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
 
 
 def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
-    """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage."""
+    """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage.
+
+    A rule whose zoo tensor ``tensors`` lacks is an error, unless ``tensors`` is `NamesOnly`: then it is
+    left out."""
     out: StateDict = {}
     for rule in rules:
         if rule.zoo not in tensors:
+            if isinstance(tensors, NamesOnly):
+                continue
             raise HFError(f"the model has no tensor {rule.zoo}")
         tensor = tensors[rule.zoo].detach()
         if rule.interleave is not None:  # zoo (parts, groups, n) rows -> HF (groups, parts, n)

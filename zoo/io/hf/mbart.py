@@ -53,6 +53,7 @@ from zoo.io.hf.common import (
     require,
     rules_to_hf,
     rules_to_zoo,
+    with_logits_bias,
 )
 from zoo.spec import EncoderDecoderSpec, LearnedPositions, ModelSpec, SinusoidalPositions
 
@@ -222,6 +223,7 @@ def _mapping(variant: Variant) -> FamilyMapping:
         spec_to_config=lambda spec: spec_to_config(spec, variant),
         hf_to_zoo=lambda tensors, spec: hf_to_zoo(tensors, spec, variant),
         zoo_to_hf=lambda tensors, spec: zoo_to_hf(tensors, spec, variant),
+        exported_as=with_logits_bias,
     )
 
 

@@ -349,6 +349,15 @@ def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     return out
 
 
+def _stored_head(spec: ModelSpec) -> ModelSpec:
+    """What an export describes: a tied head without the rescale is stored as its own copy of the table
+    (`zoo_to_hf`), which reads back untied: the same logits."""
+    head = getattr(spec, "lm_head", None)
+    if head is not None and head.tied and not head.rescale_tied:
+        return spec.override(**{"lm_head.tied": False})
+    return spec
+
+
 def _mapping(variant: Variant) -> FamilyMapping:
     return FamilyMapping(
         model_types=(variant.model_type,),
@@ -356,6 +365,7 @@ def _mapping(variant: Variant) -> FamilyMapping:
         spec_to_config=lambda spec: spec_to_config(spec, variant),
         hf_to_zoo=hf_to_zoo,
         zoo_to_hf=zoo_to_hf,
+        exported_as=_stored_head,
     )
 
 
