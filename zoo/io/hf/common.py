@@ -33,9 +33,9 @@ StateDict = dict[str, torch.Tensor]
 
 class NamesOnly(StateDict):
     """A model's state dict (meta tensors) given to a family's ``zoo_to_hf`` for the names it would write:
-    what the export guard reads the config back with (`zoo.io.hf.faithful`). `rules_to_hf` leaves out a
-    rule whose zoo tensor the model lacks (a spec the family cannot express), where it would refuse: the
-    read-back names what is lost, by its spec field."""
+    what the export guard reads the config back with (`zoo.io.hf.faithful`). `rules_to_hf` maps names only,
+    leaving out a rule whose zoo tensor the model lacks (a spec the family cannot express), where it would
+    refuse: the read-back names what is lost, by its spec field."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +81,15 @@ class HFError(ValueError):
     """A Hugging Face checkpoint, config or spec zoo cannot convert; the message names the field or tensor.
 
     ``fields``: the spec fields an export refusal names (all of them, the message leads with the first);
-    empty for other errors. `NoFamilyError` ranks the families by them.
+    empty for other errors. ``complete``: they are every field the export would lose (the export guard's
+    read-back); else the family stopped at what it could not write at all, and more may be lost.
+    `NoFamilyError` ranks the families by both.
     """
 
-    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, fields: tuple[str, ...] = (), complete: bool = False) -> None:
         super().__init__(message)
         self.fields = fields
+        self.complete = complete
 
 
 class NoFamilyError(HFError):
@@ -105,13 +108,16 @@ class NoFamilyError(HFError):
         return f"no Hugging Face family can express this spec; closest: {self.reasons[0][1]}"
 
 
-def closeness(error: ValueError) -> tuple[int, int]:
+def closeness(error: ValueError) -> tuple[int, bool, int]:
     """How far a family is from a spec, by its refusal: another model family (decoder for encoder-decoder)
     is farthest, then another kind of feed-forward (a Mixture-of-Experts family for a dense spec, or the
-    reverse: its refusal stops at that one field); else the fewer fields it cannot express, the closer."""
+    reverse: its refusal stops at that one field); else a family that wrote a config and lost fields in it
+    (`HFError.complete`: it names them all) before one that stopped at the first it could not write, and
+    the fewer fields, the closer."""
     fields = getattr(error, "fields", ())
     other_ffn = any(field.endswith("ffn.kind") for field in fields)
-    return (2 if "family" in fields else 1 if other_ffn else 0, max(len(fields), 1))
+    kind = 2 if "family" in fields else 1 if other_ffn else 0
+    return (kind, not getattr(error, "complete", False), max(len(fields), 1))
 
 
 # -- activations -------------------------------------------------------------------------------------------
@@ -259,14 +265,15 @@ def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:
         raise refusal(family, failed)
 
 
-def refusal(family: str, failed: dict[str, tuple[Any, str]]) -> HFError:
+def refusal(family: str, failed: dict[str, tuple[Any, str]], *, complete: bool = False) -> HFError:
     """The error for the spec fields ``family`` cannot express: ``failed`` maps each field to its value and
     why (``": Hugging Face gpt2 needs 'pre'"``, ``" (read back as 'pre')"``). The message names the first
-    field and counts the others; ``fields`` holds them all."""
+    field and counts the others; ``fields`` holds them all (``complete``: see `HFError`)."""
     (field, (value, why)), *others = failed.items()
     more = [name for name, _ in others]
     also = f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})" if more else ""
-    return HFError(f"{family} cannot express {field}={value!r}{why}{also}", fields=tuple(failed))
+    message = f"{family} cannot express {field}={value!r}{why}{also}"
+    return HFError(message, fields=tuple(failed), complete=complete)
 
 
 def with_logits_bias(spec: ModelSpec) -> ModelSpec:
@@ -450,13 +457,17 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
 def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
     """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage.
 
-    A rule whose zoo tensor ``tensors`` lacks is an error, unless ``tensors`` is `NamesOnly`: then it is
-    left out."""
+    A rule whose zoo tensor ``tensors`` lacks is an error. `NamesOnly` tensors give the names alone (each
+    bound to its zoo tensor as it is): a rule whose zoo tensor is missing, or does not split as the rule
+    says, is a spec the family cannot express, which the read-back names.
+    """
     out: StateDict = {}
+    names_only = isinstance(tensors, NamesOnly)
     for rule in rules:
+        if names_only:
+            out |= {name: tensors[rule.zoo] for name in rule.hf if rule.zoo in tensors}
+            continue
         if rule.zoo not in tensors:
-            if isinstance(tensors, NamesOnly):
-                continue
             raise HFError(f"the model has no tensor {rule.zoo}")
         tensor = tensors[rule.zoo].detach()
         if rule.interleave is not None:  # zoo (parts, groups, n) rows -> HF (groups, parts, n)

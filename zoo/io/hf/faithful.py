@@ -12,8 +12,9 @@ read (a rope config without rotary positions).
 
 Resolved: one function, one value, however the spec spells it (``num_kv_heads: null`` is ``num_heads``,
 ``out_bias: null`` is ``bias``, ``final: null`` follows the placement, the logit scale is a number, a
-Mixture-of-Experts FFN lists which layers are sparse), and an option that cannot act is left out (an
-RMSNorm's ``bias``, ``qk_norm_eps`` without ``qk_norm``, a shared-expert gate without a shared expert).
+pattern the same in every layer is that pattern), and an option that cannot act is left out (an RMSNorm's
+``bias``, ``qk_norm_eps`` without ``qk_norm``, the logit scale of unscaled attention, a shared-expert gate
+without a shared expert, the dense width where every layer is sparse).
 
 `IGNORED` names the fields left out because they do not change the function a model computes. A family
 that re-expresses an option through its weights says what its files describe with
@@ -62,20 +63,21 @@ def faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
     lost = lost_fields(written, mapping.config_to_spec(config, names))
     if lost:
         failed = {field: (value, f" (read back as {back!r})") for field, value, back in lost}
-        raise refusal("/".join(mapping.model_types), failed)
+        raise refusal("/".join(mapping.model_types), failed, complete=True)
     return config
 
 
 def lost_fields(spec: ModelSpec, reread: ModelSpec) -> list[tuple[str, Any, Any]]:
     """``(field, value, read back as)`` for every field of ``spec`` that ``reread`` does not keep, fields
-    named as the spec writes them (``attention.bias`` for a model-level block), each once."""
+    named as the spec writes them (``attention.bias`` for a model-level block), each once: another kind of
+    block first (``norm.kind``, ``position.kind``), the biggest difference, then the others in spec order."""
     before, names = resolved(spec)
     after, _ = resolved(reread)
     lost: dict[str, tuple[str, Any, Any]] = {}
     for path, value, back in _differences(before, after, ""):
         field = _display(path, names)
         lost.setdefault(field, (field, value, back))
-    return list(lost.values())
+    return sorted(lost.values(), key=lambda item: item[0].rsplit(".", 1)[-1] not in _TAGS)
 
 
 def resolved(spec: ModelSpec) -> tuple[dict[str, Any], dict[str, str]]:
@@ -131,6 +133,8 @@ def _attention(attention: AttentionSpec | None, d_model: int) -> dict[str, Any] 
     }
     if not attention.qk_norm:
         del found["qk_norm_eps"]
+    if not attention.scaled:
+        del found["scale"]  # 1: ``scaled`` says it
     return found
 
 
@@ -138,10 +142,10 @@ def _ffn(stack: ResolvedStack) -> dict[str, Any]:
     ffn = stack.ffn
     if not isinstance(ffn, MoESpec):
         return {"kind": ffn.kind, **ffn.model_dump()}  # a dense FFN never dumps its kind
-    sparse = [ffn.is_sparse(i) for i in range(stack.num_layers)]
-    found = ffn.model_dump(exclude={"sparse_step", "dense_layers", "dense_d_ff"}) | {
-        "sparse": sparse,
-        "dense_d_ff": ffn.dense_d_ff if not all(sparse) else None,  # the dense layers' width, where used
+    dense = any(not ffn.is_sparse(i) for i in range(stack.num_layers))
+    found = ffn.model_dump() | {
+        "dense_layers": sorted(set(ffn.dense_layers)),
+        "dense_d_ff": ffn.dense_d_ff if dense else None,  # the dense layers' width, where there are some
     }
     if ffn.shared_d_ff is None:
         del found["shared_gate"]
@@ -163,15 +167,20 @@ def _prune(value: Any, path: str) -> Any:
 
 def _differences(before: Any, after: Any, path: str) -> list[tuple[str, Any, Any]]:
     """Every ``(path, value, read back as)`` where the two trees differ: within a mapping field by field,
-    except that another union member (its tag) is one difference, and a pattern is compared whole."""
+    except that another union member, or none, is one difference named by the tag (``position.kind``,
+    ``position.scaling.type``), and a pattern is compared whole."""
+    if before == after:
+        return []
+    tag = next((t for t in _TAGS if isinstance(before, dict) and t in before), None)
+    if tag is not None and not isinstance(after, dict) and not fnmatchcase(path, _WHOLE):
+        return [(_join(path, tag), before[tag], after)]  # a rope scaling read back as none: its type
     if not (isinstance(before, dict) and isinstance(after, dict)) or fnmatchcase(path, _WHOLE):
-        return [] if before == after else [(path, before, after)]
-    for tag in _TAGS:
-        if tag in before and before.get(tag) != after.get(tag):
-            return [(_join(path, tag), before[tag], after.get(tag))]
+        return [(path, before, after)]
+    if tag is not None and before[tag] != after.get(tag):
+        return [(_join(path, tag), before[tag], after.get(tag))]
     found: list[tuple[str, Any, Any]] = []
-    for key in dict.fromkeys([*before, *after]):
-        found += _differences(before.get(key), after.get(key), _join(path, key))
+    for key in [k for k in before if k in after]:  # one side only: an option off there (qk_norm_eps)
+        found += _differences(before[key], after[key], _join(path, key))
     return found
 
 
