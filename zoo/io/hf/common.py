@@ -37,6 +37,9 @@ class NamesOnly(StateDict):
     leaving out a rule whose zoo tensor the model lacks (a spec the family cannot express), where it would
     refuse: the read-back names what is lost, by its spec field."""
 
+    def copy(self) -> NamesOnly:
+        return NamesOnly(self)
+
 
 @dataclass(frozen=True)
 class FamilyMapping:
