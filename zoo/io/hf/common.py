@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from zoo.spec import ModelSpec, ResolvedStack
+from zoo.spec import ModelSpec
 from zoo.spec.errors import short_repr
 
 StateDict = dict[str, torch.Tensor]
@@ -364,39 +364,6 @@ def regroup(tensor: torch.Tensor, outer: int, inner: int) -> torch.Tensor:
         raise HFError(f"cannot regroup {rows} rows into {outer} x {inner} blocks")
     blocks = tensor.reshape(outer, inner, rows // (outer * inner), *tensor.shape[1:])  # (O, I, n, ...)
     return blocks.transpose(0, 1).reshape(tensor.shape)  # (I, O, n, ...) flattened back
-
-
-def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
-    """`require` checks for GPT-2/BERT-style attention: full multi-head, biased, scaled, default head_dim."""
-    attention, path = stack.attention, stack.sources["attention"]
-    return [
-        (f"{path}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{path}.head_dim", attention.resolved_head_dim(d_model), d_model // attention.num_heads),
-        (f"{path}.bias", attention.bias, True),
-        (f"{path}.out_bias", attention.has_out_bias, True),
-        (f"{path}.scaled", attention.scaled, True),
-        (f"{path}.qk_norm", attention.qk_norm, False),
-    ]
-
-
-def classic_layers(
-    stack: ResolvedStack, d_model: int, *, placement: str, final: bool, position_offset: int
-) -> list[tuple[str, Any, Any]]:
-    """`require` checks for a GPT-2/BERT-era stack: biased LayerNorm (``placement``, a final norm or not),
-    `plain_attention`, a biased ungated FFN without inner dropout, learned positions from ``position_offset``."""
-    src, norm, ffn, position = stack.sources, stack.norm, stack.ffn, stack.position
-    return [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, placement),
-        (f"{src['norm']}.final", norm.has_final, final),
-        *plain_attention(stack, d_model),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), position_offset),
-    ]
 
 
 def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:

@@ -48,7 +48,7 @@ _TAGS = (
     "type",
     "task",
 )  # a union's tag: when it differs, the other fields mean other things
-_WHOLE = "*.pattern"  # a layer's attention pattern is one value: a window without its kind says nothing
+_WHOLE = "*.pattern"  # a layer's attention pattern (or the list of them) is one value
 _STACK_BLOCKS = ("norm", "attention", "cross_attention", "ffn", "position")
 _RESOLVED_ELSEWHERE = {"num_layers", *_STACK_BLOCKS, "encoder", "decoder"}  # what the stacks resolve
 
@@ -168,16 +168,18 @@ def _prune(value: Any, path: str) -> Any:
 def _differences(before: Any, after: Any, path: str) -> list[tuple[str, Any, Any]]:
     """Every ``(path, value, read back as)`` where the two trees differ: within a mapping field by field,
     except that another union member, or none, is one difference named by the tag (``position.kind``,
-    ``position.scaling.type``), and a pattern is compared whole."""
+    ``position.scaling.type``), and a layer's pattern of another kind is named whole (a window without its
+    kind says nothing)."""
     if before == after:
         return []
     tag = next((t for t in _TAGS if isinstance(before, dict) and t in before), None)
-    if tag is not None and not isinstance(after, dict) and not fnmatchcase(path, _WHOLE):
-        return [(_join(path, tag), before[tag], after)]  # a rope scaling read back as none: its type
-    if not (isinstance(before, dict) and isinstance(after, dict)) or fnmatchcase(path, _WHOLE):
+    other = not isinstance(after, dict) or (tag is not None and before[tag] != after.get(tag))
+    if fnmatchcase(path, _WHOLE) and (not isinstance(before, dict) or other):
+        return [(path, before, after)]  # a pattern of another kind (or per layer): with its parameters
+    if tag is not None and other:  # another kind, or none (a rope scaling read back as none): its tag
+        return [(_join(path, tag), before[tag], after.get(tag) if isinstance(after, dict) else after)]
+    if not (isinstance(before, dict) and isinstance(after, dict)):
         return [(path, before, after)]
-    if tag is not None and before[tag] != after.get(tag):
-        return [(_join(path, tag), before[tag], after.get(tag))]
     found: list[tuple[str, Any, Any]] = []
     for key in [k for k in before if k in after]:  # one side only: an option off there (qk_norm_eps)
         found += _differences(before[key], after[key], _join(path, key))
