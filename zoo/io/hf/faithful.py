@@ -6,9 +6,10 @@ in, whole and resolved (`resolved`): every stack's norm, attention, cross-attent
 and per-layer attention pattern as the stack runs them, then every top-level field (embedding, heads,
 lm_head, vocabularies, token ids). What the config cannot say comes back as the family's fixed value, and
 the export is refused naming it: ``gpt2 cannot express norm.kind='rmsnorm' (read back as 'layernorm')``.
-Nothing here lists the spec's options, so an option added to the spec is guarded the day it exists; a
-family's own `common.require` rows only keep its ``spec_to_config`` from running on a spec it cannot even
-read (a rope config without rotary positions).
+Nothing here lists the spec's options, so an option added to the spec is guarded the day it exists. A
+family writes what it holds and leaves the rest to this read-back; its own `common.require` rows (and a few
+explicit refusals) are for what it cannot write at all (another model family, Marian's one sinusoid layout
+for both stacks) or what reads back the same but computes otherwise (MPNet's hard-coded padding id).
 
 Resolved: one function, one value, however the spec spells it (``num_kv_heads: null`` is ``num_heads``,
 ``out_bias: null`` is ``bias``, ``final: null`` follows the placement, the logit scale is a number, a
@@ -42,12 +43,8 @@ IGNORED: dict[str, str] = {
     "*.ffn.jitter": "training only: a Mixture-of-Experts router's input noise",
     "*.pattern.seed": "BigBird's random blocks: transformers draws its own and has no field for a seed",
 }
-_TAGS = (
-    "family",
-    "kind",
-    "type",
-    "task",
-)  # a union's tag: when it differs, the other fields mean other things
+# a union's tag: where it differs, the other fields mean other things
+_TAGS = ("family", "kind", "type", "task")
 _WHOLE = "*.pattern"  # a layer's attention pattern (or the list of them) is one value
 _STACK_BLOCKS = ("norm", "attention", "cross_attention", "ffn", "position")
 _RESOLVED_ELSEWHERE = {"num_layers", *_STACK_BLOCKS, "encoder", "decoder"}  # what the stacks resolve
