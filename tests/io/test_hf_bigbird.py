@@ -18,6 +18,7 @@ import torch
 import zoo
 from zoo.blocks.masks import block_sparse_layout
 from zoo.io.hf import bigbird
+from zoo.io.hf.faithful import faithful_config
 from zoo.spec.patterns import BlockSparsePattern
 
 transformers = pytest.importorskip("transformers")
@@ -278,7 +279,7 @@ SPARSE = {"kind": "block_sparse", "block_size": 64}
 def test_to_hf_names_the_spec_field_big_bird_cannot_express(change, message) -> None:
     spec = zoo.preset("bigbird-roberta-base").override(**{"encoder.pattern": None}).override(**change)
     with pytest.raises(ValueError, match=rf"big_bird cannot express {message}"):
-        bigbird.MAPPING.spec_to_config(spec)
+        faithful_config(bigbird.MAPPING, spec)
 
 
 @pytest.mark.parametrize(

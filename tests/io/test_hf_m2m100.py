@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 import zoo
 from zoo.io.hf import m2m100
+from zoo.io.hf.faithful import faithful_config
 from zoo.spec import SpecError
 from zoo.spec.sizes import buffer_count
 
@@ -186,8 +187,11 @@ def test_preset_has_the_published_shape_and_parameter_count() -> None:
     [
         ({"norm.placement": "post"}, "norm.placement"),
         ({"norm.final": False}, "norm.final"),
-        ({"position": {"offset": 0}}, "position"),
-        ({"decoder.position": {"kind": "sinusoidal", "layout": "half", "offset": 2}}, "decoder.position"),
+        ({"position": {"offset": 0}}, "position.offset"),
+        (
+            {"decoder.position": {"kind": "sinusoidal", "layout": "half", "offset": 2}},
+            "decoder.position.frequencies",
+        ),
         ({"lm_head.logits_bias": True}, "lm_head.logits_bias"),
         ({"embedding.norm": True}, "embedding.norm"),
         ({"source_vocab_size": 300}, "source_vocab_size"),
@@ -197,7 +201,7 @@ def test_preset_has_the_published_shape_and_parameter_count() -> None:
 def test_to_hf_names_the_spec_field_m2m_100_cannot_express(change, field) -> None:
     spec = zoo.preset("m2m100-418m").override(vocab_size=512, **change)
     with pytest.raises(ValueError, match=rf"m2m_100 cannot express {field}="):
-        m2m100.MAPPING.spec_to_config(spec)
+        faithful_config(m2m100.MAPPING, spec)
 
 
 def test_config_without_pad_token_is_refused(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from torch import nn
 
 import zoo
 from zoo.io.hf import mbart
+from zoo.io.hf.faithful import faithful_config
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -207,14 +208,14 @@ def test_to_hf_without_model_type_writes_a_pre_norm_bart_as_mbart(tmp_path: Path
         ("mbart", {"norm.placement": "post"}, "norm.placement"),
         ("mbart", {"norm.final": False}, "norm.final"),
         ("mbart", {"embedding.norm": False}, "embedding.norm"),
-        ("mbart", {"position": {"kind": "learned", "offset": 0}}, "position"),
-        ("mbart", {"decoder.position": {"kind": "sinusoidal", "layout": "half"}}, "decoder.position"),
+        ("mbart", {"position": {"kind": "learned", "offset": 0}}, "position.offset"),
+        ("mbart", {"decoder.position": {"kind": "sinusoidal", "layout": "half"}}, "decoder.position.kind"),
         ("mbart", {"ffn.gated": True}, "ffn.gated"),
         ("mbart", {"source_vocab_size": 300}, "source_vocab_size"),
         ("mbart", {"norm.eps": 1e-6}, "norm.eps"),
         ("pegasus", {"embedding.norm": True}, "embedding.norm"),
-        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "interleaved"}}, "position"),
-        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "half", "offset": 2}}, "position"),
+        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "interleaved"}}, "position.layout"),
+        ("pegasus", {"position": {"kind": "sinusoidal", "layout": "half", "offset": 2}}, "position.offset"),
         ("pegasus", {"norm.kind": "rmsnorm"}, "norm.kind"),
     ],
 )
@@ -222,7 +223,7 @@ def test_to_hf_names_the_spec_field_the_variant_cannot_express(model_type, chang
     preset = {"mbart": "mbart-large-cc25", "pegasus": "pegasus-large"}[model_type]
     spec = zoo.preset(preset).override(vocab_size=512, **change)
     with pytest.raises(ValueError, match=rf"{model_type} cannot express {field}="):
-        MAPPINGS[model_type].spec_to_config(spec)
+        faithful_config(MAPPINGS[model_type], spec)
 
 
 @pytest.mark.parametrize(

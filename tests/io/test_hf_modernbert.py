@@ -219,7 +219,7 @@ def test_exports_that_would_drop_an_option_are_refused_naming_the_field(tmp_path
         zoo.to_hf(
             zoo.build(tiny.override(**{"norm.first_attention_norm": True})), tmp_path, model_type="modernbert"
         )
-    with pytest.raises(HFError, match=r"modernbert cannot express heads\.classifier\.transform=False"):
+    with pytest.raises(HFError, match=r"modernbert cannot express heads\.classifier\.transform=None"):
         classified = tiny.override(
             **{"heads.mlm": None, "heads.classifier": {"num_labels": 2, "pooling": "mean"}}
         )

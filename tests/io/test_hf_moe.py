@@ -125,7 +125,6 @@ def _moe_spec(**ffn: Any) -> Any:
             "qwen2_moe",
             r"qwen2_moe cannot express ffn\.shared_gate=False",
         ),
-        ({"jitter": 0.1}, "qwen3_moe", r"qwen3_moe cannot express ffn\.jitter=0\.1"),
         ({"shared_d_ff": 16}, "qwen3_moe", r"qwen3_moe cannot express ffn\.shared_d_ff=16"),
         ({}, "llama", r"llama cannot express ffn\.kind='moe'"),
     ],
@@ -139,6 +138,16 @@ def test_an_export_that_would_drop_an_moe_option_is_refused(tmp_path, ffn, model
     model = zoo.build(spec)
     with pytest.raises(HFError, match=message):
         zoo.to_hf(model, tmp_path, model_type=model_type)
+
+
+def test_router_jitter_is_training_noise_that_a_family_without_the_field_drops(tmp_path) -> None:
+    # the export guard's IGNORED: jitter changes no logits, so qwen3_moe (no router_jitter_noise) writes the
+    # router as it is, and mixtral keeps the rate
+    spec = _moe_spec(jitter=0.1).override(**{"attention.qk_norm": True, "attention.qk_norm_eps": 1e-5})
+    zoo.to_hf(zoo.build(spec), tmp_path / "qwen3_moe", model_type="qwen3_moe")
+    assert zoo.from_hf(tmp_path / "qwen3_moe").spec.stacks()["decoder"].ffn.jitter == 0.0
+    zoo.to_hf(zoo.build(_moe_spec(jitter=0.1)), tmp_path / "mixtral", model_type="mixtral")
+    assert json.loads((tmp_path / "mixtral" / "config.json").read_text())["router_jitter_noise"] == 0.1
 
 
 def test_a_dense_spec_is_refused_by_the_moe_families(tmp_path) -> None:

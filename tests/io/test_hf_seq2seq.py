@@ -30,6 +30,7 @@ from transformers import (
 
 import zoo
 from zoo.io.hf import bart, t5
+from zoo.io.hf.faithful import faithful_config
 
 transformers.logging.set_verbosity_error()  # the "not tied, values differ" notice for T5 v1.1 is expected
 
@@ -316,15 +317,15 @@ def test_missing_hf_tensor_is_named(tmp_path: Path) -> None:
             "t5",
             "t5-tiny",
             {"decoder.ffn": {"d_ff": 32, "activation": "gelu_tanh", "gated": True, "bias": False}},
-            "decoder.ffn",
+            "decoder.ffn.d_ff",
         ),
         ("bart", "bart-tiny", {"ffn.gated": True}, "ffn.gated"),
-        ("bart", "bart-tiny", {"encoder.position": {"kind": "sinusoidal"}}, "encoder.position"),
-        ("marian", "bart-tiny", {}, "position"),
+        ("bart", "bart-tiny", {"encoder.position": {"kind": "sinusoidal"}}, "encoder.position.kind"),
+        ("marian", "bart-tiny", {}, "position.kind"),
         ("bart", "bart-tiny", {"source_vocab_size": 300}, "source_vocab_size"),
     ],
 )
 def test_to_hf_names_the_spec_field_the_family_cannot_express(model_type, preset, change, field) -> None:
     spec = zoo.preset(preset).override(**change)
     with pytest.raises(ValueError, match=rf"{model_type} cannot express {re.escape(field)}="):
-        MAPPINGS[model_type].spec_to_config(spec)
+        faithful_config(MAPPINGS[model_type], spec)

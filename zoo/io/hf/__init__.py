@@ -47,10 +47,9 @@ from zoo.io.hf.common import (
     StateDict,
     TypedConfig,
     architecture,
-    check_ffn_kinds,
     json_kind,
 )
-from zoo.io.hf.faithful import lost_features
+from zoo.io.hf.faithful import faithful_config
 from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import (
@@ -475,26 +474,11 @@ def _export_config(spec: Any, model_type: str | None) -> tuple[FamilyMapping, di
     """The mapping that can express ``spec`` and its config.json; errors list why each family cannot."""
     if model_type is not None:
         mapping = _mapping_for(model_type, "to_hf")
-        return mapping, _faithful_config(mapping, spec)
+        return mapping, faithful_config(mapping, spec)
     reasons = []
     for mapping in family_mappings():
         try:
-            return mapping, _faithful_config(mapping, spec)
+            return mapping, faithful_config(mapping, spec)
         except ValueError as error:
             reasons.append(("/".join(mapping.model_types), error))
     raise NoFamilyError(reasons)  # the closest family first
-
-
-def _faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
-    """``mapping``'s config.json for ``spec``, refused if reading it back loses an option (`faithful`)."""
-    check_ffn_kinds(mapping, spec)
-    config = mapping.spec_to_config(spec)
-    meta_state = build_model(spec, device="meta", init=False).state_dict()
-    names = set(mapping.zoo_to_hf(meta_state, spec))
-    lost = lost_features(spec, mapping.config_to_spec(config, names))
-    if lost:
-        family = "/".join(mapping.model_types)
-        raise HFError(
-            f"{family} cannot express {'; '.join(lost)}", fields=tuple(item.split("=")[0] for item in lost)
-        )
-    return config

@@ -59,18 +59,19 @@ from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
     HFError,
+    NamesOnly,
     Rule,
     StateDict,
     activation_from_hf,
     fused_linear,
     layernorm,
     linear,
-    plain_attention,
     rename,
     require,
     rules_to_hf,
     rules_to_zoo,
     token_id,
+    with_logits_bias,
 )
 from zoo.spec import EncoderDecoderSpec, ModelSpec, SinusoidalPositions, parse_spec
 
@@ -148,42 +149,18 @@ def spec_to_config(spec: ModelSpec, *, marian: bool) -> dict[str, Any]:
     require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
-    # Marian: the paper's interleaved sinusoids too, by re-ordering the residual stream (`_to_half_layout`)
-    position = (_HALF, _INTERLEAVED) if marian else {"kind": "learned", "offset": 2, "relative_bias": None}
-    checks: list[tuple[str, Any, Any]] = []
+    if marian:  # the export reorders the one residual stream by the encoder's sinusoids (`_to_half_layout`)
+        require(
+            family,
+            [(decoder.sources["position"], decoder.position.model_dump(), encoder.position.model_dump())],
+        )
     for stack in (encoder, decoder):
-        src, norm = stack.sources, stack.norm
-        checks += [
-            (f"{src['norm']}.kind", norm.kind, "layernorm"),
-            (f"{src['norm']}.placement", norm.placement, "post"),
-            (f"{src['norm']}.final", norm.has_final, False),
-            (f"{src['norm']}.bias", norm.bias, True),
-            *plain_attention(stack, spec.d_model),
-            (f"{src['ffn']}.gated", stack.ffn.gated, False),
-            (f"{src['ffn']}.bias", stack.ffn.bias, True),
-            (f"{src['ffn']}.activation", stack.ffn.activation, encoder.ffn.activation),  # one per model
-            (src["position"], stack.position.model_dump(), position),
-            (src["position"], stack.position.model_dump(), encoder.position.model_dump()),  # one layout
-            (f"{stack.name}.share_layers", stack.share_layers, False),
-        ]
-    cross = decoder.cross_attention
-    emb = spec.embedding
-    require(family, [
-        *checks,
-        ("decoder.cross_attention", cross, decoder.attention),  # HF: the decoder's heads, biased, scaled
-        ("embedding.norm", emb.norm, not marian),
-        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
-        ("embedding.factorized_dim", emb.factorized_dim, None),
-        ("lm_head.rescale_tied", spec.lm_head.rescale_tied, False),
-        # Marian keeps a separate source vocabulary apart (share_encoder_decoder_embeddings: false)
-        *([] if marian else [("source_vocab_size", spec.source_vocab_size, None)]),
-    ])  # fmt: skip
-    for stack in (encoder, decoder):  # after the fields: a spec far from this family says so first
         check_eps(family, f"{stack.sources['norm']}.eps", stack.norm.eps)
+    emb = spec.embedding
     config: dict[str, Any] = {
         "architectures": ["MarianMTModel" if marian else "BartForConditionalGeneration"],
         "model_type": family,
-        "vocab_size": spec.source_vocab_size or spec.vocab_size,
+        "vocab_size": spec.source_vocab_size or spec.vocab_size if marian else spec.vocab_size,
         **stack_config(spec),
         "init_std": spec.init.std,
         "scale_embedding": emb.scale,
@@ -317,7 +294,8 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDic
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
-    if marian and spec.stacks()["encoder"].position.model_dump() == _INTERLEAVED:  # one layout: checked
+    interleaved = spec.stacks()["encoder"].position.model_dump() == _INTERLEAVED  # one layout: checked
+    if marian and interleaved and not isinstance(tensors, NamesOnly):  # names alone keep their order
         tensors = _to_half_layout(tensors, spec.d_model)
     out = rules_to_hf(tensor_rules(spec, marian=marian), tensors)
     table = out["model.decoder.embed_tokens.weight" if spec.source_vocab_size else "model.shared.weight"]
@@ -351,6 +329,13 @@ def _to_half_layout(tensors: StateDict, d_model: int) -> StateDict:
     return out
 
 
+def _as_half_layout(spec: ModelSpec) -> ModelSpec:
+    """What a Marian export describes: the paper's interleaved sinusoids written in the half layout, the
+    residual stream reordered (`_to_half_layout`); any other spec as it is."""
+    interleaved = [s for s in spec.stacks().values() if s.position.model_dump() == _INTERLEAVED]
+    return spec.override(**{s.sources["position"]: _HALF for s in interleaved}) if interleaved else spec
+
+
 def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
     return FamilyMapping(
         model_types=(model_type,),
@@ -358,6 +343,7 @@ def _mapping(model_type: str, *, marian: bool) -> FamilyMapping:
         spec_to_config=lambda spec: spec_to_config(spec, marian=marian),
         hf_to_zoo=lambda tensors, spec: _hf_to_zoo(tensors, spec, marian=marian),
         zoo_to_hf=lambda tensors, spec: _zoo_to_hf(tensors, spec, marian=marian),
+        exported_as=(lambda spec: _as_half_layout(with_logits_bias(spec))) if marian else with_logits_bias,
     )
 
 

@@ -1,39 +1,48 @@
-"""BERT, RoBERTa and XLM-RoBERTa (``model_type: bert | roberta | xlm-roberta``): the bare body, with or without pooler, the MLM head, and
-the sequence- and token-classification heads.
+"""The BERT family: ``bert``, ``roberta``, ``xlm-roberta`` and ``xlm-roberta-xl`` here, and every encoder written
+as BERT plus what differs: ``albert``, ``electra``, ``distilbert``, ``mpnet``, ``big_bird`` (a `Variant` row in
+its own module). The bare body (with or without pooler), the MLM head, ELECTRA's discriminator, and the
+sequence- and token-classification heads.
 
-transformers' ``models/bert/modeling_bert.py`` and ``models/roberta/modeling_roberta.py``: post-norm
-LayerNorm, learned positions, token-type embeddings and an embedding LayerNorm; separate query/key/value
-matrices that zoo fuses into ``qkv_proj`` (rows [q; k; v]). The two differ only in names and two details:
+transformers' ``models/bert/modeling_bert.py``: post-norm LayerNorm, learned positions, token-type embeddings
+and an embedding LayerNorm; separate query/key/value matrices that zoo fuses into ``qkv_proj`` (rows
+[q; k; v]). What a variant changes is data in its row, and a function only where data cannot say it:
 
-    positions   BERT counts from 0; RoBERTa from padding_idx + 1 (fairseq), which is zoo's
-                ``LearnedPositions(offset=pad_token_id + 1)`` with positions counted over the attention mask
-    MLM head    BERT: cls.predictions.{transform.dense, transform.LayerNorm, bias} with config.hidden_act;
-                RoBERTa: lm_head.{dense, layer_norm, bias} with exact GELU whatever hidden_act says
-    sequence    BERT: pooler -> dropout -> classifier (zoo's ``pooling: pooler``); RoBERTa: no pooler,
-    classifier  classifier.{dense, out_proj} over <s> (``pooling: dense``)
+    model_type      positions       token types  norms                  config keys         MLM head (activation)
+    bert            from 0          yes          post, embedding norm   BERT's              cls.predictions (hidden_act)
+    roberta         pad + 1         yes          post, embedding norm   BERT's              lm_head (gelu)
+    xlm-roberta     pad + 1         yes          post, embedding norm   BERT's              lm_head (gelu)
+    xlm-roberta-xl  pad + 1         yes          pre, a final norm      BERT's              lm_head (gelu)
+    albert          from 0          yes          post, embedding norm   + embedding_size    predictions (hidden_act)
+    electra         from 0          yes          post, embedding norm   + embedding_size    generator_* (gelu)
+    distilbert      from 0          no           post, eps 1e-12        dim, n_layers, ...  vocab_* (activation)
+    mpnet           2 (pad 1)       no           post, embedding norm   BERT's              lm_head (gelu)
+    big_bird        from 0          yes          post, embedding norm   + attention_type    cls.predictions (hidden_act)
 
-XLM-RoBERTa is RoBERTa's layout and math under another ``model_type`` and class names (``XLMRoberta*``, body
-still under ``roberta.``): one more `Flavour` row. A spec exports as ``roberta`` unless ``model_type=
-"xlm-roberta"`` is asked for, as both express it exactly. XLM-RoBERTa-XL (``xlm-roberta-xl``) is the pre-norm
-variant: each layer normalises before attention (``attention.self_attn_layer_norm``) and before the FFN (the
-layer's ``LayerNorm``), the stack ends in ``encoder.LayerNorm``, and the embeddings have no norm. Its FFN
-branch has no dropout before the residual sum, where zoo's layers have one (training only: the outputs of a
-model in eval mode are the same).
+RoBERTa counts positions from padding_idx + 1 (fairseq): zoo's ``LearnedPositions(offset=pad_token_id + 1)``
+with positions counted over the attention mask. Each row also names the layer's tensors (`Layer`), the
+pooler, the head classes and their module prefix (``bert.``, ``roberta.``, ...: a bare ``*Model`` checkpoint
+has none), the pretraining-only tensors dropped on import (BERT's next-sentence head ``cls.seq_relationship``),
+and the sequence classifier: BERT's ``pooler -> dropout -> classifier`` (``pooling: pooler``), RoBERTa's
+``classifier.{dense, out_proj}`` over <s> (``pooling: dense``). A token classifier is ``classifier`` over
+every token; label names, problem_type and the classifier dropout go through `zoo.io.hf.classifier`. A tied
+MLM decoder is the word embeddings. XLM-RoBERTa is RoBERTa's layout and math under other class names (body
+still under ``roberta.``); a spec exports as ``roberta`` unless ``model_type="xlm-roberta"`` is asked for.
+XLM-RoBERTa-XL normalises before attention (``attention.self_attn_layer_norm``) and before the FFN (the
+layer's ``LayerNorm``), ends in ``encoder.LayerNorm`` and has no embedding norm; its FFN branch has no
+dropout before the residual sum, where zoo's layers have one (training only).
 
-A token classifier is ``classifier`` over every token in both; label names, problem_type and
-classifier_dropout go through `zoo.io.hf.classifier`. Head classes (``BertForMaskedLM``,
-``*ForSequenceClassification``, ``*ForTokenClassification``) prefix the body with ``bert.`` (``roberta.``);
-``BertModel`` checkpoints do not. The MLM decoder matrix is tied to the word embeddings. Google's original BERT checkpoints also hold the
-next-sentence head (``cls.seq_relationship``): zoo has no NSP head, and that pretraining-only head is dropped.
+A spec is written as the variant holds it; what it cannot hold reads back otherwise, and the export guard
+names it (`zoo.io.hf.faithful`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
-from zoo.io.hf.classifier import classifier_from_hf, classifier_rules, classifier_task, classifier_to_hf
+from zoo.io.hf.classifier import Task, classifier_from_hf, classifier_rules, classifier_task, classifier_to_hf
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
@@ -41,7 +50,6 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     activation_from_hf,
-    classic_layers,
     fused_linear,
     layernorm,
     linear,
@@ -53,176 +61,260 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.spec import EncoderSpec, ModelSpec, parse_spec
-from zoo.spec.model import SequenceClassifierSpec
+from zoo.spec import EncoderSpec, ModelSpec, RelativeBiasSpec, parse_spec
+from zoo.spec.model import SequenceClassifierSpec, TokenClassifierSpec
+
+Classifier = SequenceClassifierSpec | TokenClassifierSpec
 
 
 @dataclass(frozen=True)
-class Flavour:
-    """What tells RoBERTa from BERT: names, position offset, the MLM head's activation."""
+class Layer:
+    """A layer's tensor names: ``path`` (``{}``: the layer's index) and the modules under it."""
+
+    path: str
+    qkv: tuple[str, str, str]
+    out: str
+    attn_norm: str  # post-norm: after attention; pre-norm: before it
+    up: str
+    down: str
+    ffn_norm: str
+
+
+@dataclass(frozen=True)
+class MLMHead:
+    """A masked-LM head's tensor names (outside the body's prefix). ``marker`` starts each of them (a
+    checkpoint holding one has the head); ``bias`` is what a tied head adds, ``decoder`` the vocabulary
+    projection an untied head has (weight and bias: transformers expects both biases then)."""
+
+    marker: str
+    dense: str
+    norm: str
+    bias: str
+    decoder: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one ``model_type`` of the family says, and how: a row of the module docstring's table.
+
+    classes: the class of each head (``body``, ``mlm``, ``sequence``, ``token``, ``replaced_token``);
+    without ``sequence`` no classifier is mapped. defaults: the config class's defaults by BERT's key,
+    for keys a config.json leaves out (their types are what `common.TypedConfig` checks); keys: BERT's key
+    -> this variant's (DistilBERT's ``dim``...). position_offset: the learned table's first row (None:
+    pad_token_id + 1). eps: a fixed LayerNorm eps (no config key). factorized: embeddings narrower than the
+    model, ``embedding_size`` (``always``: ALBERT; ``unless_equal``: ELECTRA, which has no projection when
+    embedding_size is hidden_size); projection: the module that maps them up. written: fixed config fields.
+    read / write: what the variant reads or writes beyond this table (spec overrides from the config;
+    config fields from the spec, or HFError for what it cannot write at all). classifier_in /
+    classifier_out: its classifier's config fields, where they are not BERT's.
+    """
 
     model_type: str
     prefix: str  # the body's attribute in head classes
-    classes: tuple[str, str]  # (bare body, masked LM)
-    mlm: str  # the MLM head module
-    mlm_dense: str
-    mlm_norm: str
-    mlm_activation: str | None  # fixed activation of the head; None: config.hidden_act
-    offset_from_pad: bool  # positions start at pad_token_id + 1
-    vocab_size: int  # transformers' config defaults
-    pad_token_id: int
-    ignored: tuple[str, ...] = ()  # pretraining-only tensors dropped on import
-    classifiers: tuple[str, str] | None = None  # (sequence, token classification); None: not mapped
+    classes: dict[str, str]
+    defaults: dict[str, Any]
+    mlm: MLMHead
+    layer: Layer
+    mlm_activation: str | None = None  # fixed activation of the MLM head; None: the model's
     sequence_pooling: str = "pooler"  # what the sequence classifier reads: the pooler, or its own dense
-    pre_norm: bool = False  # XLM-RoBERTa-XL: pre-norm layers, a final norm, no embedding norm
-    layer_norm_eps: float = 1e-12  # transformers' config defaults
-    type_vocab_size: int = 2
+    sequence_activation: str | None = None  # fixed activation of the sequence head's dense
+    # a tensor (body prefix stripped) that tells a sequence head from a token one where architectures does not
+    sequence_tensor: str = "pooler.dense.weight"
+    keys: dict[str, str] = field(default_factory=dict)
+    position_offset: int | None = 0
+    relative_bias: tuple[str, RelativeBiasSpec] | None = None  # MPNet's table (its name) beside positions
+    token_types: bool = True
+    pre_norm: bool = False
+    eps: float | None = None
+    pooler: str | None = "pooler.dense"
+    factorized: Literal["never", "always", "unless_equal"] = "never"
+    projection: str | None = None
+    discriminator: str | None = None  # ELECTRA's replaced-token head
+    bert_checks: bool = True  # refuse BERT's causal and relative-position keys on import
+    name: str = "BERT"  # in those refusals
+    legacy_norms: bool = False  # accept TF-era LayerNorm.gamma / beta names
+    ignored: tuple[str, ...] = ()  # pretraining-only tensors dropped on import
+    written: dict[str, Any] = field(default_factory=dict)
+    read: Callable[[Mapping[str, Any], set[str]], dict[str, Any]] | None = None
+    write: Callable[[EncoderSpec], dict[str, Any]] | None = None
+    classifier_in: Callable[[Mapping[str, Any], Task, float], dict[str, Any]] | None = None
+    classifier_out: Callable[[Classifier, EncoderSpec], dict[str, Any]] | None = None
+
+    def key(self, bert_key: str) -> str:
+        return self.keys.get(bert_key, bert_key)
 
 
-BERT = Flavour(
-    model_type="bert",
-    prefix="bert.",
-    classes=("BertModel", "BertForMaskedLM"),
-    classifiers=("BertForSequenceClassification", "BertForTokenClassification"),
-    sequence_pooling="pooler",
-    mlm="cls.predictions",
-    mlm_dense="transform.dense",
-    mlm_norm="transform.LayerNorm",
-    mlm_activation=None,
-    offset_from_pad=False,
-    vocab_size=30522,
-    pad_token_id=0,
-    ignored=(r"cls\.seq_relationship\.(weight|bias)",),
+BERT_LAYER = Layer(
+    "encoder.layer.{}",
+    ("attention.self.query", "attention.self.key", "attention.self.value"),
+    "attention.output.dense",
+    "attention.output.LayerNorm",
+    "intermediate.dense",
+    "output.dense",
+    "output.LayerNorm",
 )
-ROBERTA = Flavour(
-    model_type="roberta",
-    prefix="roberta.",
-    classes=("RobertaModel", "RobertaForMaskedLM"),
-    classifiers=("RobertaForSequenceClassification", "RobertaForTokenClassification"),
-    sequence_pooling="dense",
-    mlm="lm_head",
-    mlm_dense="dense",
-    mlm_norm="layer_norm",
-    mlm_activation="gelu",
-    offset_from_pad=True,
-    vocab_size=50265,
-    pad_token_id=1,
+BERT_MLM = MLMHead(
+    "cls.predictions.",
+    "cls.predictions.transform.dense",
+    "cls.predictions.transform.LayerNorm",
+    "cls.predictions.bias",
+    "cls.predictions.decoder",
 )
-XLM_ROBERTA = replace(
-    ROBERTA,
-    model_type="xlm-roberta",
-    classes=("XLMRobertaModel", "XLMRobertaForMaskedLM"),
-    classifiers=("XLMRobertaForSequenceClassification", "XLMRobertaForTokenClassification"),
-    vocab_size=30522,
-)
+ROBERTA_MLM = MLMHead("lm_head.", "lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "lm_head.decoder")
+# BertConfig's defaults, by key
+BERT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512, "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0, "bos_token_id": None, "eos_token_id": None,
+}  # fmt: skip
+NSP = r"cls\.seq_relationship\.(weight|bias)"  # the next-sentence head: no zoo counterpart
+ABSOLUTE = {"position_embedding_type": "absolute"}
+
+
+def classes(name: str, *, classifiers: bool = True) -> dict[str, str]:
+    """The head classes named ``{name}Model``, ``{name}ForMaskedLM`` and (``classifiers``) the classifiers."""
+    heads = {"body": "Model", "mlm": "ForMaskedLM"}
+    if classifiers:
+        heads |= {"sequence": "ForSequenceClassification", "token": "ForTokenClassification"}
+    return {head: f"{name}{suffix}" for head, suffix in heads.items()}
+
+
+BERT = Variant(
+    "bert", "bert.", classes("Bert"), BERT_DEFAULTS, BERT_MLM, BERT_LAYER, legacy_norms=True, ignored=(NSP,),
+    written=ABSOLUTE,
+)  # fmt: skip
+ROBERTA = Variant(
+    "roberta", "roberta.", classes("Roberta"), BERT_DEFAULTS | {"vocab_size": 50265, "pad_token_id": 1},
+    ROBERTA_MLM, BERT_LAYER, mlm_activation="gelu", sequence_pooling="dense", position_offset=None,
+    legacy_norms=True, written=ABSOLUTE,
+)  # fmt: skip
+XLM_ROBERTA = replace(ROBERTA, model_type="xlm-roberta", classes=classes("XLMRoberta"), defaults=BERT_DEFAULTS | {
+    "pad_token_id": 1,
+})  # fmt: skip
 XLM_ROBERTA_XL = replace(
-    ROBERTA,
-    model_type="xlm-roberta-xl",
-    classes=("XLMRobertaXLModel", "XLMRobertaXLForMaskedLM"),
-    classifiers=("XLMRobertaXLForSequenceClassification", "XLMRobertaXLForTokenClassification"),
-    vocab_size=250880,
-    pre_norm=True,
-    layer_norm_eps=1e-5,
-    type_vocab_size=1,
-)
-QKV = ("query", "key", "value")
+    ROBERTA, model_type="xlm-roberta-xl", classes=classes("XLMRobertaXL"), pre_norm=True,
+    defaults=ROBERTA.defaults | {"vocab_size": 250880, "layer_norm_eps": 1e-5, "type_vocab_size": 1},
+    layer=replace(BERT_LAYER, attn_norm="attention.self_attn_layer_norm", ffn_norm="LayerNorm"),
+)  # fmt: skip
 _LEGACY_NORM = re.compile(r"(.*LayerNorm)\.(gamma|beta)")  # TF-era names transformers still accepts
 
 
-def config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) -> ModelSpec:
-    reject(config, "is_decoder", False, why="a causal BERT is not an encoder")
-    reject(config, "add_cross_attention", False, why="an encoder has no cross-attention")
-    reject(config, "position_embedding_type", "absolute", why="only absolute learned positions convert")
-    body = {n.removeprefix(flavour.prefix) for n in names}
-    pre = flavour.pre_norm
-    vocab = config.get("vocab_size", flavour.vocab_size)
-    pad = token_id(config, "pad_token_id", vocab, flavour.pad_token_id)
-    offset = (pad if pad is not None else 0) + 1 if flavour.offset_from_pad else 0
-    activation = activation_from_hf(config.get("hidden_act", "gelu"), field="hidden_act")
-    has_mlm = any(n.startswith(f"{flavour.mlm}.") for n in names)
+# -- config -> spec ----------------------------------------------------------------------------------------
+
+
+def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) -> ModelSpec:
+    changes = variant.read(config, names) if variant.read else {}  # first: its own checks
+    if variant.bert_checks:
+        reject(config, "is_decoder", False, why=f"a causal {variant.name} is not an encoder")
+        reject(config, "add_cross_attention", False, why="an encoder has no cross-attention")
+        reject(config, "position_embedding_type", "absolute", why="only absolute learned positions convert")
+
+    def get(key: str) -> Any:  # BERT's key, read under the variant's name with its default
+        return config.get(variant.key(key), variant.defaults[key])
+
+    body = {n.removeprefix(variant.prefix) for n in names}
+    pre = variant.pre_norm
+    vocab = get("vocab_size")
+    pad = token_id(config, "pad_token_id", vocab, variant.defaults["pad_token_id"])
+    offset = (
+        (pad if pad is not None else 0) + 1 if variant.position_offset is None else variant.position_offset
+    )
+    activation = activation_from_hf(get("hidden_act"), field=variant.key("hidden_act"))
+    d_model, dropout = get("hidden_size"), get("hidden_dropout_prob")
+    has_mlm = any(n.startswith(variant.mlm.marker) for n in names)
+    discriminator = variant.discriminator
     task = (
-        classifier_task(config, body, classes=flavour.classifiers, pooler="pooler.dense.weight")
-        if flavour.classifiers
+        classifier_task(config, body, classes=_classifier_classes(variant), pooler=variant.sequence_tensor)
+        if "sequence" in variant.classes
         else None
     )
-    classifier = classifier_from_hf(config, task, pooling=flavour.sequence_pooling) if task else None
     mlm = {
-        "activation": flavour.mlm_activation or activation,
+        "activation": variant.mlm_activation or activation,
         "tied": config.get("tie_word_embeddings", True),
     }
-    return parse_spec({
+    factorized = get("embedding_size") if variant.factorized != "never" else None
+    position: dict[str, Any] = {"kind": "learned", "offset": offset}
+    if variant.relative_bias is not None:
+        position["relative_bias"] = variant.relative_bias[1].model_dump()
+    spec = parse_spec({
         "family": "encoder",
         "vocab_size": vocab,
-        "d_model": config.get("hidden_size", 768),
-        "num_layers": config.get("num_hidden_layers", 12),
-        "max_positions": config.get("max_position_embeddings", 512) - offset,
+        "d_model": d_model,
+        "num_layers": get("num_hidden_layers"),
+        "max_positions": get("max_position_embeddings") - offset,
         "attention": {
-            "num_heads": config.get("num_attention_heads", 12),
-            "dropout": config.get("attention_probs_dropout_prob", 0.1),
+            "num_heads": get("num_attention_heads"),
+            "dropout": get("attention_probs_dropout_prob"),
         },
-        "ffn": {"d_ff": config.get("intermediate_size", 3072), "activation": activation},
+        "ffn": {"d_ff": get("intermediate_size"), "activation": activation},
         "norm": {
             "kind": "layernorm",
-            "eps": config.get("layer_norm_eps", flavour.layer_norm_eps),
+            "eps": variant.eps if variant.eps is not None else get("layer_norm_eps"),
             "placement": "pre" if pre else "post",
         },
-        "position": {"kind": "learned", "offset": offset},
-        "embedding": {"segment_vocab_size": config.get("type_vocab_size", flavour.type_vocab_size), "norm": not pre},
-        "heads": {
-            "pooler": "pooler.dense.weight" in body,
-            "mlm": mlm if has_mlm else None,
-            "classifier": classifier,
+        "position": position,
+        "embedding": {
+            "segment_vocab_size": get("type_vocab_size") if variant.token_types else 0,
+            "norm": not pre,
+            "factorized_dim": factorized if variant.factorized == "always" or factorized != d_model else None,
         },
-        "dropout": config.get("hidden_dropout_prob", 0.1),
+        "heads": {
+            "pooler": variant.pooler is not None and f"{variant.pooler}.weight" in body,
+            "mlm": mlm if has_mlm else None,
+            "classifier": _classifier_in(variant, config, task, dropout) if task else None,
+            # from the tensors, not architectures: a body saved alone may keep the head class's name
+            "replaced_token": {"activation": activation}
+            if discriminator and any(n.startswith(f"{discriminator}.") for n in names)
+            else None,
+        },
+        "dropout": dropout,
         "init": {"std": config.get("initializer_range", 0.02)},
         "pad_token_id": pad,
-        "bos_token_id": token_id(config, "bos_token_id", vocab),
-        "eos_token_id": token_id(config, "eos_token_id", vocab),
+        "bos_token_id": token_id(config, "bos_token_id", vocab, variant.defaults["bos_token_id"]),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, variant.defaults["eos_token_id"]),
     })  # fmt: skip
+    return spec.override(**changes) if changes else spec
 
 
-def spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
-    family = flavour.model_type
+def _classifier_classes(variant: Variant) -> tuple[str, str]:
+    return variant.classes["sequence"], variant.classes["token"]
+
+
+def _classifier_in(variant: Variant, config: Mapping[str, Any], task: Task, dropout: float) -> dict[str, Any]:
+    if variant.classifier_in is not None:
+        classifier = variant.classifier_in(config, task, dropout)
+    else:
+        classifier = classifier_from_hf(config, task, pooling=variant.sequence_pooling)
+    if task == "sequence" and variant.sequence_activation is not None:
+        classifier["activation"] = variant.sequence_activation
+    return classifier
+
+
+# -- spec -> config ----------------------------------------------------------------------------------------
+
+
+def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
+    family = variant.model_type
     require(family, [("family", spec.family, "encoder")])
     assert isinstance(spec, EncoderSpec)
     stack = spec.stacks()["encoder"]
-    attention, ffn, norm = stack.attention, stack.ffn, stack.norm
-    offset = (spec.pad_token_id or 0) + 1 if flavour.offset_from_pad else 0
-    mlm = spec.heads.mlm
-    require(family, [
-        *classic_layers(
-            stack, spec.d_model, placement="pre" if flavour.pre_norm else "post", final=flavour.pre_norm,
-            position_offset=offset,
-        ),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.norm", spec.embedding.norm, not flavour.pre_norm),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("encoder.share_layers", stack.share_layers, False),
-    ])  # fmt: skip
-    if mlm is not None:
-        require(family, [
-            ("heads.mlm.activation", mlm.activation, flavour.mlm_activation or ffn.activation),
-            ("heads.mlm.dense_bias", mlm.dense_bias, True),
-            ("heads.mlm.bias", mlm.bias, True),
-        ])  # fmt: skip
-    classifier = spec.heads.classifier
-    if classifier is not None and not flavour.classifiers:
+    attention, ffn, heads = stack.attention, stack.ffn, spec.heads
+    mlm, classifier = heads.mlm, heads.classifier
+    if classifier is not None and "sequence" not in variant.classes:
         raise HFError(f"{family} cannot express heads.classifier: zoo maps no {family} classification head")
-    if isinstance(classifier, SequenceClassifierSpec):
-        require(family, [("heads.classifier.pooling", classifier.pooling, flavour.sequence_pooling)])
-    if spec.embedding.segment_vocab_size == 0:
+    if variant.token_types and spec.embedding.segment_vocab_size == 0:
         raise HFError(
             f"{family} cannot express embedding.segment_vocab_size=0: Hugging Face {family} always has "
             "token-type embeddings (type_vocab_size >= 1)"
         )
-    if classifier is not None and flavour.classifiers:
-        head_class = flavour.classifiers[0 if classifier.task == "sequence" else 1]
-    else:
-        head_class = flavour.classes[1] if mlm else flavour.classes[0]
-    return {
+    extra = variant.write(spec) if variant.write else {}
+    offset = (spec.pad_token_id or 0) + 1 if variant.position_offset is None else variant.position_offset
+    config = {
         "model_type": family,
-        "architectures": [head_class],
+        "architectures": [_head_class(variant, spec)],
         "vocab_size": spec.vocab_size,
+        **({"embedding_size": spec.embedding_dim} if variant.factorized != "never" else {}),
         "hidden_size": spec.d_model,
         "num_hidden_layers": stack.num_layers,
         "num_attention_heads": attention.num_heads,
@@ -231,101 +323,127 @@ def spec_to_config(flavour: Flavour, spec: ModelSpec) -> dict[str, Any]:
         "hidden_dropout_prob": spec.dropout,
         "attention_probs_dropout_prob": attention.dropout,
         "max_position_embeddings": spec.max_positions + offset,
-        "type_vocab_size": spec.embedding.segment_vocab_size,
-        "layer_norm_eps": norm.eps,
+        **({"type_vocab_size": spec.embedding.segment_vocab_size} if variant.token_types else {}),
+        **({"layer_norm_eps": stack.norm.eps} if variant.eps is None else {}),
         "initializer_range": spec.init.std,
-        "position_embedding_type": "absolute",
         "tie_word_embeddings": mlm.tied if mlm else True,
         "pad_token_id": spec.pad_token_id,
         "bos_token_id": spec.bos_token_id,
         "eos_token_id": spec.eos_token_id,
-        **(classifier_to_hf(classifier) if classifier is not None else {}),
+        **variant.written,
+        **extra,
+        **(_classifier_out(variant, classifier, spec) if classifier is not None else {}),
     }
+    return {variant.key(key): value for key, value in config.items()}
 
 
-def tensor_rules(flavour: Flavour, spec: EncoderSpec, prefix: str) -> list[Rule]:
-    """zoo <-> HF names; body names carry ``prefix`` (``bert.`` under the MLM head class)."""
+def _head_class(variant: Variant, spec: EncoderSpec) -> str:
+    heads = spec.heads
+    if heads.classifier is not None:
+        return variant.classes[heads.classifier.task]
+    if heads.mlm is not None:
+        return variant.classes["mlm"]
+    if heads.replaced_token is not None and "replaced_token" in variant.classes:
+        return variant.classes["replaced_token"]
+    return variant.classes["body"]
+
+
+def _classifier_out(variant: Variant, classifier: Classifier, spec: EncoderSpec) -> dict[str, Any]:
+    if variant.classifier_out is not None:
+        return variant.classifier_out(classifier, spec)
+    return classifier_to_hf(classifier)
+
+
+# -- tensors -----------------------------------------------------------------------------------------------
+
+
+def tensor_rules(variant: Variant, spec: EncoderSpec, prefix: str) -> list[Rule]:
+    """zoo <-> HF names; body names carry ``prefix`` (``bert.`` under the head classes)."""
     stack = spec.stacks()["encoder"]
-    C = stack.attention.num_heads * stack.attention.resolved_head_dim(spec.d_model)
+    attention = stack.attention
+    C = attention.num_heads * attention.resolved_head_dim(spec.d_model)
     emb = f"{prefix}embeddings"
     rules = [
         rename("embed.tokens.weight", f"{emb}.word_embeddings.weight"),
         rename("encoder.positions.weight", f"{emb}.position_embeddings.weight"),
     ]
-    # post-norm: the norm after each branch; pre-norm (XL): the norm before it, and one after the stack
-    attn_norm, ffn_norm = (
-        ("attention.self_attn_layer_norm", "LayerNorm")
-        if flavour.pre_norm
-        else ("attention.output.LayerNorm", "output.LayerNorm")
-    )
-    if flavour.pre_norm:
+    if variant.pre_norm:  # XL: no embedding norm, one after the stack
         rules += layernorm("encoder.final_norm", f"{prefix}encoder.LayerNorm")
     else:
         rules += layernorm("encoder.embed_norm", f"{emb}.LayerNorm")
     if spec.embedding.segment_vocab_size:
         rules.append(rename("embed.segments.weight", f"{emb}.token_type_embeddings.weight"))
-    for i in range(stack.num_layers):
-        zoo, hf = f"encoder.layers.{i}", f"{prefix}encoder.layer.{i}"
+    if spec.embedding.factorized_dim and variant.projection:
+        rules += linear("encoder.embed_proj", f"{prefix}{variant.projection}")
+    if variant.relative_bias is not None:
+        rules.append(rename("encoder.position_bias.weight", f"{prefix}{variant.relative_bias[0]}.weight"))
+    layer = variant.layer
+    for i in range(1 if stack.share_layers else stack.num_layers):  # ALBERT's group i holds layer i
+        zoo, hf = f"encoder.layers.{i}", f"{prefix}{layer.path.format(i)}"
+        qkv = [f"{hf}.{name}" for name in layer.qkv]
         rules += [
-            *fused_linear(f"{zoo}.self_attn.qkv_proj", [f"{hf}.attention.self.{n}" for n in QKV], (C, C, C)),
-            *linear(f"{zoo}.self_attn.out_proj", f"{hf}.attention.output.dense"),
-            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.{attn_norm}"),
-            *linear(f"{zoo}.ffn.up_proj", f"{hf}.intermediate.dense"),
-            *linear(f"{zoo}.ffn.down_proj", f"{hf}.output.dense"),
-            *layernorm(f"{zoo}.ffn_norm", f"{hf}.{ffn_norm}"),
-        ]  # fmt: skip
-    if spec.heads.pooler:
-        rules += linear("pooler.dense", f"{prefix}pooler.dense")
-    if spec.heads.mlm is not None:
-        head = flavour.mlm
-        rules += [
-            *linear("mlm_head.dense", f"{head}.{flavour.mlm_dense}"),
-            *layernorm("mlm_head.norm", f"{head}.{flavour.mlm_norm}"),
+            *fused_linear(f"{zoo}.self_attn.qkv_proj", qkv, (C, C, C), bias=attention.bias),
+            *linear(f"{zoo}.self_attn.out_proj", f"{hf}.{layer.out}"),
+            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.{layer.attn_norm}"),
+            *linear(f"{zoo}.ffn.up_proj", f"{hf}.{layer.up}"),
+            *linear(f"{zoo}.ffn.down_proj", f"{hf}.{layer.down}"),
+            *layernorm(f"{zoo}.ffn_norm", f"{hf}.{layer.ffn_norm}"),
         ]
-        if spec.heads.mlm.tied:  # decoder.weight is the embedding, decoder.bias is tied to {head}.bias
-            rules.append(rename("mlm_head.bias", f"{head}.bias"))
+    heads = spec.heads
+    if heads.pooler and variant.pooler:
+        rules += linear("pooler.dense", f"{prefix}{variant.pooler}")
+    if heads.mlm is not None:
+        names = variant.mlm
+        rules += [*linear("mlm_head.dense", names.dense), *layernorm("mlm_head.norm", names.norm)]
+        if heads.mlm.tied:  # the decoder's weight is the embedding, its bias tied to the head's
+            rules.append(rename("mlm_head.bias", names.bias))
         else:  # untied, the decoder's own bias is the one the forward adds
-            rules += linear("mlm_head", f"{head}.decoder")
-    rules += classifier_rules(spec.heads.classifier)
-    return rules
+            rules += linear("mlm_head", names.decoder)
+    if heads.replaced_token is not None and variant.discriminator:
+        rules += [
+            *linear("replaced_token_head.dense", f"{variant.discriminator}.dense"),
+            *linear("replaced_token_head.out_proj", f"{variant.discriminator}.dense_prediction"),
+        ]
+    return rules + classifier_rules(heads.classifier)
 
 
-def _hf_to_zoo(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDict:
+def hf_to_zoo(variant: Variant, tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
-    tensors = {
-        _LEGACY_NORM.sub(lambda m: f"{m[1]}.{'weight' if m[2] == 'gamma' else 'bias'}", n): t
-        for n, t in tensors.items()
-    }
-    head = re.escape(flavour.mlm)
-    mlm = spec.heads.mlm
+    if variant.legacy_norms:
+        tensors = {
+            _LEGACY_NORM.sub(lambda m: f"{m[1]}.{'weight' if m[2] == 'gamma' else 'bias'}", n): t
+            for n, t in tensors.items()
+        }
+    names, mlm = variant.mlm, spec.heads.mlm
     # A tied head may still store its decoder (copies of the embedding and bias); an untied one keeps an
-    # unused {head}.bias beside the decoder's own.
-    extra = [rf"{head}\.decoder\.(weight|bias)"] if mlm is None or mlm.tied else [rf"{head}\.bias"]
-    return rules_to_zoo(
-        tensor_rules(flavour, spec, ""),
-        strip_prefix(tensors, flavour.prefix),
-        ignore=[*flavour.ignored, *extra],
-    )
+    # unused bias beside the decoder's own.
+    decoder = re.escape(names.decoder)
+    extra = [rf"{decoder}\.(weight|bias)"] if mlm is None or mlm.tied else [re.escape(names.bias)]
+    body = strip_prefix(tensors, variant.prefix)
+    return rules_to_zoo(tensor_rules(variant, spec, ""), body, ignore=[*variant.ignored, *extra])
 
 
-def _zoo_to_hf(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDict:
+def zoo_to_hf(variant: Variant, tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
-    mlm = spec.heads.mlm
-    headed = mlm is not None or spec.heads.classifier is not None  # head classes prefix the body
-    out = rules_to_hf(tensor_rules(flavour, spec, flavour.prefix if headed else ""), tensors)
-    if mlm is not None and not mlm.tied:  # transformers expects both biases even when untied
-        out[f"{flavour.mlm}.bias"] = out[f"{flavour.mlm}.decoder.bias"].clone()
+    heads = spec.heads
+    headed = any(h is not None for h in (heads.mlm, heads.classifier, heads.replaced_token))
+    out = rules_to_hf(tensor_rules(variant, spec, variant.prefix if headed else ""), tensors)
+    names, mlm = variant.mlm, heads.mlm
+    own_bias = f"{names.decoder}.bias"
+    if mlm is not None and not mlm.tied and names.bias != own_bias and own_bias in out:
+        out[names.bias] = out[own_bias].clone()  # transformers expects both biases even when untied
     return out
 
 
-def _mapping(flavour: Flavour) -> FamilyMapping:
+def mapping(variant: Variant) -> FamilyMapping:
+    """The `FamilyMapping` of one row."""
     return FamilyMapping(
-        model_types=(flavour.model_type,),
-        config_to_spec=lambda config, names: config_to_spec(flavour, config, names),
-        spec_to_config=lambda spec: spec_to_config(flavour, spec),
-        hf_to_zoo=lambda tensors, spec: _hf_to_zoo(flavour, tensors, spec),
-        zoo_to_hf=lambda tensors, spec: _zoo_to_hf(flavour, tensors, spec),
+        model_types=(variant.model_type,),
+        config_to_spec=lambda config, names: config_to_spec(variant, config, names),
+        spec_to_config=lambda spec: spec_to_config(variant, spec),
+        hf_to_zoo=lambda tensors, spec: hf_to_zoo(variant, tensors, spec),
+        zoo_to_hf=lambda tensors, spec: zoo_to_hf(variant, tensors, spec),
     )
 
 
-MAPPINGS = [_mapping(BERT), _mapping(ROBERTA), _mapping(XLM_ROBERTA), _mapping(XLM_ROBERTA_XL)]
+MAPPINGS = [mapping(BERT), mapping(ROBERTA), mapping(XLM_ROBERTA), mapping(XLM_ROBERTA_XL)]

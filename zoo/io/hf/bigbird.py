@@ -2,7 +2,7 @@
 
 BigBird (Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences"; transformers'
 ``models/big_bird/modeling_big_bird.py``) is BERT with two options and a sparse attention pattern, so the
-tensor table and most of the config are `zoo.io.hf.bert`'s, read through a BigBird `Flavour`:
+tensor table and most of the config are `zoo.io.hf.bert`'s, through a BigBird `Variant` row:
 
     positions        learned, counted from 0 (as BERT; not RoBERTa's pad + 1, despite the RoBERTa vocabulary)
     use_bias         biases on query/key/value only          attention.bias (the output dense always has one)
@@ -39,75 +39,23 @@ before its embedding LayerNorm and zoo after it (the same in eval).
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
-from zoo.io.hf import bert
-from zoo.io.hf.bert import Flavour
-from zoo.io.hf.common import (
-    FamilyMapping,
-    HFError,
-    Rule,
-    StateDict,
-    architecture,
-    require,
-    rules_to_hf,
-    rules_to_zoo,
-    strip_prefix,
-)
-from zoo.spec import EncoderSpec, ModelSpec
+from zoo.io.hf.bert import BERT_DEFAULTS, BERT_LAYER, BERT_MLM, NSP, Variant, classes, mapping
+from zoo.io.hf.common import HFError, architecture
+from zoo.spec import EncoderSpec
 
-BIG_BIRD = Flavour(
-    model_type="big_bird",
-    prefix="bert.",
-    classes=("BigBirdModel", "BigBirdForMaskedLM"),
-    # refused before BERT's reading sees them (`_check_head`): BigBird's sequence head applies hidden_act,
-    # not the tanh of zoo's ``pooling: dense``
-    classifiers=("BigBirdForSequenceClassification", "BigBirdForTokenClassification"),
-    sequence_pooling="dense",
-    mlm="cls.predictions",
-    mlm_dense="transform.dense",
-    mlm_norm="transform.LayerNorm",
-    mlm_activation=None,  # the head's transform uses hidden_act, as BERT's
-    offset_from_pad=False,
-    vocab_size=50358,
-    pad_token_id=0,
-    ignored=(r"cls\.seq_relationship\.(weight|bias)",),  # BigBirdForPreTraining's NSP head
-)
-# BigBirdConfig's defaults (= google/bigbird-roberta-base), for configs that leave a field out
-_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 50358,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "hidden_act": "gelu_new",
-    "max_position_embeddings": 4096,
-    "type_vocab_size": 2,
-    "layer_norm_eps": 1e-12,
-    "pad_token_id": 0,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "attention_type": "block_sparse",
-    "use_bias": True,
-    "rescale_embeddings": False,
-    "block_size": 64,
-    "num_random_blocks": 3,
-}
 _ARCHITECTURES = ("BigBirdModel", "BigBirdForMaskedLM", "BigBirdForPreTraining")
 # ITC's fixed shape (BigBirdBlockSparseAttention): a 3-block window, one global block at each end
 WINDOW_BLOCKS, GLOBAL_BLOCKS = 3, 1
-# BigBird's pooler is a bare Linear (``pooler.weight``) where BERT's table names ``pooler.dense.weight``
-_POOLER = re.compile(r"^((?:bert\.)?pooler)\.(weight|bias)$")
-_BERT_POOLER = re.compile(r"^((?:bert\.)?pooler)\.dense\.(weight|bias)$")
+_OPTIONS = {"attention_type": "block_sparse", "use_bias": True, "rescale_embeddings": False, "block_size": 64,
+           "num_random_blocks": 3}  # fmt: skip
 
 
-# -- config <-> spec ------------------------------------------------------------------------------------
-
-
-def _check_head(config: dict[str, Any], names: set[str]) -> None:
-    """Only the body, its pooler and the pretraining heads convert (no classifier, QA or causal LM head)."""
+def _read(config: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+    """Only the body, its pooler and the pretraining heads convert (no classifier, QA or causal LM head); then
+    BigBird's own options, over BERT's reading."""
     arch = architecture(config)
     if arch not in (None, *_ARCHITECTURES):
         raise HFError(
@@ -117,19 +65,13 @@ def _check_head(config: dict[str, Any], names: set[str]) -> None:
     heads = sorted(n for n in names if n.split(".")[0] in ("classifier", "qa_classifier"))
     if heads:
         raise HFError(f"the checkpoint has a task head zoo cannot read for BigBird: {', '.join(heads[:3])}")
-
-
-def _config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    _check_head(config, names)
-    config = {**_DEFAULTS, **config}
+    config = {**_OPTIONS, **config}  # BigBirdConfig's defaults
     attention_type = config["attention_type"]
     if attention_type not in ("original_full", "block_sparse"):
         raise HFError(
             f"config.json attention_type={attention_type!r} is not supported; BigBird has 'original_full' "
             "and 'block_sparse'"
         )
-    bert_names = {_POOLER.sub(r"\1.dense.\2", n) for n in names}  # BERT's reading looks for pooler.dense
-    spec = bert.config_to_spec(BIG_BIRD, config, bert_names)
     changes: dict[str, Any] = {
         # q/k/v biases; the output dense always has one
         "attention": {"bias": bool(config["use_bias"]), "out_bias": None if config["use_bias"] else True},
@@ -143,19 +85,11 @@ def _config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "global_blocks": GLOBAL_BLOCKS,
             "random_blocks": config["num_random_blocks"],
         }
-    return spec.override(**changes)
+    return changes
 
 
-def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-    family = BIG_BIRD.model_type
-    require(family, [("family", spec.family, "encoder")])
-    assert isinstance(spec, EncoderSpec)
-    if spec.heads.classifier is not None:
-        raise HFError(
-            f"{family} cannot express heads.classifier: zoo writes BigBirdModel and BigBirdForMaskedLM only"
-        )
-    stack = spec.stacks()["encoder"]
-    attention, path = stack.attention, stack.sources["attention"]
+def _write(spec: EncoderSpec) -> dict[str, Any]:
+    family, stack = BIG_BIRD.model_type, spec.stacks()["encoder"]
     if stack.layer_patterns is not None:
         raise HFError(
             f"{family} cannot express encoder.layer_patterns: Hugging Face {family} has one attention_type "
@@ -163,11 +97,7 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         )
     pattern = stack.pattern
     sparse: dict[str, Any] = {"attention_type": "original_full"}
-    if pattern.kind == "block_sparse":
-        require(family, [
-            (f"{stack.pattern_path()}.window_blocks", pattern.window_blocks, WINDOW_BLOCKS),
-            (f"{stack.pattern_path()}.global_blocks", pattern.global_blocks, GLOBAL_BLOCKS),
-        ])  # fmt: skip
+    if pattern.kind == "block_sparse":  # its window and global blocks read back as ITC's
         sparse = {
             "attention_type": "block_sparse",
             "block_size": pattern.block_size,
@@ -178,57 +108,21 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
             f"{family} cannot express {stack.pattern_path()}.kind={pattern.kind!r}: Hugging Face {family} "
             "attends in full or block_sparse"
         )
-    require(family, [(f"{path}.out_bias", attention.has_out_bias, True)])  # BigBirdSelfOutput's dense
-    # BERT's checks and config for the rest, on the spec without BigBird's own options
-    plain = spec.override(**{
-        f"{path}.bias": True, f"{path}.out_bias": None, "embedding.scale": False, "encoder.pattern": None
-    })  # fmt: skip
-    config = bert.spec_to_config(BIG_BIRD, plain)
-    del config["position_embedding_type"]  # BigBird has absolute positions only
-    return config | sparse | {"use_bias": attention.bias, "rescale_embeddings": spec.embedding.scale}
+    return sparse | {"use_bias": stack.attention.bias, "rescale_embeddings": spec.embedding.scale}
 
 
-# -- tensors ------------------------------------------------------------------------------------------
-
-
-def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
-    """BERT's table (body names under ``prefix``), with BigBird's bare-Linear pooler and, without
-    ``use_bias``, no query/key/value biases."""
-    qkv_bias = spec.stacks()["encoder"].attention.bias
-    return [
-        replace(rule, hf=tuple(_BERT_POOLER.sub(r"\1.\2", name) for name in rule.hf))
-        for rule in bert.tensor_rules(BIG_BIRD, spec, prefix)
-        if qkv_bias or not rule.zoo.endswith(".self_attn.qkv_proj.bias")
-    ]
-
-
-def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, EncoderSpec)
-    mlm = spec.heads.mlm
-    # as BERT: a tied head may store its decoder (copies of the embedding and bias), an untied one keeps an
-    # unused cls.predictions.bias beside the decoder's own
-    extra = (
-        [r"cls\.predictions\.decoder\.(weight|bias)"]
-        if mlm is None or mlm.tied
-        else [r"cls\.predictions\.bias"]
-    )
-    body = strip_prefix(tensors, BIG_BIRD.prefix)
-    return rules_to_zoo(_rules(spec, ""), body, ignore=[*BIG_BIRD.ignored, *extra])
-
-
-def _zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
-    assert isinstance(spec, EncoderSpec)
-    mlm = spec.heads.mlm
-    out = rules_to_hf(_rules(spec, BIG_BIRD.prefix if mlm is not None else ""), tensors)
-    if mlm is not None and not mlm.tied:  # transformers expects both biases even when untied
-        out["cls.predictions.bias"] = out["cls.predictions.decoder.bias"].clone()
-    return out
-
-
-MAPPING = FamilyMapping(
-    model_types=(BIG_BIRD.model_type,),
-    config_to_spec=_config_to_spec,
-    spec_to_config=_spec_to_config,
-    hf_to_zoo=_hf_to_zoo,
-    zoo_to_hf=_zoo_to_hf,
-)
+BIG_BIRD = Variant(
+    "big_bird",
+    "bert.",
+    classes("BigBird", classifiers=False),  # BigBird's sequence head applies hidden_act, not zoo's tanh
+    # BigBirdConfig's defaults (= google/bigbird-roberta-base), for configs that leave a field out
+    BERT_DEFAULTS | {"vocab_size": 50358, "hidden_act": "gelu_new", "max_position_embeddings": 4096,
+                     "bos_token_id": 1, "eos_token_id": 2},
+    BERT_MLM,  # the head's transform uses hidden_act, as BERT's
+    BERT_LAYER,
+    pooler="pooler",  # a bare Linear, where BERT's is pooler.dense
+    ignored=(NSP,),  # BigBirdForPreTraining's next-sentence head
+    read=_read,
+    write=_write,
+)  # fmt: skip
+MAPPING = mapping(BIG_BIRD)

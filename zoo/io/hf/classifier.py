@@ -96,16 +96,19 @@ def classifier_to_hf(
 
 
 def classifier_rules(classifier: SequenceClassifierSpec | TokenClassifierSpec | None) -> list[Rule]:
-    """zoo <-> HF names of a classifier: ``classifier`` (one linear) or RoBERTa's ``classifier.dense`` and
-    ``classifier.out_proj``; the same in BERT, RoBERTa and ALBERT."""
+    """zoo <-> HF names of a classifier: ``classifier`` (one linear), RoBERTa's ``classifier.dense`` and
+    ``classifier.out_proj``, or DistilBERT's ``pre_classifier`` before ``classifier``; the same in every
+    BERT-like family."""
     if classifier is None:
         return []
-    if getattr(classifier, "pooling", None) == "dense":
+    pooling = getattr(classifier, "pooling", None)
+    if pooling == "dense":
         return [
             *linear("classifier.dense", "classifier.dense"),
             *linear("classifier.out_proj", "classifier.out_proj"),
         ]
-    return linear("classifier.out_proj", "classifier")
+    dense = linear("classifier.dense", "pre_classifier") if pooling == "pre_classifier" else []
+    return [*dense, *linear("classifier.out_proj", "classifier")]
 
 
 def _label_names(id2label: Any) -> tuple[str, ...]:

@@ -25,10 +25,20 @@ from typing import Any
 
 import torch
 
-from zoo.spec import ModelSpec, ResolvedStack
+from zoo.spec import ModelSpec
 from zoo.spec.errors import short_repr
 
 StateDict = dict[str, torch.Tensor]
+
+
+class NamesOnly(StateDict):
+    """A model's state dict (meta tensors) given to a family's ``zoo_to_hf`` for the names it would write:
+    what the export guard reads the config back with (`zoo.io.hf.faithful`). `rules_to_hf` maps names only,
+    leaving out a rule whose zoo tensor the model lacks (a spec the family cannot express), where it would
+    refuse: the read-back names what is lost, by its spec field."""
+
+    def copy(self) -> NamesOnly:
+        return NamesOnly(self)
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,9 @@ class FamilyMapping:
         or unexpected keys.
     ffn_kinds: the FFN spec kinds (``dense``, ``moe``) the family writes; export refuses any other before
         ``spec_to_config`` runs.
+    exported_as(spec): the spec the written files describe, where the family re-expresses an option through
+        the weights (Marian: the paper's interleaved sinusoids as its half layout, the residual stream
+        reordered); the export guard (`zoo.io.hf.faithful`) reads the config back against it. None: ``spec``.
     """
 
     model_types: tuple[str, ...]
@@ -51,6 +64,7 @@ class FamilyMapping:
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
     ffn_kinds: tuple[str, ...] = ("dense",)
+    exported_as: Callable[[ModelSpec], ModelSpec] | None = None
 
 
 def check_ffn_kinds(mapping: FamilyMapping, spec: ModelSpec) -> None:
@@ -70,12 +84,15 @@ class HFError(ValueError):
     """A Hugging Face checkpoint, config or spec zoo cannot convert; the message names the field or tensor.
 
     ``fields``: the spec fields an export refusal names (all of them, the message leads with the first);
-    empty for other errors. `NoFamilyError` ranks the families by them.
+    empty for other errors. ``complete``: they are every field the export would lose (the export guard's
+    read-back); else the family stopped at what it could not write at all, and more may be lost.
+    `NoFamilyError` ranks the families by both.
     """
 
-    def __init__(self, message: str, *, fields: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, *, fields: tuple[str, ...] = (), complete: bool = False) -> None:
         super().__init__(message)
         self.fields = fields
+        self.complete = complete
 
 
 class NoFamilyError(HFError):
@@ -94,13 +111,16 @@ class NoFamilyError(HFError):
         return f"no Hugging Face family can express this spec; closest: {self.reasons[0][1]}"
 
 
-def closeness(error: ValueError) -> tuple[int, int]:
+def closeness(error: ValueError) -> tuple[int, bool, int]:
     """How far a family is from a spec, by its refusal: another model family (decoder for encoder-decoder)
     is farthest, then another kind of feed-forward (a Mixture-of-Experts family for a dense spec, or the
-    reverse: its refusal stops at that one field); else the fewer fields it cannot express, the closer."""
+    reverse: its refusal stops at that one field); else a family that wrote a config and lost fields in it
+    (`HFError.complete`: it names them all) before one that stopped at the first it could not write, and
+    the fewer fields, the closer."""
     fields = getattr(error, "fields", ())
     other_ffn = any(field.endswith("ffn.kind") for field in fields)
-    return (2 if "family" in fields else 1 if other_ffn else 0, max(len(fields), 1))
+    kind = 2 if "family" in fields else 1 if other_ffn else 0
+    return (kind, not getattr(error, "complete", False), max(len(fields), 1))
 
 
 # -- activations -------------------------------------------------------------------------------------------
@@ -230,29 +250,41 @@ def reject(config: Mapping[str, Any], key: str, default: Any, *, why: str) -> No
 
 
 def require(family: str, checks: Iterable[tuple[str, Any, Any]]) -> None:
-    """Raise naming the first spec field whose value the HF ``family`` cannot express.
+    """Raise naming the first spec field whose value the HF ``family``'s ``spec_to_config`` cannot work with.
 
     ``checks`` holds ``(dotted field, value, wanted)``; ``wanted`` is a value or a tuple of allowed values.
-    Every check is made, so that the error's ``fields`` lists each field that differs (how far ``family``
-    is from the spec); the message names the first and counts the others.
+    A family lists only what it needs to write a config at all (a rope config needs rotary positions):
+    everything else is the export guard's, which reads the config back (`zoo.io.hf.faithful`). Every check
+    is made, so that the error's ``fields`` lists each field that differs (how far ``family`` is from the
+    spec); the message names the first and counts the others.
     """
     failed: dict[str, tuple[Any, str]] = {}  # field -> (value, what is needed); a field twice counts once
     for field, value, wanted in checks:
         allowed = wanted if isinstance(wanted, tuple) else (wanted,)
         if value not in allowed:
-            failed.setdefault(field, (value, " or ".join(repr(w) for w in allowed)))
+            needs = " or ".join(repr(w) for w in allowed)
+            failed.setdefault(field, (value, f": Hugging Face {family} needs {needs}"))
     if failed:
-        (field, (value, expected)), *others = failed.items()
-        more = [name for name, _ in others]
-        also = (
-            f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})"
-            if more
-            else ""
-        )
-        raise HFError(
-            f"{family} cannot express {field}={value!r}: Hugging Face {family} needs {expected}{also}",
-            fields=tuple(failed),
-        )
+        raise refusal(family, failed)
+
+
+def refusal(family: str, failed: dict[str, tuple[Any, str]], *, complete: bool = False) -> HFError:
+    """The error for the spec fields ``family`` cannot express: ``failed`` maps each field to its value and
+    why (``": Hugging Face gpt2 needs 'pre'"``, ``" (read back as 'pre')"``). The message names the first
+    field and counts the others; ``fields`` holds them all (``complete``: see `HFError`)."""
+    (field, (value, why)), *others = failed.items()
+    more = [name for name, _ in others]
+    also = f" (and {len(more)} more: {', '.join(more[:3])}{', ...' if len(more) > 3 else ''})" if more else ""
+    message = f"{family} cannot express {field}={value!r}{why}{also}"
+    return HFError(message, fields=tuple(failed), complete=complete)
+
+
+def with_logits_bias(spec: ModelSpec) -> ModelSpec:
+    """What a BART-shaped export describes (its `FamilyMapping.exported_as`): a head without
+    ``lm_head.logits_bias`` is written with a zero ``final_logits_bias``, which transformers' head always
+    has and which reads back as one: the same logits."""
+    head = getattr(spec, "lm_head", None)
+    return spec if head is None or head.logits_bias else spec.override(**{"lm_head.logits_bias": True})
 
 
 # -- tensor tables -----------------------------------------------------------------------------------------
@@ -334,39 +366,6 @@ def regroup(tensor: torch.Tensor, outer: int, inner: int) -> torch.Tensor:
     return blocks.transpose(0, 1).reshape(tensor.shape)  # (I, O, n, ...) flattened back
 
 
-def plain_attention(stack: ResolvedStack, d_model: int) -> list[tuple[str, Any, Any]]:
-    """`require` checks for GPT-2/BERT-style attention: full multi-head, biased, scaled, default head_dim."""
-    attention, path = stack.attention, stack.sources["attention"]
-    return [
-        (f"{path}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{path}.head_dim", attention.resolved_head_dim(d_model), d_model // attention.num_heads),
-        (f"{path}.bias", attention.bias, True),
-        (f"{path}.out_bias", attention.has_out_bias, True),
-        (f"{path}.scaled", attention.scaled, True),
-        (f"{path}.qk_norm", attention.qk_norm, False),
-    ]
-
-
-def classic_layers(
-    stack: ResolvedStack, d_model: int, *, placement: str, final: bool, position_offset: int
-) -> list[tuple[str, Any, Any]]:
-    """`require` checks for a GPT-2/BERT-era stack: biased LayerNorm (``placement``, a final norm or not),
-    `plain_attention`, a biased ungated FFN without inner dropout, learned positions from ``position_offset``."""
-    src, norm, ffn, position = stack.sources, stack.norm, stack.ffn, stack.position
-    return [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, placement),
-        (f"{src['norm']}.final", norm.has_final, final),
-        *plain_attention(stack, d_model),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), position_offset),
-    ]
-
-
 def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:
     """Drop ``prefix`` (a head class's base-model attribute, e.g. ``"bert."``) from names that carry it."""
     return {name.removeprefix(prefix): tensor for name, tensor in tensors.items()}
@@ -426,9 +425,18 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
 
 
 def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
-    """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage."""
+    """Apply a table to zoo tensors -> HF tensors: fused rows split, transposes undone, no shared storage.
+
+    A rule whose zoo tensor ``tensors`` lacks is an error. `NamesOnly` tensors give the names alone (each
+    bound to its zoo tensor as it is): a rule whose zoo tensor is missing, or does not split as the rule
+    says, is a spec the family cannot express, which the read-back names.
+    """
     out: StateDict = {}
+    names_only = isinstance(tensors, NamesOnly)
     for rule in rules:
+        if names_only:
+            out |= {name: tensors[rule.zoo] for name in rule.hf if rule.zoo in tensors}
+            continue
         if rule.zoo not in tensors:
             raise HFError(f"the model has no tensor {rule.zoo}")
         tensor = tensors[rule.zoo].detach()

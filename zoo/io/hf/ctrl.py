@@ -80,43 +80,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("ctrl", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src, attention, ffn, norm, position = (
-        stack.sources,
-        stack.attention,
-        stack.ffn,
-        stack.norm,
-        stack.position,
-    )
-    head, emb = spec.lm_head, spec.embedding
-    require("ctrl", [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.eps", norm.eps, _LAYERNORM_EPS),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{src['attention']}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{src['attention']}.head_dim", attention.resolved_head_dim(spec.d_model), spec.d_model // attention.num_heads),
-        (f"{src['attention']}.bias", attention.bias, True),
-        (f"{src['attention']}.scaled", attention.scaled, True),
-        (f"{src['attention']}.qk_norm", attention.qk_norm, False),
-        (f"{src['ffn']}.activation", ffn.activation, "relu"),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "sinusoidal"),
-        (f"{src['position']}.layout", getattr(position, "layout", None), "half"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), 0),
-        (f"{src['position']}.frequencies", getattr(position, "frequencies", "paper"), "paper"),
-        ("embedding.scale", emb.scale, True),
-        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
-        ("embedding.norm", emb.norm, False),
-        ("embedding.factorized_dim", emb.factorized_dim, None),
-        ("embedding.projection_dim", emb.projection_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-        ("lm_head.bias", head.bias if head else True, True),  # CTRLLMHeadModel's head always has one
-    ])  # fmt: skip
+    attention, ffn, head = stack.attention, stack.ffn, spec.lm_head
     return {
         "model_type": "ctrl",
         "architectures": [HEADED if head else "CTRLModel"],
@@ -126,7 +90,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "n_head": attention.num_heads,
         "dff": ffn.d_ff,
         "n_positions": spec.max_positions,
-        "layer_norm_epsilon": norm.eps,
+        "layer_norm_epsilon": _LAYERNORM_EPS,  # CTRL's only eps: another norm.eps reads back as this
         "resid_pdrop": spec.dropout,
         "embd_pdrop": spec.dropout,
         "initializer_range": spec.init.std,

@@ -48,7 +48,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.io.hf.llama import FULL, SLIDING, layer_windows
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
 from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
@@ -264,39 +264,8 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
     require(family, [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src = stack.sources
-    attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
-    att, head = src["attention"], spec.lm_head
-    head_dim = attention.resolved_head_dim(spec.d_model)
-    require(family, [
-        (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
-        (f"{src['norm']}.unit_offset", norm.unit_offset, True),
-        (f"{src['norm']}.placement", norm.placement, "sandwich" if variant.sandwich else "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{src['norm']}.first_attention_norm", norm.first_attention_norm, True),
-        (f"{att}.out_bias", attention.has_out_bias, attention.bias),
-        (f"{att}.scaled", attention.scaled, True),
-        *([] if variant.layered else [(f"{att}.scale", attention.resolved_scale(spec.d_model), head_dim**-0.5)]),
-        (f"{att}.softcap", attention.softcap, attention.softcap if variant.softcap == "attention" else None),
-        (f"{att}.qk_norm", attention.qk_norm, variant.local_rope),
-        *([(f"{att}.qk_norm_eps", attention.qk_norm_eps, norm.eps)] if variant.local_rope else []),
-        (f"{src['ffn']}.gated", ffn.gated, True),
-        (f"{src['ffn']}.bias", ffn.bias, False),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        (f"{src['position']}.kind", position.kind, "rotary"),
-        ("embedding.scale", spec.embedding.scale, True),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.norm", spec.embedding.norm, False),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("dropout", spec.dropout, 0.0),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-        ("lm_head.softcap", head.softcap if head else None, head.softcap if head and variant.softcap != "none"
-         else None),
-    ])  # fmt: skip
-    assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
+    attention, ffn, norm, head = stack.attention, stack.ffn, stack.norm, spec.lm_head
+    position = as_rotary(stack.position)
     config = {
         "model_type": family,
         "architectures": [variant.headed if head else variant.headless],
@@ -306,7 +275,7 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         "num_hidden_layers": stack.num_layers,
         "num_attention_heads": attention.num_heads,
         "num_key_value_heads": attention.kv_heads,
-        "head_dim": head_dim,
+        "head_dim": attention.resolved_head_dim(spec.d_model),
         variant.activation_key: _ACTIVATIONS_TO_HF[ffn.activation],
         "max_position_embeddings": spec.max_positions,
         "rms_norm_eps": norm.eps,
@@ -340,12 +309,7 @@ def _query_pre_attn_scalar(scale: float) -> float | int:
 
 
 def _rope_to_config(variant: Variant, position: RotaryPositions) -> dict[str, Any]:
-    if not variant.local_rope:
-        if position.local_theta is not None:
-            raise HFError(
-                f"{variant.model_type} cannot express position.local_theta={position.local_theta!r}: Hugging "
-                f"Face {variant.model_type} has one rotary base for every layer (gemma3_text has two)"
-            )
+    if not variant.local_rope:  # one base for every layer: a local_theta reads back as none
         return rope_to_config(position)
     fields = rope_to_config(position)
     full = fields["rope_parameters"]
@@ -364,7 +328,7 @@ def _rope_to_config(variant: Variant, position: RotaryPositions) -> dict[str, An
 
 def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]:
     """``layer_types`` and the one ``sliding_window`` for the stack's per-layer patterns."""
-    family, windows = variant.model_type, layer_windows(stack, variant.model_type)
+    family, windows = variant.model_type, layer_windows(stack)
     sizes = sorted({w for w in windows if w is not None})
     if len(sizes) > 1:
         where = f"{stack.name}.layer_patterns" if stack.layer_patterns is not None else stack.pattern_path()

@@ -17,7 +17,6 @@ from zoo.io.hf.common import (
     FamilyMapping,
     Rule,
     activation_from_hf,
-    classic_layers,
     decoder_converters,
     has_lm_head,
     layernorm,
@@ -69,16 +68,6 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     stack = spec.stacks()["decoder"]
     attention, ffn, norm = stack.attention, stack.ffn, stack.norm
     head = spec.lm_head
-    require("gpt2", [
-        *classic_layers(stack, spec.d_model, placement="pre", final=True, position_offset=0),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.norm", spec.embedding.norm, False),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-    ])  # fmt: skip
     return {
         "model_type": "gpt2",
         "architectures": [HEADED if head else "GPT2Model"],

@@ -40,8 +40,8 @@ from zoo.io.hf.common import (
     require,
     token_id,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config, scaling_type
-from zoo.spec import DecoderSpec, ModelSpec, RotaryPositions, parse_spec
+from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
+from zoo.spec import DecoderSpec, ModelSpec, parse_spec
 
 PREFIX = "gpt_neox."
 HEADED = "GPTNeoXForCausalLM"
@@ -104,35 +104,9 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("gpt_neox", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src, attention, ffn, norm = stack.sources, stack.attention, stack.ffn, stack.norm
-    position = stack.position
-    att, head = src["attention"], spec.lm_head
-    require("gpt_neox", [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{att}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{att}.head_dim", attention.resolved_head_dim(spec.d_model), spec.d_model // attention.num_heads),
-        (f"{att}.out_bias", attention.has_out_bias, attention.bias),
-        (f"{att}.scaled", attention.scaled, True),
-        (f"{att}.qk_norm", attention.qk_norm, False),
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.bias", ffn.bias, True),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        (f"{src['position']}.kind", position.kind, "rotary"),
-        (f"{src['position']}.scaling.type", scaling_type(position), (None, "llama3", "linear")),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.norm", spec.embedding.norm, False),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-    ])  # fmt: skip
-    assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
-    rope = rope_to_config(position)
+    attention, ffn, norm, head = stack.attention, stack.ffn, stack.norm, spec.lm_head
+    position = as_rotary(stack.position)
+    rope = rope_to_config(position, partial=True)
     rope["rope_parameters"]["partial_rotary_factor"] = position.fraction  # NeoX's default is 0.25, not 1
     rope.pop("partial_rotary_factor", None)  # NeoX reads it from rope_parameters (or rotary_pct) only
     return {

@@ -50,13 +50,21 @@ from zoo.io.hf.moe import (
     QWEN2_MOE,
     QWEN3_MOE,
     MoEFormat,
-    moe_checks,
+    check_shared_expert,
     moe_from_config,
     moe_rules,
     moe_to_config,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config, scaling_type
-from zoo.spec import DecoderSpec, FFNSpec, ModelSpec, MoESpec, ResolvedStack, RotaryPositions, parse_spec
+from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.spec import (
+    DecoderSpec,
+    FFNSpec,
+    ModelSpec,
+    MoESpec,
+    ResolvedStack,
+    SlidingWindowPattern,
+    parse_spec,
+)
 from zoo.spec.limits import LAYERS
 
 PREFIX = "model."
@@ -258,49 +266,10 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
     require(family, [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src = stack.sources
+    src, head = stack.sources, spec.lm_head
     attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
-    att, head = src["attention"], spec.lm_head
-    biases = {  # (q/k/v bias, output bias) each variant can write
-        "config": (attention.bias, attention.bias),
-        "qkv": (True, False),
-        "qkv_bias": (attention.bias, False),
-        "none": (False, False),
-    }[variant.biases]
     if variant.moe is not None:
-        ffn_checks = moe_checks(family, variant.moe, ffn, src["ffn"])
-    elif isinstance(ffn, MoESpec):
-        ffn_checks = [(f"{src['ffn']}.kind", ffn.kind, "dense")]
-    else:
-        ffn_checks = [
-            (f"{src['ffn']}.gated", ffn.gated, True),
-            (f"{src['ffn']}.bias", ffn.bias, ffn.bias if variant.mlp_bias else False),
-            (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-            (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        ]
-    require(family, [
-        (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{att}.bias", attention.bias, biases[0]),
-        (f"{att}.out_bias", attention.has_out_bias, biases[1]),
-        (f"{att}.scaled", attention.scaled, True),
-        (f"{att}.qk_norm", attention.qk_norm, variant.qk_norm),
-        *([(f"{att}.qk_norm_eps", attention.qk_norm_eps, norm.eps)] if variant.qk_norm else []),
-        *ffn_checks,
-        (f"{src['position']}.kind", position.kind, "rotary"),
-        (f"{src['position']}.fraction", getattr(position, "fraction", 1.0), 1.0),  # phi3 rotates a fraction
-        (f"{src['position']}.scaling.type", scaling_type(position), (None, "llama3", "linear")),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.norm", spec.embedding.norm, False),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("dropout", spec.dropout, 0.0),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-    ])  # fmt: skip
-    assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
+        check_shared_expert(family, variant.moe, ffn, src["ffn"])
     config = {
         "model_type": family,
         "architectures": [variant.headed if head else f"{variant.prefix}Model"],
@@ -333,36 +302,16 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
 
 
 def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]:
-    """The variant's sliding-window fields for the stack's per-layer patterns; HFError if it has none."""
-    family, windows = variant.model_type, layer_windows(stack, variant.model_type)
-    sizes = sorted({w for w in windows if w is not None})
-    where = f"{stack.name}.layer_patterns" if stack.layer_patterns is not None else stack.pattern_path()
-    if sizes and variant.window == "none":
-        raise HFError(
-            f"{family} cannot express {where} with sliding window {sizes[0]}: Hugging Face {family} attends "
-            "to every earlier key in every layer (mistral, qwen2 and qwen3 have sliding windows)"
-        )
-    if len(sizes) > 1:
-        raise HFError(
-            f"{family} cannot express {where} with windows {sizes}: Hugging Face {family} has one "
-            "sliding_window for all its sliding layers"
-        )
-    window = sizes[0] if sizes else None
+    """The variant's sliding-window fields for the stack's per-layer patterns, as far as it holds them: none
+    (llama), one window for every layer (mistral, qwen3_moe), one window for the layers that slide (qwen).
+    Patterns it cannot hold read back as what it wrote, and the export guard names them (`faithful`)."""
+    windows = layer_windows(stack)
+    window = next((w for w in windows if w is not None), None)  # the variant's one window size
     if variant.window == "none":
         return {}
     if variant.window == "mistral":
-        if window is not None and None in windows:
-            raise HFError(
-                f"{family} cannot express {where} mixing causal and sliding-window layers: Hugging Face "
-                f"{family} applies sliding_window to every layer (qwen2 and qwen3 choose per layer)"
-            )
         return {"sliding_window": window}
     if variant.window == "every":
-        if window is not None and None in windows:
-            raise HFError(
-                f"{family} cannot express {where} mixing causal and sliding-window layers: Hugging Face "
-                f"{family} applies sliding_window to every layer"
-            )
         return {"use_sliding_window": window is not None, "sliding_window": window}
     types = [FULL if w is None else SLIDING for w in windows]
     return {
@@ -374,18 +323,11 @@ def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]
     }
 
 
-def layer_windows(stack: ResolvedStack, family: str) -> list[int | None]:
-    """Per layer of a causal stack: its sliding window, or None for plain causal attention."""
-    windows: list[int | None] = []
-    for i in range(stack.num_layers):
-        pattern = stack.layer_pattern(i)
-        if pattern.kind not in ("causal", "sliding_window"):
-            raise HFError(
-                f"{family} cannot express {stack.pattern_path(i)}.kind={pattern.kind!r}: Hugging Face {family} "
-                "has causal and sliding-window attention only"
-            )
-        windows.append(pattern.window if pattern.kind == "sliding_window" else None)
-    return windows
+def layer_windows(stack: ResolvedStack) -> list[int | None]:
+    """Per layer of a causal stack: its sliding window, or None for plain causal attention (and for a
+    pattern of another kind, which a config of these families then reads back as causal)."""
+    patterns = [stack.layer_pattern(i) for i in range(stack.num_layers)]
+    return [p.window if isinstance(p, SlidingWindowPattern) else None for p in patterns]
 
 
 # -- tensors -----------------------------------------------------------------------------------------------

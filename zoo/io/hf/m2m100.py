@@ -40,14 +40,12 @@ from zoo.io.hf.common import (
     StateDict,
     TypedConfig,
     layernorm,
-    plain_attention,
     require,
     rules_to_hf,
     rules_to_zoo,
 )
-from zoo.spec import EncoderDecoderSpec, ModelSpec, SinusoidalPositions
+from zoo.spec import EncoderDecoderSpec, ModelSpec
 
-_LAYERNORM_EPS = 1e-5  # nn.LayerNorm's default: M2M100Config has no eps field
 # M2M100Config's defaults (= facebook/m2m100_418M), for configs that leave a field out
 _DEFAULTS: dict[str, Any] = {
     "vocab_size": 128112,
@@ -110,35 +108,7 @@ def _spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         raise HFError(
             f"{family} cannot express pad_token_id=None: M2M-100 numbers positions from pad_token_id + 1"
         )
-    encoder, decoder = spec.stacks().values()
-    position = SinusoidalPositions(**_fairseq_positions(spec.pad_token_id)).model_dump()
-    checks: list[tuple[str, Any, Any]] = []
-    for stack in (encoder, decoder):
-        src, norm = stack.sources, stack.norm
-        checks += [
-            (f"{src['norm']}.kind", norm.kind, "layernorm"),
-            (f"{src['norm']}.placement", norm.placement, "pre"),
-            (f"{src['norm']}.final", norm.has_final, True),
-            (f"{src['norm']}.bias", norm.bias, True),
-            (f"{src['norm']}.eps", norm.eps, _LAYERNORM_EPS),
-            *plain_attention(stack, spec.d_model),
-            (f"{src['ffn']}.gated", stack.ffn.gated, False),
-            (f"{src['ffn']}.bias", stack.ffn.bias, True),
-            (f"{src['ffn']}.activation", stack.ffn.activation, encoder.ffn.activation),  # one per model
-            (src["position"], stack.position.model_dump(), position),
-            (f"{stack.name}.share_layers", stack.share_layers, False),
-        ]
     emb = spec.embedding
-    require(family, [
-        *checks,
-        ("decoder.cross_attention", decoder.cross_attention, decoder.attention),  # HF: the decoder's heads
-        ("embedding.norm", emb.norm, False),
-        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
-        ("embedding.factorized_dim", emb.factorized_dim, None),
-        ("lm_head.logits_bias", spec.lm_head.logits_bias, False),
-        ("lm_head.rescale_tied", spec.lm_head.rescale_tied, False),
-        ("source_vocab_size", spec.source_vocab_size, None),
-    ])  # fmt: skip
     return {
         "architectures": ["M2M100ForConditionalGeneration"],
         "model_type": family,

@@ -48,11 +48,10 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
 from zoo.spec import EncoderSpec, ModelSpec, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
-from zoo.spec.model import SequenceClassifierSpec
 
 PREFIX = "model."
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -199,38 +198,11 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require(family, [("family", spec.family, "encoder")])
     assert isinstance(spec, EncoderSpec)
     stack = spec.stacks()["encoder"]
-    src = stack.sources
-    attention, ffn, norm, position = stack.attention, stack.ffn, stack.norm, stack.position
-    att, heads = src["attention"], spec.heads
+    attention, ffn, norm, heads = stack.attention, stack.ffn, stack.norm, spec.heads
     mlm, classifier = heads.mlm, heads.classifier
     transform = classifier.transform if classifier is not None else None
     head_activation = mlm.activation if mlm else transform.activation if transform else "gelu"
     head_bias = mlm.dense_bias if mlm else transform.bias if transform else False
-    require(family, [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{src['norm']}.first_attention_norm", norm.first_attention_norm, False),
-        (f"{att}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{att}.head_dim", attention.resolved_head_dim(spec.d_model), spec.d_model // attention.num_heads),
-        (f"{att}.out_bias", attention.has_out_bias, attention.bias),
-        (f"{att}.scaled", attention.scaled, True),
-        (f"{att}.softcap", attention.softcap, None),
-        (f"{att}.qk_norm", attention.qk_norm, False),
-        (f"{src['ffn']}.gated", ffn.gated, True),
-        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        (f"{src['position']}.kind", position.kind, "rotary"),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.norm", spec.embedding.norm, True),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("encoder.share_layers", stack.share_layers, False),
-        ("heads.pooler", heads.pooler, False),
-        *([("heads.classifier.transform", transform is not None, True)] if classifier is not None else []),
-        *([("heads.classifier.pooling", classifier.pooling, tuple(_POOLING.values()))]
-          if isinstance(classifier, SequenceClassifierSpec) else []),
-    ])  # fmt: skip
-    assert isinstance(position, RotaryPositions)  # required above
     if classifier is not None:
         head_class = SEQUENCE if classifier.task == "sequence" else TOKEN
     else:
@@ -265,7 +237,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "cls_token_id": spec.bos_token_id,
         "sep_token_id": spec.eos_token_id,
         **_patterns_to_config(spec),
-        **_rope_to_config(position),
+        **_rope_to_config(as_rotary(stack.position)),
         **(classifier_to_hf(classifier, model_dropout=0.0) if classifier is not None else {}),
     }
 

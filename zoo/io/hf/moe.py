@@ -107,37 +107,18 @@ def moe_from_config(fmt: MoEFormat, config: dict[str, Any], get: Callable[[str],
     return ffn
 
 
-def moe_checks(family: str, fmt: MoEFormat, ffn: FFNSpec | MoESpec, path: str) -> list[tuple[str, Any, Any]]:
-    """`common.require` rows: what this format cannot write of the stack's FFN."""
-    if not isinstance(ffn, MoESpec):
-        return [(f"{path}.kind", ffn.kind, "moe")]
-    if fmt.shared and ffn.shared_d_ff is None:
+def check_shared_expert(family: str, fmt: MoEFormat, ffn: FFNSpec | MoESpec, path: str) -> None:
+    """HFError for an FFN without the shared expert a format always has (Qwen2-MoE): its config would read
+    back one of the default width. What else a format cannot write, the export guard names (`faithful`)."""
+    if fmt.shared and isinstance(ffn, MoESpec) and ffn.shared_d_ff is None:
         raise HFError(
             f"{family} cannot express {path}.shared_d_ff=None: Hugging Face {family} always has a shared expert",
             fields=(f"{path}.shared_d_ff",),
         )
-    return [
-        (f"{path}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        *([(f"{path}.normalize_top_k", ffn.normalize_top_k, True)] if fmt.renorm_key is None else []),
-        *([] if fmt.jitter else [(f"{path}.jitter", ffn.jitter, 0.0)]),
-        *(
-            [(f"{path}.shared_gate", ffn.shared_gate, True)]
-            if fmt.shared
-            else [(f"{path}.shared_d_ff", ffn.shared_d_ff, None)]
-        ),
-        *(
-            []
-            if fmt.per_layer
-            else [
-                (f"{path}.sparse_step", ffn.sparse_step, 1),
-                (f"{path}.dense_layers", ffn.dense_layers, ([],)),
-            ]
-        ),
-    ]
 
 
 def moe_to_config(fmt: MoEFormat, ffn: MoESpec) -> dict[str, Any]:
-    """The config.json fields of an FFN `moe_checks` accepted."""
+    """The config.json fields of a Mixture-of-Experts FFN in this format."""
     config: dict[str, Any] = {
         fmt.experts_key: ffn.num_experts,
         "num_experts_per_tok": ffn.top_k,

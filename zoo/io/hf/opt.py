@@ -94,38 +94,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("opt", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src, attention, ffn, norm, position = (
-        stack.sources,
-        stack.attention,
-        stack.ffn,
-        stack.norm,
-        stack.position,
-    )
-    head, emb = spec.lm_head, spec.embedding
-    require("opt", [
-        (f"{src['norm']}.kind", norm.kind, "layernorm"),
-        (f"{src['norm']}.bias", norm.bias, True),
-        (f"{src['norm']}.eps", norm.eps, _LAYERNORM_EPS),
-        # post-norm OPT (350m) has no final norm; pre-norm may drop it (_remove_final_layer_norm)
-        *([(f"{src['norm']}.final", norm.has_final, False)] if norm.placement == "post" else []),
-        (f"{src['attention']}.num_kv_heads", attention.kv_heads, attention.num_heads),
-        (f"{src['attention']}.head_dim", attention.resolved_head_dim(spec.d_model), spec.d_model // attention.num_heads),
-        (f"{src['attention']}.scaled", attention.scaled, True),
-        (f"{src['attention']}.qk_norm", attention.qk_norm, False),
-        (f"{src['ffn']}.bias", ffn.bias, attention.bias),  # one enable_bias for both
-        (f"{src['ffn']}.gated", ffn.gated, False),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['position']}.kind", position.kind, "learned"),
-        (f"{src['position']}.offset", getattr(position, "offset", 0), POSITION_OFFSET),
-        ("embedding.scale", emb.scale, False),
-        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
-        ("embedding.norm", emb.norm, False),
-        ("embedding.factorized_dim", emb.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-        ("lm_head.bias", head.bias if head else False, False),
-    ])  # fmt: skip
+    attention, ffn, norm, head = stack.attention, stack.ffn, stack.norm, spec.lm_head
     return {
         "model_type": "opt",
         "architectures": [HEADED if head else "OPTModel"],

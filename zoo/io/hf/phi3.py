@@ -35,11 +35,12 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.io.hf.llama import layer_windows
-from zoo.io.hf.rope import rope_from_config, rope_to_config, scaling_type
-from zoo.spec import DecoderSpec, ModelSpec, RotaryPositions, parse_spec
+from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
+from zoo.spec import DecoderSpec, ModelSpec, parse_spec
 
 PREFIX = "model."
 HEADED = "Phi3ForCausalLM"
+_ROPE_KINDS = ("default", "longrope")  # what Phi-3 reads (linear and llama3 are refused)
 _DEFAULTS: dict[str, Any] = {  # Phi3Config's (Phi-3-mini's shape)
     "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
     "num_attention_heads": 32, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
@@ -79,7 +80,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "bias": False,
         },
         "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
-        "position": rope_from_config(rotary, partial=True, kinds=("default", "longrope")),
+        "position": rope_from_config(rotary, partial=True, kinds=_ROPE_KINDS),
         # a window as long as the context never hides a key
         "decoder": {"pattern": {"kind": "sliding_window", "window": window}}
         if window is not None and window < max_positions
@@ -97,33 +98,9 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("phi3", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    src, attention, ffn, norm = stack.sources, stack.attention, stack.ffn, stack.norm
-    position = stack.position
-    att, head = src["attention"], spec.lm_head
-    require("phi3", [
-        (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{att}.bias", attention.bias, False),
-        (f"{att}.out_bias", attention.has_out_bias, False),
-        (f"{att}.scaled", attention.scaled, True),
-        (f"{att}.qk_norm", attention.qk_norm, False),
-        (f"{src['ffn']}.gated", ffn.gated, True),
-        (f"{src['ffn']}.bias", ffn.bias, False),
-        (f"{src['ffn']}.dropout", ffn.dropout, 0.0),
-        (f"{src['ffn']}.activation", ffn.activation, tuple(ACTIVATIONS_TO_HF)),
-        (f"{src['position']}.kind", position.kind, "rotary"),
-        (f"{src['position']}.scaling.type", scaling_type(position), (None, "longrope")),
-        ("embedding.scale", spec.embedding.scale, False),
-        ("embedding.segment_vocab_size", spec.embedding.segment_vocab_size, 0),
-        ("embedding.norm", spec.embedding.norm, False),
-        ("embedding.factorized_dim", spec.embedding.factorized_dim, None),
-        ("decoder.share_layers", stack.share_layers, False),
-        ("lm_head.logits_bias", head.logits_bias if head else False, False),
-        ("lm_head.rescale_tied", head.rescale_tied if head else False, False),
-    ])  # fmt: skip
-    assert isinstance(position, RotaryPositions)  # required above: position.kind == "rotary"
-    windows = layer_windows(stack, "phi3")
+    attention, ffn, norm, head = stack.attention, stack.ffn, stack.norm, spec.lm_head
+    position = as_rotary(stack.position)
+    windows = layer_windows(stack)
     sizes = sorted({w for w in windows if w is not None})
     if len(sizes) > 1 or (sizes and None in windows):
         where = f"{stack.name}.layer_patterns" if stack.layer_patterns is not None else stack.pattern_path()
@@ -133,7 +110,7 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         )
     scaling = position.scaling
     longrope = scaling is not None and scaling.type == "longrope"
-    rope = rope_to_config(position)
+    rope = rope_to_config(position, partial=True, kinds=_ROPE_KINDS)
     if scaling is not None and scaling.type == "longrope":
         # Phi3Config reads the original context at the top level, over the rotary dict's
         rope["original_max_position_embeddings"] = scaling.original_max_positions

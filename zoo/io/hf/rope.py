@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.io.hf.common import HFError
-from zoo.spec import RotaryPositions
+from zoo.spec import PositionSpec, RotaryPositions
 from zoo.spec.errors import short_repr
 
 SUPPORTED = ("default", "llama3", "linear")  # what a family reads unless it says otherwise (`kinds`)
@@ -124,9 +124,18 @@ def _longrope_from_config(config: Mapping[str, Any], params: Mapping[str, Any]) 
     return scaling
 
 
-def rope_to_config(position: RotaryPositions) -> dict[str, Any]:
-    """``rope_theta`` + ``rope_scaling`` (transformers 4.x) and ``rope_parameters`` (transformers 5)."""
-    scaling = position.scaling
+def rope_to_config(
+    position: PositionSpec, *, partial: bool = False, kinds: tuple[str, ...] = SUPPORTED
+) -> dict[str, Any]:
+    """``rope_theta`` + ``rope_scaling`` (transformers 4.x) and ``rope_parameters`` (transformers 5).
+
+    What `rope_from_config` reads back with the same ``partial`` and ``kinds``: a family writes what it can
+    hold and nothing else, so what it cannot reads back as its own (positions of another kind as plain
+    rotary, a scaling of a kind it does not read as none, a fraction as 1) and the export guard names it
+    (`zoo.io.hf.faithful`).
+    """
+    rotary = as_rotary(position)
+    scaling = rotary.scaling if rotary.scaling is not None and rotary.scaling.type in kinds else None
     fields: dict[str, Any] = {}
     if scaling is not None and scaling.type == "linear":
         fields = {"rope_type": "linear", "factor": scaling.factor}
@@ -147,20 +156,20 @@ def rope_to_config(position: RotaryPositions) -> dict[str, Any]:
             "high_freq_factor": scaling.high_freq_factor,
             "original_max_position_embeddings": scaling.original_max_positions,
         }
-    partial = {"partial_rotary_factor": position.fraction} if position.fraction != 1.0 else {}
+    fraction = rotary.fraction if partial else 1.0
+    written = {"partial_rotary_factor": fraction} if fraction != 1.0 else {}
     return {
-        "rope_theta": position.theta,
+        "rope_theta": rotary.theta,
         "rope_scaling": fields or None,
-        "rope_parameters": {"rope_type": "default", **fields, "rope_theta": position.theta, **partial},
-        **partial,
+        "rope_parameters": {"rope_type": "default", **fields, "rope_theta": rotary.theta, **written},
+        **written,
     }
 
 
-def scaling_type(position: Any) -> str | None:
-    """A position spec's rotary scaling type (``llama3``, ``linear``, ``longrope``), None for none: what
-    `require` checks against the types a family writes."""
-    scaling = getattr(position, "scaling", None)
-    return scaling.type if scaling is not None else None
+def as_rotary(position: PositionSpec) -> RotaryPositions:
+    """``position`` if rotary, else plain RoPE: what a rotary family writes in place of positions of another
+    kind, which the config then reads back as (the export guard names them, `zoo.io.hf.faithful`)."""
+    return position if isinstance(position, RotaryPositions) else RotaryPositions()
 
 
 def _flat(params: Any, layer_types: list[str] | None) -> dict[str, Any]:

@@ -66,7 +66,7 @@ from zoo.io.hf.common import (
     rules_to_zoo,
     token_id,
 )
-from zoo.spec import EncoderDecoderSpec, ModelSpec, RelativeBiasPositions, ResolvedStack, parse_spec
+from zoo.spec import EncoderDecoderSpec, ModelSpec, RelativeBiasPositions, parse_spec
 
 # ours -> feed_forward_proj. "gated-gelu" means gelu_new (tanh) in transformers, so exact GELU is gelu_python.
 _PLAIN_FFN = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
@@ -168,71 +168,21 @@ def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T
     })  # fmt: skip
 
 
-def _stack_checks(stack: ResolvedStack, d_model: int, variant: Variant) -> list[tuple[str, Any, Any]]:
-    src, norm, attention = stack.sources, stack.norm, stack.attention
-    checks = [
-        (f"{src['norm']}.kind", norm.kind, "rmsnorm"),
-        (f"{src['norm']}.placement", norm.placement, "pre"),
-        (f"{src['norm']}.final", norm.has_final, True),
-        (f"{src['position']}.kind", stack.position.kind, "relative_bias"),
-        # another kind is refused above: its absent per_layer is not a second field
-        (
-            f"{src['position']}.per_layer",
-            getattr(stack.position, "per_layer", variant.per_layer_bias),
-            variant.per_layer_bias,
-        ),
-        (f"{src['ffn']}.bias", stack.ffn.bias, False),
-        (f"{stack.name}.share_layers", stack.share_layers, False),
-    ]
-    for field in ("attention", "cross_attention"):
-        spec = getattr(stack, field)
-        if spec is not None:
-            checks += [
-                (f"{src[field]}.bias", spec.bias, False),
-                (f"{src[field]}.out_bias", spec.has_out_bias, False),
-                (f"{src[field]}.scaled", spec.scaled, False),  # T5 folds 1/sqrt(d) into its init
-                (f"{src[field]}.qk_norm", spec.qk_norm, False),
-                (f"{src[field]}.num_kv_heads", spec.kv_heads, spec.num_heads),
-                (f"{src[field]}.num_heads", spec.num_heads, attention.num_heads),
-                (
-                    f"{src[field]}.head_dim",
-                    spec.resolved_head_dim(d_model),
-                    attention.resolved_head_dim(d_model),
-                ),
-            ]
-    return checks
-
-
 def spec_to_config(spec: ModelSpec, variant: Variant = T5) -> dict[str, Any]:
     """A zoo spec with T5's wiring -> a ``T5ForConditionalGeneration`` (or the variant's) config.json dict.
 
-    Raises naming the first spec field the variant cannot express. HF T5 has one ``dropout_rate`` for
-    everything: the spec's top-level ``dropout`` is written.
+    Writes the encoder's blocks: HF T5 has one of each for both stacks (and one ``dropout_rate``: the spec's
+    top-level ``dropout`` is written); what it cannot hold the export guard names (`zoo.io.hf.faithful`).
     """
     family = variant.model_type
     require(family, [("family", spec.family, "encoder-decoder")])
     assert isinstance(spec, EncoderDecoderSpec)
     encoder, decoder = spec.stacks().values()
-    emb, head = spec.embedding, spec.lm_head
-    no_dropout = {"dropout": 0.0}  # dropouts may differ between stacks: HF T5 has one rate anyway
-    require(family, [
-        *_stack_checks(encoder, spec.d_model, variant),
-        *_stack_checks(decoder, spec.d_model, variant),
-        ("decoder.attention", decoder.attention.model_copy(update=no_dropout),
-         encoder.attention.model_copy(update=no_dropout)),
-        ("decoder.ffn", decoder.ffn.model_copy(update=no_dropout), encoder.ffn.model_copy(update=no_dropout)),
-        ("decoder.position", decoder.position, encoder.position),
-        ("decoder.norm.eps", decoder.norm.eps, encoder.norm.eps),
-        ("source_vocab_size", spec.source_vocab_size, None),
-        ("embedding.scale", emb.scale, False),
-        ("embedding.norm", emb.norm, False),
-        ("embedding.segment_vocab_size", emb.segment_vocab_size, 0),
-        ("embedding.factorized_dim", emb.factorized_dim, None),
-        ("lm_head.logits_bias", head.logits_bias, False),
-        *([] if variant.rescales else [("lm_head.rescale_tied", head.rescale_tied, False)]),
-    ])  # fmt: skip
-    ffn, attention, position = encoder.ffn, encoder.attention, encoder.position
-    assert isinstance(position, RelativeBiasPositions)  # `_stack_checks` required kind "relative_bias"
+    ffn, attention, head = encoder.ffn, encoder.attention, spec.lm_head
+    # another kind of positions is written as T5's buckets, which the read-back then names
+    position = (
+        encoder.position if isinstance(encoder.position, RelativeBiasPositions) else RelativeBiasPositions()
+    )
     config: dict[str, Any] = {
         "architectures": [variant.architecture],
         "model_type": family,
@@ -273,11 +223,12 @@ def _rules(spec: EncoderDecoderSpec) -> list[Rule]:
         D, F = stack.attention.resolved_head_dim(spec.d_model), stack.ffn.d_ff
         bias_table = "{}.block.{}.layer.0.SelfAttention.relative_attention_bias.weight".format
         position = stack.position
-        assert isinstance(position, RelativeBiasPositions)  # checked by the spec's own mapping
-        if position.per_layer:  # umT5: every layer's table, stacked as (L * buckets, H) rows
-            tables = [bias_table(name, i) for i in range(stack.num_layers)]
+        if isinstance(position, RelativeBiasPositions) and position.per_layer:  # umT5: every layer's table
+            tables = [
+                bias_table(name, i) for i in range(stack.num_layers)
+            ]  # stacked as (L * buckets, H) rows
             rules += [fused(f"{name}.positions.weight", tables, [position.num_buckets] * stack.num_layers)]
-        else:
+        elif isinstance(position, RelativeBiasPositions):
             rules += [rename(f"{name}.positions.weight", bias_table(name, 0))]
         rules += layernorm(f"{name}.final_norm", f"{name}.final_layer_norm", bias=False)
         for i in range(stack.num_layers):
@@ -337,16 +288,25 @@ def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
     """zoo's state dict -> what ``T5ForConditionalGeneration.from_pretrained`` loads with nothing missing."""
     assert isinstance(spec, EncoderDecoderSpec)
-    tensors = dict(tensors)
+    tensors = tensors.copy()  # a NamesOnly copy stays one
     for name in spec.stacks():  # per-layer tables (L, buckets, H) -> (L * buckets, H), split by `_rules`
-        table = tensors[f"{name}.positions.weight"]
-        tensors[f"{name}.positions.weight"] = table.reshape(-1, table.shape[-1])
+        if (table := tensors.get(f"{name}.positions.weight")) is not None:  # none: a spec T5 cannot hold
+            tensors[f"{name}.positions.weight"] = table.reshape(-1, table.shape[-1])
     out = rules_to_hf(_rules(spec), tensors)
     if spec.lm_head.tied and not spec.lm_head.rescale_tied:
         # A tied head without the rescale is tie_word_embeddings=false in the config, which transformers 4.x
         # reads as untied: store the head too (equal values, so 5.x ties it again).
         out["lm_head.weight"] = out["shared.weight"].clone()
     return out
+
+
+def _stored_head(spec: ModelSpec) -> ModelSpec:
+    """What an export describes: a tied head without the rescale is stored as its own copy of the table
+    (`zoo_to_hf`), which reads back untied: the same logits."""
+    head = getattr(spec, "lm_head", None)
+    if head is not None and head.tied and not head.rescale_tied:
+        return spec.override(**{"lm_head.tied": False})
+    return spec
 
 
 def _mapping(variant: Variant) -> FamilyMapping:
@@ -356,6 +316,7 @@ def _mapping(variant: Variant) -> FamilyMapping:
         spec_to_config=lambda spec: spec_to_config(spec, variant),
         hf_to_zoo=hf_to_zoo,
         zoo_to_hf=zoo_to_hf,
+        exported_as=_stored_head,
     )
 
 
