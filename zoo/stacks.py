@@ -13,14 +13,16 @@ Causality is a property of the stack, not of its layers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from zoo.blocks import RouterOutput, build_norm, build_positions, masks
+from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn, masks
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
 from zoo.blocks.position import build_position_bias
@@ -82,6 +84,47 @@ def position_ids_from_documents(document_ids: torch.Tensor) -> torch.Tensor:
     return index - first
 
 
+# Set while a model is built only to be sized (`zoo.models.sizes`): see `sizing_build`.
+_SIZING: ContextVar[bool] = ContextVar("zoo_stack_sizing", default=False)
+
+
+@contextmanager
+def sizing_build() -> Iterator[None]:
+    """Within it, a stack builds each distinct layer once and puts that one object at every place it holds
+    (`build_layers`): a 10,000-layer spec is built in milliseconds, for `zoo.models.sizes` to count each
+    place. Such a model shares weights between its layers: it is for counting, never for running."""
+    token = _SIZING.set(True)
+    try:
+        yield
+    finally:
+        _SIZING.reset(token)
+
+
+def build_layers(spec: ResolvedStack, *, d_model: int, dropout: float) -> list[Layer]:
+    """The layers a stack stores: ``num_layers`` of them, or ALBERT's one shared layer (``share_layers``).
+
+    Layers differ only by the arguments below that depend on ``i``; under `sizing_build`, layers built from
+    the same arguments are one object."""
+    sizing = _SIZING.get()
+    built: dict[tuple[str, bool], Layer] = {}
+    layers = []
+    for i in range(1 if spec.share_layers else spec.num_layers):
+        ffn, attention_norm = layer_ffn(spec.ffn, i), i > 0 or spec.norm.first_attention_norm
+        key = (ffn.model_dump_json(), attention_norm)  # every argument that varies from layer to layer
+        if not sizing or key not in built:
+            built[key] = Layer(
+                attention=spec.attention,
+                ffn=ffn,
+                norm=spec.norm,
+                cross_attention=spec.cross_attention,
+                d_model=d_model,
+                dropout=dropout,
+                attention_norm=attention_norm,
+            )
+        layers.append(built[key])
+    return layers
+
+
 class Stack(nn.Module):
     def __init__(
         self,
@@ -116,20 +159,7 @@ class Stack(nn.Module):
         self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
         self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
-        unique_layers = 1 if spec.share_layers else spec.num_layers
-        self.layers = nn.ModuleList(
-            Layer(
-                attention=spec.attention,
-                ffn=spec.ffn,
-                norm=spec.norm,
-                cross_attention=spec.cross_attention,
-                d_model=d_model,
-                dropout=dropout,
-                attention_norm=i > 0 or spec.norm.first_attention_norm,
-                layer_idx=i,
-            )
-            for i in range(unique_layers)
-        )
+        self.layers = nn.ModuleList(build_layers(spec, d_model=d_model, dropout=dropout))
         # Per layer application: rotate by the local tables (a sliding layer with position.local_theta)
         local = getattr(spec.position, "local_theta", None) is not None
         self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
