@@ -39,6 +39,8 @@ _LAZY = {
     "TextStream": "zoo.generation.text:TextStream",
     "ChatSession": "zoo.generation.chat:ChatSession",
     "summary": "zoo.analysis:summary",
+    "parameter_count": "zoo.models.build:parameter_count",
+    "buffer_count": "zoo.models.build:buffer_count",
     "embed": "zoo.embeddings:embed",
 }
 

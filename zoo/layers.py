@@ -66,11 +66,10 @@ class Layer(nn.Module):
         d_model: int,
         dropout: float,
         attention_norm: bool = True,
-        layer_idx: int = 0,
     ) -> None:
-        """``attention_norm``: false leaves the self-attention input un-normalised (the stack's first layer
-        under ``norm.first_attention_norm: false``, ModernBERT); ``layer_idx`` (from 0 in its stack) picks a
-        Mixture-of-Experts spec's sparse or dense FFN."""
+        """``ffn``: this layer's own FFN (the stack picks it per layer from an MoE spec, `zoo.blocks.layer_ffn`).
+        ``attention_norm``: false leaves the self-attention input un-normalised (the stack's first layer
+        under ``norm.first_attention_norm: false``, ModernBERT)."""
         super().__init__()
         self.pre_norm = norm.placement != "post"
         self.parallel = norm.residual == "parallel"
@@ -86,7 +85,7 @@ class Layer(nn.Module):
         )
         self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
         self.cross_attn_post_norm = build_norm(norm, dim=d_model) if cross_attention and sandwich else None
-        self.ffn = build_ffn(ffn, d_model=d_model, layer_idx=layer_idx)
+        self.ffn = build_ffn(ffn, d_model=d_model)
         self.ffn_norm = build_norm(norm, dim=d_model)
         self.ffn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
         self.dropout = Dropout(dropout)

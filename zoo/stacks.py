@@ -13,19 +13,23 @@ Causality is a property of the stack, not of its layers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from zoo.blocks import RouterOutput, build_norm, build_positions, masks
+from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn, masks
 from zoo.blocks.dropout import Dropout
-from zoo.blocks.layer_masks import StackPatterns, self_attention_masks, with_position_bias
+from zoo.blocks.layer_masks import LayerMask, StackPatterns, self_attention_masks, with_position_bias
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
 from zoo.spec import EmbeddingSpec, ResolvedStack
+
+Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (B, 1, T, R): R rotating dims per head
 
 
 class StackCache(Protocol):
@@ -82,6 +86,47 @@ def position_ids_from_documents(document_ids: torch.Tensor) -> torch.Tensor:
     return index - first
 
 
+# Set while a model is built only to be sized (`zoo.models.sizes`): see `sizing_build`.
+_SIZING: ContextVar[bool] = ContextVar("zoo_stack_sizing", default=False)
+
+
+@contextmanager
+def sizing_build() -> Iterator[None]:
+    """Within it, a stack builds each distinct layer once and puts that one object at every place it holds
+    (`build_layers`): a 10,000-layer spec is built in milliseconds, for `zoo.models.sizes` to count each
+    place. Such a model shares weights between its layers: it is for counting, never for running."""
+    token = _SIZING.set(True)
+    try:
+        yield
+    finally:
+        _SIZING.reset(token)
+
+
+def build_layers(spec: ResolvedStack, *, d_model: int, dropout: float) -> list[Layer]:
+    """The layers a stack stores: ``num_layers`` of them, or ALBERT's one shared layer (``share_layers``).
+
+    Layers differ only by the arguments below that depend on ``i``; under `sizing_build`, layers built from
+    the same arguments are one object."""
+    sizing = _SIZING.get()
+    built: dict[tuple[str, bool], Layer] = {}
+    layers = []
+    for i in range(1 if spec.share_layers else spec.num_layers):
+        ffn, attention_norm = layer_ffn(spec.ffn, i), i > 0 or spec.norm.first_attention_norm
+        key = (ffn.model_dump_json(), attention_norm)  # every argument that varies from layer to layer
+        if not sizing or key not in built:
+            built[key] = Layer(
+                attention=spec.attention,
+                ffn=ffn,
+                norm=spec.norm,
+                cross_attention=spec.cross_attention,
+                d_model=d_model,
+                dropout=dropout,
+                attention_norm=attention_norm,
+            )
+        layers.append(built[key])
+    return layers
+
+
 class Stack(nn.Module):
     def __init__(
         self,
@@ -116,20 +161,7 @@ class Stack(nn.Module):
         self.embed_norm = build_norm(spec.norm, dim=embed_dim) if embedding.norm else None
         self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
-        unique_layers = 1 if spec.share_layers else spec.num_layers
-        self.layers = nn.ModuleList(
-            Layer(
-                attention=spec.attention,
-                ffn=spec.ffn,
-                norm=spec.norm,
-                cross_attention=spec.cross_attention,
-                d_model=d_model,
-                dropout=dropout,
-                attention_norm=i > 0 or spec.norm.first_attention_norm,
-                layer_idx=i,
-            )
-            for i in range(unique_layers)
-        )
+        self.layers = nn.ModuleList(build_layers(spec, d_model=d_model, dropout=dropout))
         # Per layer application: rotate by the local tables (a sliding layer with position.local_theta)
         local = getattr(spec.position, "local_theta", None) is not None
         self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
@@ -155,49 +187,23 @@ class Stack(nn.Module):
         prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers.
         document_ids: (B, T) the document of each token of packed rows (no cache): attention stays inside
         each document, and positions restart at each document's start unless ``position_ids`` are given."""
-        T = x.shape[1]
-        offset = cache.length if cache is not None else 0
+        T, offset = x.shape[1], cache.length if cache is not None else 0
         padding = attention_mask if attention_mask is None or attention_mask.dim() == 2 else None
         if position_ids is None and document_ids is not None:
             position_ids = position_ids_from_documents(document_ids)
         elif position_ids is None:
             position_ids = position_ids_from_mask(padding, offset=offset, length=T, device=x.device)
-        role = self.positions.role
-        if role == "absolute":
-            x = x + self.positions(position_ids).to(x.dtype)
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
-        x = self.dropout(x)
-        if self.embed_proj is not None:
-            x = self.embed_proj(x)
-
-        self_masks = self_attention_masks(
-            self.patterns,
-            causal=self.causal,
+        x = self._embed(x, position_ids)  # (B, T, C)
+        self_masks = self._self_masks(
+            x,
             attention_mask=attention_mask,
-            q_len=T,
             offset=offset,
-            key_positions=cache.key_positions(T) if cache is not None else None,
+            cache=cache,
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
-            dense_only=output_attentions
-            or role == "bias"
-            or self.position_bias is not None
-            or (self.training and self.attention_dropout),
-            grad=x.requires_grad,
-            device=x.device,
+            output_attentions=output_attentions,
         )
-        bias_module = self.positions if role == "bias" and not self.bias_per_layer else self.position_bias
-        if bias_module is not None:
-            bias = bias_module(T, offset + T)  # (1, H, T, offset + T)
-            self_masks = with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
-        rotary = rotary_local = None
-        if role == "rotary":  # float32 tables (`zoo.blocks.position`), cast once here rather than per layer
-            cos, sin = self.positions(position_ids)
-            rotary = cos.to(x.dtype), sin.to(x.dtype)
-            if any(self.local_rotary):
-                cos, sin = self.positions(position_ids, local=True)
-                rotary_local = cos.to(x.dtype), sin.to(x.dtype)
+        rotary, rotary_local = self._rotary(position_ids, dtype=x.dtype)
         cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
 
         self_weights, cross_weights, routers = [], [], []
@@ -231,3 +237,65 @@ class Stack(nn.Module):
         return StackOutput(
             x, tuple(self_weights), tuple(cross_weights) if memory is not None else None, tuple(routers)
         )
+
+    def _embed(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (B, T, E) -> the first layer's input (B, T, C): absolute positions added, then
+        the embedding norm, dropout and ALBERT's E -> C projection, where the spec has them."""
+        if self.positions.role == "absolute":
+            x = x + self.positions(position_ids).to(x.dtype)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        x = self.dropout(x)
+        return self.embed_proj(x) if self.embed_proj is not None else x
+
+    def _self_masks(
+        self,
+        x: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None,
+        offset: int,
+        cache: StackCache | None,
+        prefix_lengths: torch.Tensor | None,
+        document_ids: torch.Tensor | None,
+        output_attentions: bool,
+    ) -> list[LayerMask]:
+        """Per layer application, its self-attention (mask, is_causal): one mask per distinct pattern
+        (`zoo.blocks.layer_masks`), with the position bias (relative, ALiBi, MPNet's) folded in once when one
+        bias serves every layer (umT5's per-layer tables are folded as each layer runs)."""
+        T, role = x.shape[1], self.positions.role
+        self_masks = self_attention_masks(
+            self.patterns,
+            causal=self.causal,
+            attention_mask=attention_mask,
+            q_len=T,
+            offset=offset,
+            key_positions=cache.key_positions(T) if cache is not None else None,
+            prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
+            dense_only=output_attentions
+            or role == "bias"
+            or self.position_bias is not None
+            or (self.training and self.attention_dropout),
+            grad=x.requires_grad,
+            device=x.device,
+        )
+        bias_module = self.positions if role == "bias" and not self.bias_per_layer else self.position_bias
+        if bias_module is None:
+            return self_masks
+        bias = bias_module(T, offset + T)  # (1, H, T, offset + T)
+        return with_position_bias(self_masks, bias, q_len=T, k_len=offset + T, dtype=x.dtype)
+
+    def _rotary(
+        self, position_ids: torch.Tensor, *, dtype: torch.dtype
+    ) -> tuple[Rotary | None, Rotary | None]:
+        """(cos, sin) for the rotary layers and for the sliding-window layers with their own local tables,
+        (None, None) without rotary positions. The tables are float32 (`zoo.blocks.position`), cast once here
+        rather than per layer."""
+        if self.positions.role != "rotary":
+            return None, None
+        cos, sin = self.positions(position_ids)
+        rotary = cos.to(dtype), sin.to(dtype)
+        if not any(self.local_rotary):
+            return rotary, None
+        cos, sin = self.positions(position_ids, local=True)
+        return rotary, (cos.to(dtype), sin.to(dtype))

@@ -19,8 +19,7 @@ from safetensors.torch import load_file
 import zoo
 from zoo.io.hf import m2m100
 from zoo.io.hf.faithful import faithful_config
-from zoo.spec import SpecError
-from zoo.spec.sizes import buffer_count
+from zoo.spec import SpecError, buffer_count
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

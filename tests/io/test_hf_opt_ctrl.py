@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 import zoo
 from zoo.io.hf import HFError
-from zoo.spec.sizes import parameter_count
+from zoo.spec import parameter_count
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()

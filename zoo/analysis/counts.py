@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.analysis.tree import EMBEDDING_TABLES
-from zoo.blocks import MoEFeedForward
 from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
+from zoo.models.sizes import idle_expert_parameters
 from zoo.stacks import Stack
 
 
@@ -65,13 +65,7 @@ def count_parameters(model: nn.Module) -> ParameterCounts:
         for m in model.modules()
         if isinstance(m, LMHead | MLMHead) and m._tied_to
     )
-    idle = sum(
-        sum(p.numel() for p in module.experts.parameters())
-        * (module.num_experts - module.top_k)
-        // module.num_experts
-        for module in model.modules()
-        if isinstance(module, MoEFeedForward)
-    )
+    idle = idle_expert_parameters(model)
     return ParameterCounts(
         total=sum(everything.values()),
         trainable=sum(p.numel() for p in model.parameters() if p.requires_grad),

@@ -3,7 +3,7 @@
 from zoo.blocks.attention import Attention, KVSlot
 from zoo.blocks.embedding import TokenEmbedding
 from zoo.blocks.ffn import ACTIVATIONS, FeedForward
-from zoo.blocks.moe import MoEFeedForward, RouterOutput, build_ffn
+from zoo.blocks.moe import MoEFeedForward, RouterOutput, build_ffn, layer_ffn
 from zoo.blocks.norm import RMSNorm, build_norm
 from zoo.blocks.position import build_positions, sinusoidal_table
 
@@ -19,5 +19,6 @@ __all__ = [
     "build_ffn",
     "build_norm",
     "build_positions",
+    "layer_ffn",
     "sinusoidal_table",
 ]

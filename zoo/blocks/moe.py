@@ -189,10 +189,16 @@ def _grouped_mm_fits(x: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> b
     return all(width * x.element_size() % 16 == 0 for width in (up.shape[1], up.shape[2], down.shape[2]))
 
 
-def build_ffn(spec: FFNSpec | MoESpec, *, d_model: int, layer_idx: int) -> FeedForward | MoEFeedForward:
-    """The FFN of layer ``layer_idx``: dense, sparse, or the dense FFN of an MoE stack's dense layers."""
-    if isinstance(spec, FFNSpec):
-        return FeedForward(spec, d_model=d_model)
-    if spec.is_sparse(layer_idx):
+def layer_ffn(spec: FFNSpec | MoESpec, layer_idx: int) -> FFNSpec | MoESpec:
+    """The FFN layer ``layer_idx`` of a stack runs: dense, sparse, or the dense FFN of an MoE stack's dense
+    layers (`MoESpec.is_sparse`)."""
+    if isinstance(spec, MoESpec) and not spec.is_sparse(layer_idx):
+        return spec.dense_spec()
+    return spec
+
+
+def build_ffn(spec: FFNSpec | MoESpec, *, d_model: int) -> FeedForward | MoEFeedForward:
+    """A dense FFN, or a Mixture-of-Experts layer (`layer_ffn` says which one a layer of an MoE stack runs)."""
+    if isinstance(spec, MoESpec):
         return MoEFeedForward(spec, d_model=d_model)
-    return FeedForward(spec.dense_spec(), d_model=d_model)
+    return FeedForward(spec, d_model=d_model)

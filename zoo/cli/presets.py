@@ -14,14 +14,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-# Parameter counts of the presets, cached per (resolved spec, zoo's code): a meta build of all 51 takes
-# ~0.8 s and importing torch 1.5 s more, which a listing should not pay every time.
+# Parameter counts of the presets, cached per (resolved spec, zoo's code): counting all 51 on the meta
+# device takes ~0.25 s and importing torch 1.5 s more, which a listing should not pay every time.
 COUNTS_FILE = "preset-parameters.json"
 
 
 def preset_rows() -> list[dict]:
-    """One row per preset; parameters are counted on a meta-device build (no memory; not initialised),
-    remembered in the user's cache until the spec or zoo's code changes (`parameter_counts`)."""
+    """One row per preset; parameters are counted on a meta-device build (`zoo.parameter_count`: no memory,
+    not initialised), remembered in the user's cache until the spec or zoo's code changes (`parameter_counts`)."""
     import zoo
 
     specs = {name: zoo.preset(name) for name in zoo.list_presets()}
@@ -65,7 +65,7 @@ def parameter_counts(specs: dict) -> dict[str, int]:
         import zoo
 
         for name in missing:
-            counts[name] = zoo.build(specs[name], device="meta", init=False).num_parameters()
+            counts[name] = zoo.parameter_count(specs[name])
         try:
             from zoo.io.atomic import write_text_atomic
 

@@ -32,6 +32,8 @@ PathLike = str | os.PathLike[str]
 
 # Result keys that are not metrics: a task's name, its alias, how many samples it scored.
 _NOT_METRICS = ("alias", "name", "sample_len", "samples")
+# lm-eval's seeds, all set by `evaluate`'s ``seed``
+_SEEDS = ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed")
 
 
 def evaluate(
@@ -76,38 +78,27 @@ def evaluate(
     # Everything that can be checked without lm-eval first: importing it takes seconds, indexing its tasks
     # more, loading the model more still.
     names = _task_names(tasks)
-    _check_number(num_fewshot, "num_fewshot", minimum=0)
-    _check_number(bootstrap_iters, "bootstrap_iters", minimum=0)
-    _check_number(seed, "seed", minimum=0)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
-        raise EvaluationError(
-            f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}"
-        )
-    if fewshot_as_multiturn and not apply_chat_template:
-        raise EvaluationError("fewshot_as_multiturn needs apply_chat_template (the turns are a chat's)")
-    if isinstance(limit, float) and limit >= 1:
-        limit = int(limit)
-    if isinstance(model, str | os.PathLike):
-        from zoo.io.pretrained import pretrained_kind
-
-        pretrained_kind(model)  # a missing folder, or one without its tokenizer: said before anything loads
-    _refuse_unknown(names, _include_paths(include_path))
+    limit = _check_arguments(
+        num_fewshot=num_fewshot,
+        bootstrap_iters=bootstrap_iters,
+        seed=seed,
+        limit=limit,
+        apply_chat_template=apply_chat_template,
+        fewshot_as_multiturn=fewshot_as_multiturn,
+    )
+    _check_sources(model, names, include_path)
     lm_eval = _import_lm_eval()
     from zoo.evaluation.lm_eval import ZooLM
 
     manager, loaded, leaves = _load_tasks(names, include_path)  # before the model: a bad task costs nothing
     for task in leaves:  # what would fail inside lm-eval, or score in silence, said now
         check_loaded(task, manager, num_fewshot=num_fewshot, limit=limit, gen_kwargs=gen_kwargs)
-    lm = model if isinstance(model, lm_eval.api.model.LM) else None
-    if lm is None:
-        lm = ZooLM(model, tokenizer, batch_size=batch_size, device=device, dtype=dtype)
-    seeds = (
-        {}
-        if seed is None
-        else dict.fromkeys(
-            ("random_seed", "numpy_random_seed", "torch_random_seed", "fewshot_random_seed"), seed
-        )
+    lm = (
+        model
+        if isinstance(model, lm_eval.api.model.LM)
+        else ZooLM(model, tokenizer, batch_size=batch_size, device=device, dtype=dtype)
     )
+    seeds = {} if seed is None else dict.fromkeys(_SEEDS, seed)
     results = lm_eval.simple_evaluate(
         model=lm,
         tasks=loaded,
@@ -125,6 +116,41 @@ def evaluate(
     if results is None:  # only on a rank other than 0 of a distributed run, which this is not
         raise EvaluationError("lm-eval returned no results")
     return dict(results)
+
+
+def _check_arguments(
+    *,
+    num_fewshot: int | None,
+    bootstrap_iters: int,
+    seed: int | None,
+    limit: int | float | None,
+    apply_chat_template: bool | str,
+    fewshot_as_multiturn: bool,
+) -> int | float | None:
+    """`evaluate`'s numbers and chat settings, checked; returns ``limit`` as lm-eval takes it (a float of
+    1 or more: a number of documents)."""
+    _check_number(num_fewshot, "num_fewshot", minimum=0)
+    _check_number(bootstrap_iters, "bootstrap_iters", minimum=0)
+    _check_number(seed, "seed", minimum=0)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
+        raise EvaluationError(
+            f"limit must be a number of documents (>= 1) or a fraction (< 1); got {limit!r}"
+        )
+    if fewshot_as_multiturn and not apply_chat_template:
+        raise EvaluationError("fewshot_as_multiturn needs apply_chat_template (the turns are a chat's)")
+    return int(limit) if isinstance(limit, float) and limit >= 1 else limit
+
+
+def _check_sources(
+    model: object, names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None
+) -> None:
+    """A model folder that is missing or lacks its tokenizer, and a task name that no task file holds: said
+    in about a second, before lm-eval is imported or anything loads."""
+    if isinstance(model, str | os.PathLike):
+        from zoo.io.pretrained import pretrained_kind
+
+        pretrained_kind(model)
+    _refuse_unknown(names, _include_paths(include_path))
 
 
 def load_tasks(names: Sequence[str], include_path: PathLike | Sequence[PathLike] | None = None) -> list[Any]:

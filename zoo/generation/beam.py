@@ -17,6 +17,8 @@ scores, padded with ``pad`` to the longest one returned.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from zoo.generation.config import GenerationConfig
@@ -65,29 +67,17 @@ def scored_beam_search(
 
     running_scores = torch.full((B, N), _NEG, device=device)  # (B, N)
     running_scores[:, 0] = 0.0  # all beams start equal: only the first may expand, or they would duplicate
-    finished = torch.full((B, N, L), pad, dtype=torch.long, device=device)
-    finished_scores = torch.full((B, N), _NEG, device=device)
-    finished_lengths = torch.zeros(B, N, dtype=torch.long, device=device)  # generated tokens, eos included
-    is_finished = torch.zeros(B, N, dtype=torch.bool, device=device)
+    done = _Finished.empty(B, N, L, pad=pad, device=device)
     improvable = torch.ones(B, 1, dtype=torch.bool, device=device)
     sentence_rows = torch.arange(B, device=device)[:, None] * N  # (B, 1): first row of each sentence
 
     for step in range(config.max_new_tokens):
         cur_len = prompt_len + step
-        logits = session.logits().float()  # (BN, V)
-        check_finite(logits, step)
-        log_probs = logits.log_softmax(dim=-1)
-        if processors.active:
-            log_probs = processors(log_probs, session.sequences, session.valid, step)
+        log_probs = _log_probs(session, processors, step)  # (BN, V)
         V = log_probs.shape[-1]
         totals = (log_probs.view(B, N, V) + running_scores[:, :, None]).view(B, N * V)
-        if config.sampling:
-            picked = torch.multinomial(totals.softmax(dim=-1), K, generator=generator)  # (B, K)
-            cand_scores = totals.gather(1, picked)
-        else:
-            cand_scores, picked = totals.topk(K, dim=-1)  # (B, K)
+        cand_scores, picked = _candidates(totals, K, sampling=config.sampling, generator=generator)  # (B, K)
         cand_beams, cand_tokens = picked // V, picked % V  # (B, K)
-
         last = cur_len + 1 >= L
         if eos is not None:
             hits = torch.isin(cand_tokens, eos) | last
@@ -96,47 +86,119 @@ def scored_beam_search(
 
         # Finished hypotheses: merge the candidates that just ended into the N best so far.
         cand_seqs = session.sequences.view(B, N, -1).gather(1, cand_beams[:, :, None].expand(-1, -1, cur_len))
-        ended = hits & in_top_n
         # Each reason to refuse adds _NEG, exactly as in Hugging Face (so ties resolve the same way).
         scores = cand_scores / float(cur_len + 1 - prompt_len) ** lp
-        if early is True:
-            scores = scores + is_finished.all(dim=1, keepdim=True).float() * _NEG  # this sentence is done
+        if early is True:  # a sentence with N finished hypotheses is done
+            scores = scores + done.is_finished.all(dim=1, keepdim=True).float() * _NEG
+        ended = hits & in_top_n
         scores = scores + (~improvable).float() * _NEG + (~ended).float() * _NEG
-        merged_scores = torch.cat([finished_scores, scores], dim=1)  # (B, N + K)
-        best = merged_scores.topk(N, dim=1).indices  # (B, N)
-        from_candidates = best >= N
-        cand_index = (best - N).clamp(min=0)
-        new_seqs = torch.full((B, N, L), pad, dtype=torch.long, device=device)
-        new_seqs[:, :, :cur_len] = cand_seqs.gather(1, cand_index[:, :, None].expand(-1, -1, cur_len))
-        new_seqs[:, :, cur_len] = cand_tokens.gather(1, cand_index)
-        keep = finished.gather(1, best.clamp(max=N - 1)[:, :, None].expand(-1, -1, L))
-        finished = torch.where(from_candidates[:, :, None], new_seqs, keep)
-        finished_lengths = torch.where(
-            from_candidates, cur_len + 1 - prompt_len, finished_lengths.gather(1, best.clamp(max=N - 1))
-        )
-        is_finished = torch.cat([is_finished, ended], dim=1).gather(1, best)
-        finished_scores = merged_scores.gather(1, best)
+        done.merge(cand_seqs, cand_tokens, scores, ended, generated=cur_len + 1 - prompt_len)
 
         # Running beams: the N best candidates that did not end.
-        next_index = (cand_scores + hits.float() * _NEG).topk(N, dim=1).indices  # (B, N)
-        running_scores = (cand_scores + hits.float() * _NEG).gather(1, next_index)
-        rows = (sentence_rows + cand_beams.gather(1, next_index)).view(BN)
-        session.reorder(rows)
-        processors.reorder(rows)
-        tokens = cand_tokens.gather(1, next_index).view(BN)
-        session.append(tokens)
-        processors.observe(tokens)
+        open_scores = cand_scores + hits.float() * _NEG  # (B, K): an ended candidate cannot run on
+        running_scores = _continue(session, processors, open_scores, cand_beams, cand_tokens, sentence_rows)
 
         # Can a running beam still beat the worst finished hypothesis?
         length = (L - prompt_len) if (early == "never" and lp > 0) else (cur_len + 1 - prompt_len)
         best_possible = running_scores[:, :1] / float(length) ** lp  # (B, 1)
-        worst = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True).values, _NEG)
+        worst = torch.where(done.is_finished, done.scores.min(dim=1, keepdim=True).values, _NEG)
         improvable &= (best_possible > worst).any(dim=1, keepdim=True)
-        if last or not bool(improvable.any()) or (early is True and bool(is_finished.all())):
+        if last or not bool(improvable.any()) or (early is True and bool(done.is_finished.all())):
             break
 
     # Finished hypotheses are kept sorted, best first (``topk``): the n best are the first n.
     n = config.num_return_sequences
-    out_len = prompt_len + int(finished_lengths[:, :n].max())
-    sequences = finished[:, :n, :out_len].reshape(B * n, out_len).contiguous()  # (B * n, out_len)
-    return sequences, finished_scores[:, :n].reshape(B * n)
+    out_len = prompt_len + int(done.lengths[:, :n].max())
+    sequences = done.sequences[:, :n, :out_len].reshape(B * n, out_len).contiguous()  # (B * n, out_len)
+    return sequences, done.scores[:, :n].reshape(B * n)
+
+
+def _log_probs(session: Session, processors: LogitsProcessors, step: int) -> torch.Tensor:
+    """The next token's log-probabilities (BN, V), float32, through the logits processors."""
+    logits = session.logits().float()  # (BN, V)
+    check_finite(logits, step)
+    log_probs = logits.log_softmax(dim=-1)
+    if processors.active:
+        log_probs = processors(log_probs, session.sequences, session.valid, step)
+    return log_probs
+
+
+def _candidates(
+    totals: torch.Tensor, K: int, *, sampling: bool, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K candidates of each sentence from its (B, N * V) running totals: (scores, flat indices), (B, K)
+    each; the top K, or K drawn from the totals' softmax when sampling."""
+    if sampling:
+        picked = torch.multinomial(totals.softmax(dim=-1), K, generator=generator)  # (B, K)
+        return totals.gather(1, picked), picked
+    return totals.topk(K, dim=-1)
+
+
+def _continue(
+    session: Session,
+    processors: LogitsProcessors,
+    open_scores: torch.Tensor,
+    cand_beams: torch.Tensor,
+    cand_tokens: torch.Tensor,
+    sentence_rows: torch.Tensor,
+) -> torch.Tensor:
+    """Move each sentence's N running beams to its N best candidates that did not end (``open_scores``
+    (B, K): an ended one is _NEG lower): reorder the session's rows and the processors' state, append the
+    chosen tokens; returns the running beams' scores (B, N)."""
+    B, N = sentence_rows.shape[0], session.batch_size // sentence_rows.shape[0]
+    next_index = open_scores.topk(N, dim=1).indices  # (B, N)
+    rows = (sentence_rows + cand_beams.gather(1, next_index)).view(B * N)
+    session.reorder(rows)
+    processors.reorder(rows)
+    tokens = cand_tokens.gather(1, next_index).view(B * N)
+    session.append(tokens)
+    processors.observe(tokens)
+    return open_scores.gather(1, next_index)
+
+
+@dataclass
+class _Finished:
+    """The N best finished hypotheses of each sentence so far, kept sorted best first."""
+
+    sequences: torch.Tensor  # (B, N, L) prompt + generated tokens, padded
+    scores: torch.Tensor  # (B, N) sum(log p) / generated_length ** length_penalty; _NEG while empty
+    lengths: torch.Tensor  # (B, N) generated tokens, eos included
+    is_finished: torch.Tensor  # (B, N) bool: a real hypothesis, not an empty place
+    pad: int  # the id after a hypothesis's end
+
+    @classmethod
+    def empty(cls, B: int, N: int, L: int, *, pad: int, device: torch.device) -> _Finished:
+        return cls(
+            sequences=torch.full((B, N, L), pad, dtype=torch.long, device=device),
+            scores=torch.full((B, N), _NEG, device=device),
+            lengths=torch.zeros(B, N, dtype=torch.long, device=device),
+            is_finished=torch.zeros(B, N, dtype=torch.bool, device=device),
+            pad=pad,
+        )
+
+    def merge(
+        self,
+        cand_seqs: torch.Tensor,
+        cand_tokens: torch.Tensor,
+        scores: torch.Tensor,
+        ended: torch.Tensor,
+        *,
+        generated: int,
+    ) -> None:
+        """Keep the N best of the finished and the K candidates: ``cand_seqs`` (B, K, cur_len) their
+        sequences so far, ``cand_tokens`` (B, K) the token each adds, ``scores`` (B, K) their scores (_NEG
+        added for each reason one may not finish), ``ended`` (B, K) which did; ``generated``: their length."""
+        B, N, L = self.sequences.shape
+        cur_len = cand_seqs.shape[2]
+        merged_scores = torch.cat([self.scores, scores], dim=1)  # (B, N + K)
+        best = merged_scores.topk(N, dim=1).indices  # (B, N)
+        from_candidates = best >= N
+        cand_index = (best - N).clamp(min=0)
+        new_seqs = torch.full((B, N, L), self.pad, dtype=torch.long, device=cand_seqs.device)
+        new_seqs[:, :, :cur_len] = cand_seqs.gather(1, cand_index[:, :, None].expand(-1, -1, cur_len))
+        new_seqs[:, :, cur_len] = cand_tokens.gather(1, cand_index)
+        keep = self.sequences.gather(1, best.clamp(max=N - 1)[:, :, None].expand(-1, -1, L))
+        self.sequences = torch.where(from_candidates[:, :, None], new_seqs, keep)
+        self.lengths = torch.where(from_candidates, generated, self.lengths.gather(1, best.clamp(max=N - 1)))
+        self.is_finished = torch.cat([self.is_finished, ended], dim=1).gather(1, best)
+        self.scores = merged_scores.gather(1, best)

@@ -36,8 +36,9 @@ from zoo.io.hf import _export_config
 from zoo.io.outputs import PEFT_ADAPTERS, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME, check_output_dir
 from zoo.lora.errors import LoraError
 from zoo.lora.experts import LoraStackedLinear
-from zoo.lora.inject import adapter_modules
+from zoo.lora.inject import Adapter, adapter_modules
 from zoo.models import build_model
+from zoo.spec import LoraSpec
 
 CONFIG_NAME = PEFT_CONFIG_NAME  # adapter_config.json
 WEIGHTS_NAME = PEFT_WEIGHTS_NAME  # adapter_model.safetensors
@@ -73,6 +74,32 @@ def to_peft(
     outputs. ``base_model_name_or_path`` is recorded in the config for tools that fetch the base.
     """
     check_output_dir(out_dir, PEFT_ADAPTERS, writer="zoo.lora.to_peft", overwrite=overwrite)
+    modules, spec, base_spec = _exportable_adapters(model)
+    mapping, config = _export_config(base_spec, model_type)
+    shapes = {path: (module.out_features, module.in_features) for path, module in modules.items()}
+    selections = probe(lambda state: mapping.zoo_to_hf(state, base_spec), base_spec, shapes)
+    transposed = {s.transposed for s in selections.values()}
+    if len(transposed) > 1:
+        raise LoraError(
+            "zoo.lora.to_peft: some exported projections are transposed (Conv1D) and some are not; PEFT's "
+            "fan_in_fan_out is one flag for all: target only one kind"
+        )
+    tensors = _adapter_tensors(modules, selections)
+    adapter_config = {
+        **_adapter_config(spec, targets=sorted(selections), fan_in_fan_out=transposed == {True}),
+        "task_type": _task_type(config),
+        "base_model_name_or_path": base_model_name_or_path,
+    }
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / WEIGHTS_NAME, lambda temp: save_file(tensors, str(temp), metadata={"format": "pt"}))
+    write_text_atomic(out / CONFIG_NAME, json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def _exportable_adapters(model: torch.nn.Module) -> tuple[dict[str, Adapter], LoraSpec, Any]:
+    """(adapted module path -> its adapter layer, the LoRA spec, the base model's spec) of a model whose
+    adapters PEFT can hold: present, unmerged, on plain linears (not stacked experts), on a zoo model."""
     modules = adapter_modules(model)
     spec = getattr(model, "lora_spec", None)
     if not modules or spec is None:
@@ -90,16 +117,14 @@ def to_peft(
             "stacked weight, which PEFT's LoRA layers do not hold; merge them (zoo.lora.merge_and_unload) "
             "and export the model with zoo.to_hf"
         )
-    mapping, config = _export_config(base_spec, model_type)
-    shapes = {path: (module.out_features, module.in_features) for path, module in modules.items()}
-    selections = probe(lambda state: mapping.zoo_to_hf(state, base_spec), base_spec, shapes)
-    transposed = {s.transposed for s in selections.values()}
-    if len(transposed) > 1:
-        raise LoraError(
-            "zoo.lora.to_peft: some exported projections are transposed (Conv1D) and some are not; PEFT's "
-            "fan_in_fan_out is one flag for all: target only one kind"
-        )
+    return modules, spec, base_spec
 
+
+def _adapter_tensors(
+    modules: dict[str, Adapter], selections: dict[str, Selection]
+) -> dict[str, torch.Tensor]:
+    """PEFT's tensors, on the CPU: each exported module's A (r, I_hf) and B (O_hf, r) (and DoRA's magnitude
+    (O_hf,)), the rows and columns of the zoo adapter that land in it."""
     tensors: dict[str, torch.Tensor] = {}
     for hf_module, selection in selections.items():
         module = modules[selection.zoo]
@@ -109,21 +134,21 @@ def to_peft(
         tensors[f"{key}.lora_B.weight"] = module.lora_B.detach()[rows]  # (O_hf, r)
         if module.lora_magnitude is not None:
             tensors[f"{key}.lora_magnitude_vector"] = module.lora_magnitude.detach()[rows]  # (O_hf,)
-    tensors = {name: t.to("cpu").contiguous() for name, t in tensors.items()}
+    return {name: t.to("cpu").contiguous() for name, t in tensors.items()}
 
-    adapter_config = {
+
+def _adapter_config(spec: LoraSpec, *, targets: list[str], fan_in_fan_out: bool) -> dict[str, Any]:
+    """PEFT's ``adapter_config.json`` for ``spec`` (a `LoraSpec`) on ``targets``, the full module paths:
+    exactly these, no suffix matching surprises (the caller adds task_type and base_model_name_or_path)."""
+    return {
         "peft_type": "LORA",
-        "task_type": _task_type(config),
-        "base_model_name_or_path": base_model_name_or_path,
         "revision": None,
         "inference_mode": True,
         "r": spec.r,
         "lora_alpha": int(spec.alpha) if float(spec.alpha).is_integer() else spec.alpha,
         "lora_dropout": spec.dropout,
-        "target_modules": sorted(
-            selections
-        ),  # full module paths: exactly these, no suffix matching surprises
-        "fan_in_fan_out": transposed == {True},
+        "target_modules": targets,
+        "fan_in_fan_out": fan_in_fan_out,
         "bias": "none",
         "use_dora": spec.dora,
         "use_rslora": False,
@@ -135,11 +160,6 @@ def to_peft(
         "alpha_pattern": {},
         "lora_bias": False,
     }
-    out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / WEIGHTS_NAME, lambda temp: save_file(tensors, str(temp), metadata={"format": "pt"}))
-    write_text_atomic(out / CONFIG_NAME, json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
-    return out
 
 
 def probe(convert: Convert, spec: Any, targeted: dict[str, tuple[int, int]]) -> dict[str, Selection]:

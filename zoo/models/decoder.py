@@ -91,7 +91,53 @@ class DecoderModel(GenerationMixin, ZooModel):
 
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
-        where, V = "DecoderModel.forward", self.spec.vocab_size
+        self._check_inputs(
+            input_ids,
+            attention_mask,
+            labels,
+            position_ids=position_ids,
+            cache=cache,
+            logits_mask=logits_mask,
+            prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
+        )
+        out = self.decoder(
+            self._embed(input_ids),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            output_attentions=output_attentions,
+            prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
+        )
+        hidden = self._project_out(out.hidden)  # (B, T, E)
+        logits, loss = self._scores(hidden, labels, logits_mask)
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=hidden,
+            loss=loss,
+            attentions=out.attentions,
+            aux_loss=aux_loss((out, attention_mask)),
+        )
+
+    def _check_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        labels: torch.Tensor | None,
+        *,
+        position_ids: torch.Tensor | None,
+        cache: Any,
+        logits_mask: torch.Tensor | None,
+        prefix_lengths: torch.Tensor | None,
+        document_ids: torch.Tensor | None,
+    ) -> None:
+        """Every argument of `forward`, before any compute (`zoo.models.inputs`)."""
+        where, V, cached = (
+            "DecoderModel.forward",
+            self.spec.vocab_size,
+            cache.length if cache is not None else 0,
+        )
         check_devices(
             where,
             model_device(self),
@@ -108,7 +154,7 @@ class DecoderModel(GenerationMixin, ZooModel):
             where=where,
             vocab_size=V,
             max_positions=self.spec.max_positions,
-            cached=cache.length if cache is not None else 0,
+            cached=cached,
             user_masks=True,
         )
         check_labels(labels, where=where, shape=(B, T), num_classes=V, like="input_ids")
@@ -118,7 +164,7 @@ class DecoderModel(GenerationMixin, ZooModel):
             where=where,
             shape=(B, T),
             max_positions=self.spec.max_positions,
-            cached=cache.length if cache is not None else 0,
+            cached=cached,
         )
         check_logits_mask(
             logits_mask, input_ids, where=where, head="LM head", has_head=self.lm_head is not None
@@ -127,30 +173,21 @@ class DecoderModel(GenerationMixin, ZooModel):
             prefix_lengths,
             where=where,
             rows=B,
-            length=T + (cache.length if cache is not None else 0),
+            length=T + cached,
             patterned=any(pattern.kind == "prefix_lm" for pattern in self.decoder.patterns.distinct),
         )
-        out = self.decoder(
-            self._embed(input_ids),
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            output_attentions=output_attentions,
-            prefix_lengths=prefix_lengths,
-            document_ids=document_ids,
-        )
-        hidden = self._project_out(out.hidden)  # (B, T, E)
-        logits = self.lm_head(select_positions(hidden, logits_mask)) if self.lm_head is not None else None
-        loss = None
-        if labels is not None and logits is not None:
-            loss = token_cross_entropy(logits, select_labels(shift_labels_left(labels), logits_mask))
-        return ModelOutput(
-            logits=logits,
-            last_hidden_state=hidden,
-            loss=loss,
-            attentions=out.attentions,
-            aux_loss=aux_loss((out, attention_mask)),
-        )
+
+    def _scores(
+        self, hidden: torch.Tensor, labels: torch.Tensor | None, logits_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The LM head on hidden (B, T, E) -> logits (B, T, V), or (N, V) where ``logits_mask`` selects, and
+        the loss of predicting token t + 1 at position t; (None, None) for a model without a head."""
+        if self.lm_head is None:
+            return None, None
+        logits = self.lm_head(select_positions(hidden, logits_mask))
+        if labels is None:
+            return logits, None
+        return logits, token_cross_entropy(logits, select_labels(shift_labels_left(labels), logits_mask))
 
     def _embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) -> (B, T, C): the token lookup, projected in when the table is narrower than the stack."""

@@ -207,6 +207,47 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
 
         Every argument is checked first (`zoo.models.inputs`): a bad one is a ValueError, before any compute.
         """
+        decoder_input_ids = self._check_inputs(
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            labels,
+            logits_mask=logits_mask,
+        )
+        encoded = self._encode(input_ids, attention_mask, output_attentions=output_attentions)
+        decoded, logits = self._decode(
+            decoder_input_ids,
+            memory=encoded.hidden,
+            memory_mask=keys_seen(attention_mask),
+            attention_mask=decoder_attention_mask,
+            logits_mask=logits_mask,
+            output_attentions=output_attentions,
+        )
+        loss = token_cross_entropy(logits, select_labels(labels, logits_mask)) if labels is not None else None
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=decoded.hidden,
+            loss=loss,
+            attentions=decoded.attentions,
+            cross_attentions=decoded.cross_attentions,
+            encoder_last_hidden_state=encoded.hidden,
+            encoder_attentions=encoded.attentions,
+            aux_loss=aux_loss((encoded, attention_mask), (decoded, decoder_attention_mask)),
+        )
+
+    def _check_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        labels: torch.Tensor | None,
+        *,
+        logits_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Every argument of `forward`, before any compute (`zoo.models.inputs`); returns the decoder inputs,
+        made from the labels (`shift_right`) when none are given."""
         where, V = "EncoderDecoderModel.forward", self.spec.vocab_size
         check_devices(
             where,
@@ -233,26 +274,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             )
         check_labels(labels, where=where, shape=(B, T), num_classes=V, like="decoder_input_ids")
         check_logits_mask(logits_mask, decoder_input_ids, where=where, head="LM head")
-        encoded = self._encode(input_ids, attention_mask, output_attentions=output_attentions)
-        decoded, logits = self._decode(
-            decoder_input_ids,
-            memory=encoded.hidden,
-            memory_mask=keys_seen(attention_mask),
-            attention_mask=decoder_attention_mask,
-            logits_mask=logits_mask,
-            output_attentions=output_attentions,
-        )
-        loss = token_cross_entropy(logits, select_labels(labels, logits_mask)) if labels is not None else None
-        return ModelOutput(
-            logits=logits,
-            last_hidden_state=decoded.hidden,
-            loss=loss,
-            attentions=decoded.attentions,
-            cross_attentions=decoded.cross_attentions,
-            encoder_last_hidden_state=encoded.hidden,
-            encoder_attentions=encoded.attentions,
-            aux_loss=aux_loss((encoded, attention_mask), (decoded, decoder_attention_mask)),
-        )
+        return decoder_input_ids
 
     @property
     def input_vocab_size(self) -> int:

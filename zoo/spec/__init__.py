@@ -1,5 +1,8 @@
 """The pydantic model spec. Imports no torch, so specs, presets and the JSON Schema load instantly."""
 
+import importlib
+from typing import Any
+
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
@@ -48,7 +51,6 @@ from zoo.spec.patterns import (
     SlidingWindowPattern,
 )
 from zoo.spec.presets import list_presets, load_spec, preset, presets_dir
-from zoo.spec.sizes import buffer_count, parameter_count
 from zoo.spec.stacks import ResolvedStack, StackSpec
 
 __all__ = [
@@ -103,3 +105,16 @@ __all__ = [
     "preset",
     "presets_dir",
 ]
+
+# A spec's sizes are counted on its model, built on the meta device (`zoo.models.build`), which needs torch:
+# these two names stay where they were published and resolve on first use, as the `zoo` facade's names do
+# (the same functions as `zoo.parameter_count` and `zoo.buffer_count`). Importing zoo.spec loads no torch.
+_SIZES = {"parameter_count": "zoo.models.build", "buffer_count": "zoo.models.build"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SIZES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SIZES[name]), name)
+    globals()[name] = value
+    return value

@@ -1,14 +1,18 @@
-"""Upper bounds on what a spec may ask for, checked when it validates (before anything is built).
+"""Upper bounds on what a spec may ask for: each field when it validates, the whole model before it is built.
 
 A spec is data, often from a file: ``num_layers: 1000000000`` is easy to write and would otherwise hang
 ``zoo show`` building a billion layers, or end in an allocator traceback. Each bound is generous (several
 times today's largest published models) and can be raised with an environment variable:
 
-    ZOO_MAX_PARAMETERS  1e12       parameters + fixed buffer elements (`zoo.spec.sizes`), the whole model
+    ZOO_MAX_PARAMETERS  1e12       parameters + fixed buffer elements, the whole model (`parameters_message`)
     ZOO_MAX_LAYERS      10,000     num_layers of each stack
     ZOO_MAX_POSITIONS   1,048,576  max_positions, and a learned table's offset
     ZOO_MAX_WIDTH       1,048,576  d_model, factorized_dim, d_ff, num_heads, num_kv_heads, head_dim, num_buckets
     ZOO_MAX_VOCAB       16,777,216 vocab_size, source_vocab_size, segment_vocab_size, num_labels
+
+The fields are checked when a spec validates (`check_limits`; no torch). The whole model's size is
+counted on the model itself, built on the meta device, and refused there before any real allocation
+(`zoo.models.build.check_size`; zoo.spec imports no torch, so the count cannot run here).
 
 The variables are read at every check, so ``os.environ["ZOO_MAX_LAYERS"] = "20000"`` takes effect for the
 next spec. Values are integers (``1_000_000`` and ``1e13`` are accepted).
@@ -24,10 +28,26 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from zoo.spec.blocks import EmbeddingSpec
 from zoo.spec.errors import number
-from zoo.spec.sizes import SizedSpec, buffer_count, parameter_count
+from zoo.spec.stacks import ResolvedStack
+
+
+class LimitedSpec(Protocol):
+    """What the field limits read from a model spec (`zoo.spec.model` validates with this module, so it
+    cannot be imported here); family-specific fields (heads, source_vocab_size) are read if present."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def max_positions(self) -> int: ...
+    @property
+    def embedding(self) -> EmbeddingSpec: ...
+    def stacks(self) -> dict[str, ResolvedStack]: ...
 
 
 def env_limit(env: str, default: int) -> int:
@@ -62,21 +82,24 @@ WIDTH = Limit("ZOO_MAX_WIDTH", 2**20, "")
 VOCAB = Limit("ZOO_MAX_VOCAB", 2**24, "")
 
 
-def check_limits(spec: SizedSpec) -> None:
-    """Raise ValueError naming the field, its value, the limit and how to raise it, if ``spec`` is too big.
-
-    Each field is checked first, so the size estimate then runs on bounded numbers.
-    """
+def check_limits(spec: LimitedSpec) -> None:
+    """Raise ValueError naming the field, its value, the limit and how to raise it, if a field of ``spec``
+    is too big. A build may then trust every size (the whole model's is checked on its meta-device build)."""
     for field, value, limit in _fields(spec):
         if value is not None and value > limit.value:
             raise ValueError(_message(field, value, limit))
-    params, buffers = parameter_count(spec), buffer_count(spec)
-    if params + buffers > PARAMETERS.value:
-        raise ValueError(
-            f"the model would have {number(params)} parameters and {number(buffers)} fixed buffer elements, "
-            f"over the limit of {number(PARAMETERS.value)} {PARAMETERS.unit}; "
-            f"set the environment variable {PARAMETERS.env} to allow more (e.g. {PARAMETERS.env}={params + buffers})"
-        )
+
+
+def parameters_message(params: int, buffers: int) -> str | None:
+    """Why a model of ``params`` parameters and ``buffers`` fixed buffer elements is too big (one line,
+    naming ``ZOO_MAX_PARAMETERS`` and how to raise it), or None when it is within the limit."""
+    if params + buffers <= PARAMETERS.value:
+        return None
+    return (
+        f"the model would have {number(params)} parameters and {number(buffers)} fixed buffer elements, "
+        f"over the limit of {number(PARAMETERS.value)} {PARAMETERS.unit}; "
+        f"set the environment variable {PARAMETERS.env} to allow more (e.g. {PARAMETERS.env}={params + buffers})"
+    )
 
 
 def _message(field: str, value: int, limit: Limit) -> str:
@@ -89,7 +112,7 @@ def _message(field: str, value: int, limit: Limit) -> str:
     )
 
 
-def _fields(spec: SizedSpec) -> Iterator[tuple[str, int | None, Limit]]:
+def _fields(spec: LimitedSpec) -> Iterator[tuple[str, int | None, Limit]]:
     """(dotted field, value, limit) for every size a spec sets, stack overrides under their own path."""
     yield "vocab_size", spec.vocab_size, VOCAB
     yield "source_vocab_size", getattr(spec, "source_vocab_size", None), VOCAB

@@ -7,6 +7,8 @@ tensors the file's headers describe:
 
     layers      each stack's stored layers (1 when ALBERT-shared)  <=  the layers the file has tensors for
     widths      d_model, vocab_size, d_ff, every attention's heads  <=  the largest dimension of any tensor
+    size        parameters + fixed buffer elements                   <=  ZOO_MAX_PARAMETERS (counted on a
+                                                                         meta-device build, after the two above)
     allocation  fixed tables (sinusoids, rotary angles, ALiBi)
                 + tensors initialised afresh (``strict=False``)      <=  max(file's elements, TABLE_ALLOWANCE)
 
@@ -27,7 +29,8 @@ from typing import Any
 from torch import nn
 
 from zoo.io.checkpoint.files import CheckpointError
-from zoo.spec import ModelSpec
+from zoo.models.build import check_size
+from zoo.spec import ModelSpec, SpecError
 from zoo.spec.limits import env_limit
 
 # Elements (not bytes) a load may allocate beyond what the file holds: 2**25 float32 is 128 MiB.
@@ -61,10 +64,12 @@ def check_spec_fits(
     held_by: str = "the file",
     error: type[ValueError] = CheckpointError,
 ) -> None:
-    """Refuse ``spec`` when it asks for more layers or wider tensors than ``shapes`` (name -> shape) hold.
+    """Refuse ``spec`` when it asks for more layers or wider tensors than ``shapes`` (name -> shape) hold,
+    or a model over ``ZOO_MAX_PARAMETERS`` (`zoo.models.build.check_size`).
 
     ``layers_held``: for each stack name, the layer indices the file holds tensors for. Raises ``error``
-    naming ``source`` and the spec field, before anything is built from the spec.
+    naming ``source`` and the spec field (or the limit), before anything but the meta-device count is built
+    from the spec; the layers and widths first, so that count runs on what the file can hold.
     """
     for name, stack in spec.stacks().items():
         stored = 1 if stack.share_layers else stack.num_layers
@@ -82,6 +87,10 @@ def check_spec_fits(
                 f"{source}: the spec says {field} {value} but the largest tensor dimension in {held_by} is "
                 f"{largest}; refusing to build it"
             )
+    try:
+        check_size(spec)
+    except SpecError as problem:
+        raise error(f"{source}: {problem}") from None
 
 
 def check_allocation(

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
 
 
 class ChatTemplateError(ValueError):
@@ -363,15 +365,31 @@ def _compiled(template: str) -> jinja2.Template:
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """The sandboxed environment transformers renders chat templates in (module docstring), built once."""
-    import jinja2
+    """The sandboxed environment transformers renders chat templates in (module docstring), built once,
+    with the render's bounds (`_bounded_environment`) and transformers' extension, filters and globals."""
+    import jinja2.ext
+
+    env = _bounded_environment()(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_generation_extension(), jinja2.ext.loopcontrols]
+    )
+    for name, check in (("center", "center to"), ("indent", "indent by"), ("wordwrap", "wrap at")):
+        env.filters[name] = _width_checked(env.filters[name], check)
+    env.filters["format"] = _format_checked(env.filters["format"])
+    env.globals["lipsum"] = _lipsum_checked(env.globals["lipsum"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["dict"] = _Dict()
+    env.globals["namespace"] = _namespace()
+    return env
+
+
+def _generation_extension() -> type[jinja2.ext.Extension]:
+    """``{% generation %}...{% endgeneration %}``: marks assistant text; rendered as its body."""
     import jinja2.ext
     import jinja2.nodes
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(jinja2.ext.Extension):
-        """``{% generation %}...{% endgeneration %}``: marks assistant text; rendered as its body."""
-
         tags = {"generation"}  # noqa: RUF012 (jinja declares it a plain attribute of Extension)
 
         def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
@@ -382,22 +400,36 @@ def _environment() -> jinja2.Environment:
         def _body(self, caller: Any) -> str:
             return str(caller())
 
-    class Namespace(jinja2.utils.Namespace):
-        """Jinja's ``namespace()``, refusing names that start with ``_`` (a way to Python's internals)."""
+    return Generation
 
+
+def _namespace() -> type:
+    """Jinja's ``namespace()``, refusing names that start with ``_`` (a way to Python's internals)."""
+    import jinja2
+
+    def check_name(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a chat template may not set {name!r} on a namespace")
+
+    class Namespace(jinja2.utils.Namespace):
         def __init__(*args: Any, **kwargs: Any) -> None:  # Jinja's own signature: namespace(self=...) works
             self, values = args[0], dict(*args[1:], **kwargs)
             for name in values:
-                _check_name(name)
+                check_name(name)
             jinja2.utils.Namespace.__init__(self, values)
 
         def __setitem__(self, name: str, value: Any) -> None:
-            _check_name(name)
+            check_name(name)
             jinja2.utils.Namespace.__setitem__(self, name, value)
 
-    def _check_name(name: object) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"a chat template may not set {name!r} on a namespace")
+    return Namespace
+
+
+def _bounded_environment() -> type[jinja2.sandbox.ImmutableSandboxedEnvironment]:
+    """The sandbox with the render's bounds (module docstring): ``a ~ b``, ``*``, ``**`` and ``+``, range,
+    and the str methods that pad to a width or format are checked; every call's result is sized."""
+    import jinja2.compiler
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class BoundedCodeGenerator(jinja2.compiler.CodeGenerator):
         """``a ~ b`` through `_sized`, so doubling a string in a loop is stopped at `MAX_CHARS`."""
@@ -408,8 +440,6 @@ def _environment() -> jinja2.Environment:
             self.write(")")
 
     class BoundedEnvironment(ImmutableSandboxedEnvironment):
-        """The sandbox with the render's bounds (module docstring)."""
-
         code_generator_class = BoundedCodeGenerator
         intercepted_binops = frozenset({"*", "**", "+"})
 
@@ -431,19 +461,7 @@ def _environment() -> jinja2.Environment:
                     _check_format(owner)
             return _sized(super().call(__context, __obj, *args, **kwargs))
 
-    env = BoundedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
-    )
-    for name, check in (("center", "center to"), ("indent", "indent by"), ("wordwrap", "wrap at")):
-        env.filters[name] = _width_checked(env.filters[name], check)
-    env.filters["format"] = _format_checked(env.filters["format"])
-    env.globals["lipsum"] = _lipsum_checked(env.globals["lipsum"])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.globals["dict"] = _Dict()
-    env.globals["namespace"] = Namespace
-    return env
+    return BoundedEnvironment
 
 
 def _width_checked(filter_: Any, what: str) -> Any:
