@@ -10,8 +10,8 @@ from torch import nn
 
 from zoo.blocks import TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
-from zoo.generation.layout import row_major
 from zoo.generation.protocol import GenerationState, GenerativeModel
+from zoo.generation.weight_layout import row_major
 from zoo.losses import load_balancing_loss
 from zoo.spec import ModelSpec
 from zoo.stacks import Stack, StackCache, StackOutput

@@ -38,8 +38,8 @@ import torch
 from zoo.generation import KVCache, TextStream, stream
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
-from zoo.generation.layout import use_decoding_layout
 from zoo.generation.session import StepFn, decode_step
+from zoo.generation.weight_layout import use_decoding_layout
 from zoo.serving.requests import (
     Completion,
     Delta,

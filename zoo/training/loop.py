@@ -2,7 +2,7 @@
 
     lock the output dir (`runlock`: one trainer at a time) -> refuse a previous run there unless overwrite /
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
-    -> prepare.setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
+    -> setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
        tokenizer) -> every split prepared and checked (raw files into the cache; memory-mapped, never loaded)
        -> the batches planned (every length checked); only then is the output dir cleared and written
     -> model (``lora``: + adapters, the init_from weights frozen)
@@ -22,10 +22,10 @@ checkpoint is saved and `TrainingInterrupted` raised; a loss that is no longer f
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
 split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
 
-The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.reporting`): callbacks,
+The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.report.reporting`): callbacks,
 the progress bar among them, get a `TrainerState` snapshot on rank 0, and each record goes to
 ``metrics.jsonl`` and the chosen sinks after the callbacks have seen it. It saves and resumes through
-`CheckpointIO` (`zoo.training.resume`), given the parts to save rather than the trainer. Warnings go to
+`CheckpointIO` (`zoo.training.run.resume`), given the parts to save rather than the trainer. Warnings go to
 the ``zoo.training`` logger.
 
 A ``lora`` section trains `zoo.lora` adapters on the weights of ``model.init_from``, frozen: the optimizer
@@ -46,26 +46,28 @@ import numpy as np
 import torch
 
 import zoo.lora
-from zoo.generation.layout import row_major
+from zoo.generation.weight_layout import row_major
 from zoo.io.atomic import write_text_atomic
+from zoo.io.names import TRAIN_CONFIG_NAME
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.training import distributed as dist_
-from zoo.training import prepare, pretrained, rundir, runlock, stopping
+from zoo.training import pretrained, stopping
 from zoo.training.batching import Batch, BatchOrder, plan_once
 from zoo.training.config import ConfigError, TrainConfig
 from zoo.training.evaluate import validate
-from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
 from zoo.training.precision import LossScaling, resolve_precision
 from zoo.training.precision import autocast as precision_autocast
-from zoo.training.progress import ProgressBar, ProgressSetting
-from zoo.training.records import Callback, TrainResult, check_callbacks, write_run_info
-from zoo.training.reporting import Interval, Reporter, check_sinks
-from zoo.training.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
+from zoo.training.report.progress import ProgressBar, ProgressSetting
+from zoo.training.report.records import Callback, TrainResult, check_callbacks, write_run_info
+from zoo.training.report.reporting import Interval, Reporter, check_sinks
+from zoo.training.report.sinks import MetricSink
+from zoo.training.run import rundir, runlock
+from zoo.training.run.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
+from zoo.training.run.state import TrainerState
 from zoo.training.schedules import learning_rate
-from zoo.training.sinks import MetricSink
-from zoo.training.state import TrainerState
+from zoo.training.setup import Prepared, setup
 from zoo.training.tasks.base import Collate, Limits, Split, Units
 from zoo.training.threads import resolve_threads
 
@@ -131,7 +133,7 @@ class Trainer:
         own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
         planned = False
 
-        def before_writing(resolved: prepare.Prepared | None) -> None:
+        def before_writing(resolved: Prepared | None) -> None:
             nonlocal planned
             if resolved is not None:  # rank 0: the batches planned (every length checked) before any write
                 self._take(resolved)
@@ -139,9 +141,7 @@ class Trainer:
             start_fresh(out, runtime)
             self._wrote = True
 
-        prepared = prepare.setup(
-            config, resume_from=self.resume_from, runtime=runtime, before_writing=before_writing
-        )
+        prepared = setup(config, resume_from=self.resume_from, runtime=runtime, before_writing=before_writing)
         if not planned:
             self._take(prepared)
 
@@ -170,7 +170,7 @@ class Trainer:
             dist_.checkpoint_activations(self.model)
         if config.compile:
             dist_.compile_layers(self.model)
-        row_major(self.model)  # a model given in that decoded single rows (zoo.generation.layout)
+        row_major(self.model)  # a model given in that decoded single rows (zoo.generation.weight_layout)
         self.wrapped = dist_.wrap_model(
             self.model,
             runtime,
@@ -232,8 +232,8 @@ class Trainer:
         """``train_config.yaml`` and ``run.json`` (rank 0)."""
         out = self.output_dir
         if self.runtime.is_main:
-            with rundir.writing(out / CONFIG_NAME):
-                write_text_atomic(out / CONFIG_NAME, self.config.to_yaml())
+            with rundir.writing(out / TRAIN_CONFIG_NAME):
+                write_text_atomic(out / TRAIN_CONFIG_NAME, self.config.to_yaml())
             write_run_info(
                 out,
                 task=self.task.name,
@@ -244,8 +244,8 @@ class Trainer:
                 init_from=self.config.model.init_from,
             )
 
-    def _take(self, prepared: prepare.Prepared) -> None:
-        """What `prepare.setup` resolved, and the batches planned from it."""
+    def _take(self, prepared: Prepared) -> None:
+        """What `setup` resolved, and the batches planned from it."""
         self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
         self.train_split, self.valid_split = prepared.train, prepared.valid
         self._plan_batches(prepared.limits)

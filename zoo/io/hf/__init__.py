@@ -35,7 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
-from zoo.generation.layout import row_major
+from zoo.generation.weight_layout import row_major
 from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_atomic, write_text_atomic
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
