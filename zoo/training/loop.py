@@ -122,15 +122,29 @@ class Trainer:
     # --- setup ------------------------------------------------------------------------------------------
 
     def _setup(self, resume: bool | str | Path, overwrite: bool) -> None:
-        config, runtime = self.config, self.runtime
-        threads = resolve_threads(config.num_threads, device_type=runtime.device.type)
-        if threads is not None:  # zoo.training.threads: half the CPUs on a CPU run, unless the config says
-            torch.set_num_threads(threads)
-        self.output_dir = out = config.output_dir
+        """Everything before the first step, in order: the CPU threads, the checkpoint to resume from, the
+        config resolved and the batches planned, the model, what a step uses, then the start (fresh or not)."""
+        self._use_threads()
+        self.output_dir = out = self.config.output_dir
         # Nothing in ``out`` changes until the run is accepted: checked here, then (fresh) cleared just
         # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.
         self.resume_from = resume_point(out, resume, overwrite=overwrite)
         own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
+        init_from = self._resolve()
+        self._build_model(init_from)
+        self._build_step_parts(init_from)
+        self._start(own)
+
+    def _use_threads(self) -> None:
+        """How many CPU threads torch computes with (`zoo.training.threads`): half the CPUs on a CPU run,
+        unless the config says."""
+        threads = resolve_threads(self.config.num_threads, device_type=self.runtime.device.type)
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+    def _resolve(self) -> Path | None:
+        """The config resolved by `setup` and the batches planned from it (`_take`); returns the folder of
+        ``model.init_from``, if any. A fresh run's output dir is cleared only once this has succeeded."""
         planned = False
 
         def before_writing(resolved: Prepared | None) -> None:
@@ -138,21 +152,28 @@ class Trainer:
             if resolved is not None:  # rank 0: the batches planned (every length checked) before any write
                 self._take(resolved)
                 planned = True
-            start_fresh(out, runtime)
+            start_fresh(self.output_dir, self.runtime)
             self._wrote = True
 
-        prepared = setup(config, resume_from=self.resume_from, runtime=runtime, before_writing=before_writing)
+        prepared = setup(
+            self.config, resume_from=self.resume_from, runtime=self.runtime, before_writing=before_writing
+        )
         if not planned:
             self._take(prepared)
+        return prepared.init_from
 
+    def _build_model(self, init_from: Path | None) -> None:
+        """The model from the seed (with ``init_from``'s weights, LoRA's adapters), the task's objective on
+        it, and the model as the run trains it: checkpointed, compiled, wrapped for the processes."""
+        config, runtime = self.config, self.runtime
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
         # A resume loads its checkpoint, except a LoRA run's base: its checkpoints hold only the adapters.
-        if prepared.init_from is not None and (self.resume_from is None or config.lora is not None):
-            loaded = pretrained.load_weights(self.model, prepared.init_from)
+        if init_from is not None and (self.resume_from is None or config.lora is not None):
+            loaded = pretrained.load_weights(self.model, init_from)
             if config.lora is not None and loaded.new:
                 raise ConfigError(
-                    f"lora: the task adds head tensors to {prepared.init_from} ({', '.join(loaded.new[:4])}) "
+                    f"lora: the task adds head tensors to {init_from} ({', '.join(loaded.new[:4])}) "
                     "that LoRA would keep frozen at their random initialisation: start from a model that has "
                     "this head, or train without lora"
                 )
@@ -163,7 +184,7 @@ class Trainer:
             self.spec,
             label_smoothing=config.loss.label_smoothing,
             model=self.model,
-            starting_model=lambda: self._starting_model(prepared.init_from),
+            starting_model=lambda: self._starting_model(init_from),
         )
         self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:
@@ -177,12 +198,17 @@ class Trainer:
             strategy=config.distributed.strategy,
             find_unused=self.task.has_unused_parameters(self.spec),  # e.g. BERT's pooler under MLM
         )
+
+    def _build_step_parts(self, init_from: Path | None) -> None:
+        """What a step uses beside the model: the optimizer, the precision (fp16: its loss scaling), the
+        guard that stops a run early, and `CheckpointIO`, which saves and restores the run's parts."""
+        config, runtime = self.config, self.runtime
         self.optimizer = build_optimizer(self.model, config.optim)
         self.precision = resolve_precision(config.precision, runtime.device)
         self.scaling = LossScaling(self.precision, runtime.device)  # fp16's loss scale; else a pass-through
         self.guard = stopping.Guard(
             runtime,
-            output_dir=out,
+            output_dir=self.output_dir,
             skipping=self.scaling.enabled,
             max_skipped_steps=config.max_skipped_steps,
         )
@@ -193,13 +219,18 @@ class Trainer:
             runtime=runtime,
             spec=self.spec,
             tokenizers=self.tokenizers,
-            output_dir=out,
+            output_dir=self.output_dir,
             sharded=runtime.distributed and config.distributed.strategy == "fsdp",
             keep_last=config.checkpoint.keep_last,
             grad_accum=config.batch.grad_accum,
             lora=config.lora,
-            base_id=str(prepared.init_from) if prepared.init_from is not None else None,
+            base_id=str(init_from) if init_from is not None else None,
         )
+
+    def _start(self, own: bool) -> None:
+        """Step 0 of a fresh run, its run files written; or a resumed run where its checkpoint left off
+        (``own``: one of this output dir's checkpoints, so the run continues rather than starts over)."""
+        config, runtime = self.config, self.runtime
         if self.resume_from is None:
             self._write_run_files()
         self.step, self.elapsed_before = 0, 0.0
@@ -213,8 +244,8 @@ class Trainer:
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
             self.order.epoch, self.order.position = saved.epoch, saved.position
             self._saved = (self.step, self.resume_from) if own else None
-            if not own:  # another run's checkpoint continues here: whatever ``out`` held is overwritten
-                start_fresh(out, runtime)
+            if not own:  # another run's checkpoint continues here: what the output dir held is overwritten
+                start_fresh(self.output_dir, runtime)
             self._write_run_files()  # the resume is accepted: now the run's files may change
 
     def _starting_model(self, init_from: Path | None) -> ZooModel:
