@@ -46,6 +46,8 @@ Prepared data, one folder per split (`zoo.training.data.shards`, which names eac
     origins.bin                         each example's source file and line
     <side>.tokens.bin, <side>.offsets.bin, <side>.values.bin
 
+``zoo presets``' parameter counts, cached: ``$XDG_CACHE_HOME/zoo/preset-parameters.json``
+
 Read only: a sentence-transformers folder (`zoo.embeddings`) and a ``datasets`` ``save_to_disk`` folder
 
     modules.json, config_sentence_transformers.json, <transformer>/sentence_bert_config.json,
@@ -103,6 +105,7 @@ SBERT_CONFIG_NAME = "sentence_bert_config.json"
 POOLING_CONFIG_NAME = "config.json"
 DATASET_DICT_NAME = "dataset_dict.json"
 DATASET_STATE_NAME = "state.json"
+PRESET_COUNTS_NAME = "preset-parameters.json"
 
 
 def shard_name(index: int, count: int, tag: str | None = None) -> str:
