@@ -19,9 +19,9 @@ from torch.nn import functional as F
 import zoo
 from bench.workloads import GenerateWorkload, TrainWorkload
 from zoo.blocks.position import sinusoidal_table
-from zoo.generation.layout import wants_column_major
+from zoo.generation.weight_layout import wants_column_major
 from zoo.losses import IGNORE_INDEX, shift_labels_left
-from zoo.training.masking import mask_tokens
+from zoo.training.tasks.masking import mask_tokens
 
 
 def trainable(model: nn.Module) -> int:
@@ -236,8 +236,8 @@ def generate_fn(
 def floor_fn(workload: GenerateWorkload, device: str, dtype: torch.dtype) -> Callable[[], None]:
     """The bare chain of one decode step's weight matmuls, repeated ``new_tokens`` times: no attention over the
     cache, no norms, no Python around it beyond the loop. The matrices are in the layout zoo decodes this
-    many rows with (`zoo.generation.layout`: the wide ones column-major for one or two float32 rows on the
-    CPU), the faster one: nothing that reads these weights through ``F.linear`` beats it."""
+    many rows with (`zoo.generation.weight_layout`: the wide ones column-major for one or two float32 rows on
+    the CPU), the faster one: nothing that reads these weights through ``F.linear`` beats it."""
     spec = workload.spec
     C, F_, V, L = spec["d_model"], spec["ffn"]["d_ff"], spec["vocab_size"], spec["num_layers"]
     cross = workload.family == "encoder-decoder"

@@ -97,7 +97,7 @@ def child_speed(config: Path) -> dict[str, Any]:
     import numpy as np
 
     from zoo.training import TrainConfig, Trainer
-    from zoo.training.reporting import Interval
+    from zoo.training.report.reporting import Interval
 
     trainer = Trainer(TrainConfig.from_yaml(config), progress=False, overwrite=True)
     trainer.interval = Interval(trainer.runtime.device)  # what fit() sets up before its first step

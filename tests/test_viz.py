@@ -197,7 +197,7 @@ def test_training_plot_says_which_loss_is_label_smoothed(tmp_path: Path) -> None
 
 
 def test_training_plot_gives_custom_metrics_panels_of_their_own(tmp_path: Path) -> None:
-    from zoo.training.records import METRIC_KEYS
+    from zoo.training.report.records import METRIC_KEYS
     from zoo.viz.training import STANDARD_KEYS, training_figure
 
     assert STANDARD_KEYS == METRIC_KEYS  # the plot's copy of the record keys has not drifted

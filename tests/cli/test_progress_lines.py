@@ -15,7 +15,7 @@ from support import tiny_seq2seq_run
 
 from zoo.cli import main
 from zoo.training import TrainConfig, TrainerState
-from zoo.training.progress import ProgressLines, RunHeader, clock, header_line, step_line
+from zoo.training.report.progress import ProgressLines, RunHeader, clock, header_line, step_line
 from zoo.training.threads import resolve_threads
 
 STEP_LINE = re.compile(

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from zoo.io.names import PRESET_COUNTS_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Runs the command in a fresh interpreter, then prints which of the watched modules it imported.
@@ -66,7 +68,7 @@ def test_presets_counts_come_from_the_cache_until_zoo_changes(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     rows = {row["name"]: row["parameters"] for row in presets.preset_rows()}
     assert rows["gpt2"] == zoo.build("gpt2", device="meta").num_parameters() == 124_439_808
-    stale = tmp_path / "zoo" / presets.COUNTS_FILE
+    stale = tmp_path / "zoo" / PRESET_COUNTS_NAME
     stale.write_text(stale.read_text().replace(str(rows["gpt2"]), "1"))  # a wrong count, same stamp: read
     assert {r["name"]: r["parameters"] for r in presets.preset_rows()}["gpt2"] == 1
     monkeypatch.setattr(presets, "_code_stamp", lambda: "zoo changed")  # another stamp: built again

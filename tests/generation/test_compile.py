@@ -78,7 +78,7 @@ def test_a_left_padded_bf16_batch_compiles_frozen_and_gives_the_eager_tokens(tin
 
 
 def test_single_row_float32_compiles_without_a_frozen_copy_of_the_weights(tiny, prompts):
-    # float32, one row: the wide matrices column-major (zoo.generation.layout), no freezing
+    # float32, one row: the wide matrices column-major (zoo.generation.weight_layout), no freezing
     model = tiny("gpt2-tiny")
     ids, _ = prompts(model.spec.vocab_size, [5])
     kwargs = dict(max_new_tokens=5, eos_token_id=[])

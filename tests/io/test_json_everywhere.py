@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import save_file
 
 from zoo.cli.kinds import file_kind
-from zoo.training.checkpoints import unflatten_optimizer_state
-from zoo.training.sinks import truncate_records
+from zoo.training.report.sinks import truncate_records
+from zoo.training.run.checkpoints import unflatten_optimizer_state
 from zoo.viz.training import read_metrics
 
 DEEP = "[" * 50_000 + "]" * 50_000

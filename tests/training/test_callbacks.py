@@ -12,7 +12,7 @@ import torch
 
 from zoo.training import Callback, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
-from zoo.training.records import METRIC_KEYS, check_callbacks, make_record, metric_value
+from zoo.training.report.records import METRIC_KEYS, check_callbacks, make_record, metric_value
 
 
 def read_jsonl(run: Path) -> list[dict[str, Any]]:
@@ -22,7 +22,7 @@ def read_jsonl(run: Path) -> list[dict[str, Any]]:
 def test_documented_example_collects_records_and_logs_a_custom_metric(
     make_config: Callable[..., TrainConfig],
 ) -> None:
-    # The callback example of the README and zoo.training.records.Callback: keep them in step.
+    # The callback example of the README and zoo.training.report.records.Callback: keep them in step.
     class History(Callback):
         def __init__(self) -> None:
             self.records: list[dict[str, Any]] = []

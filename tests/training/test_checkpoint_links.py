@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from zoo.io.names import TRAINER_STATE_NAME
 from zoo.training import train
-from zoo.training.checkpoints import ResumeError, checkpoint_problem, list_checkpoints, prune_checkpoints
 from zoo.training.config import TrainConfig
-from zoo.training.layout import STATE_NAME
+from zoo.training.run.checkpoints import ResumeError, checkpoint_problem, list_checkpoints, prune_checkpoints
 
 
 def fake_checkpoint(folder: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / STATE_NAME).write_text("{}")
+    (folder / TRAINER_STATE_NAME).write_text("{}")
     (folder / "model.safetensors").write_bytes(b"weights")
     return folder
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from zoo.spec.files import MAX_NODES
 from zoo.training.config import ConfigError, TrainConfig
-from zoo.training.prepare import base_spec
+from zoo.training.setup import base_spec
 
 MINIMAL = "data: {train: train.tsv}\nmax_steps: 10\n"
 

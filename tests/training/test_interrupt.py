@@ -19,8 +19,8 @@ import torch
 
 from zoo.cli import main
 from zoo.training import Callback, Trainer, train
-from zoo.training.checkpoints import checkpoint_dir, checkpoint_problem, list_checkpoints
 from zoo.training.config import TrainConfig
+from zoo.training.run.checkpoints import checkpoint_dir, checkpoint_problem, list_checkpoints
 from zoo.training.stopping import TrainingInterrupted
 
 

@@ -11,7 +11,7 @@ import torch
 
 from zoo.training import Trainer, train
 from zoo.training.config import TrainConfig
-from zoo.training.records import METRIC_KEYS
+from zoo.training.report.records import METRIC_KEYS
 
 
 def test_activation_checkpointing_trains_exactly_like_storing_activations(

@@ -24,10 +24,10 @@ from zoo.demo.lexicon import LOCATIONS, NOUNS, PRONOUNS, VERBS
 from zoo.demo.shifted import negate, negated_pairs, shifted_corpus
 from zoo.io.tokenizer import train_tokenizer
 from zoo.training import TrainConfig, train
-from zoo.training.checkpoints import ResumeError, checkpoint_problem, latest_checkpoint
 from zoo.training.config import ConfigError
 from zoo.training.evaluate import bleu
-from zoo.training.progress import ProgressLines
+from zoo.training.report.progress import ProgressLines
+from zoo.training.run.checkpoints import ResumeError, checkpoint_problem, latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 R = 4

@@ -6,7 +6,7 @@ import torch
 from torch.nn import functional as F
 
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
-from zoo.training.masking import mask_tokens
+from zoo.training.tasks.masking import mask_tokens
 
 
 def test_label_smoothed_loss_equals_pytorch_and_a_hand_computation() -> None:

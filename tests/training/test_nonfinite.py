@@ -15,9 +15,9 @@ import yaml
 import zoo
 from zoo.cli import main
 from zoo.training import Callback, Trainer
-from zoo.training.checkpoints import list_checkpoints
 from zoo.training.config import TrainConfig
 from zoo.training.distributed import start_runtime
+from zoo.training.run.checkpoints import list_checkpoints
 from zoo.training.stopping import Guard, TrainingDiverged
 
 

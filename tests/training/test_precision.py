@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from zoo.training import Callback, Trainer, TrainerState, train
-from zoo.training.checkpoints import ResumeError, checkpoint_dir, checkpoint_problem
 from zoo.training.config import ConfigError, OptimConfig, TrainConfig
 from zoo.training.optim import build_optimizer, clip_gradients
 from zoo.training.precision import LossScaling, resolve_precision
-from zoo.training.records import METRIC_KEYS, SCALING_KEYS
+from zoo.training.report.records import METRIC_KEYS, SCALING_KEYS
+from zoo.training.run.checkpoints import ResumeError, checkpoint_dir, checkpoint_problem
 
 
 def read_jsonl(run: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import pytest
 
 from zoo.training import ProgressBar, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
-from zoo.training.progress import ProgressLines, eval_line, progress_bar, wants_progress
+from zoo.training.report.progress import ProgressLines, eval_line, progress_bar, wants_progress
 
 
 class FakeTerminal(io.StringIO):

@@ -13,15 +13,15 @@ import torch
 import zoo
 from zoo.io.tokenizer import train_tokenizer
 from zoo.training import Trainer, TrainerState, train
-from zoo.training import checkpoints as checkpoints_module
-from zoo.training.checkpoints import latest_checkpoint, list_checkpoints
 from zoo.training.config import OptimConfig, TrainConfig
 from zoo.training.data import DataError
 from zoo.training.distributed import start_runtime
 from zoo.training.optim import build_optimizer
-from zoo.training.prepare import Tokenizers
-from zoo.training.resume import CheckpointIO
-from zoo.training.state import rng_state
+from zoo.training.run import checkpoints as checkpoints_module
+from zoo.training.run.checkpoints import latest_checkpoint, list_checkpoints
+from zoo.training.run.resume import CheckpointIO
+from zoo.training.run.state import rng_state
+from zoo.training.setup import Tokenizers
 
 
 def losses(run: Path) -> dict[int, float]:

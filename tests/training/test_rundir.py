@@ -17,12 +17,12 @@ import pytest
 
 import zoo
 from zoo.training import Trainer, train
-from zoo.training import checkpoints as checkpoints_module
-from zoo.training.checkpoints import checkpoint_problem, list_checkpoints
 from zoo.training.config import TrainConfig
-from zoo.training.rundir import RunDirError, RunWriteError, previous_run
-from zoo.training.runlock import RunInUseError
-from zoo.training.sinks import JsonlSink
+from zoo.training.report.sinks import JsonlSink
+from zoo.training.run import checkpoints as checkpoints_module
+from zoo.training.run.checkpoints import checkpoint_problem, list_checkpoints
+from zoo.training.run.rundir import RunDirError, RunWriteError, previous_run
+from zoo.training.run.runlock import RunInUseError
 
 
 def tiny_model() -> zoo.ZooModel:

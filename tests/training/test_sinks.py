@@ -14,8 +14,8 @@ import pytest
 
 from zoo.training import SinkDependencyError, Trainer, TrainerState, train
 from zoo.training.config import TrainConfig
-from zoo.training.records import METRIC_KEYS, make_record
-from zoo.training.sinks import CsvSink, JsonlSink, TensorBoardSink, read_csv, truncate_records
+from zoo.training.report.records import METRIC_KEYS, make_record
+from zoo.training.report.sinks import CsvSink, JsonlSink, TensorBoardSink, read_csv, truncate_records
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.training import checkpoints as checkpoints_module
 from zoo.training import train
 from zoo.training.config import TrainConfig
-from zoo.training.rundir import RunWriteError
+from zoo.training.run import checkpoints as checkpoints_module
+from zoo.training.run.rundir import RunWriteError
 
 
 def full_disk_on(marker: str, monkeypatch: pytest.MonkeyPatch) -> None:

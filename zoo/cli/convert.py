@@ -36,7 +36,7 @@ from zoo.cli import kinds
 from zoo.cli.errors import writing
 from zoo.cli.options import add_dtype_option, torch_dtype
 from zoo.cli.sanitize import markup
-from zoo.io.names import TOKENIZER_NAME
+from zoo.io.names import ADAPTER_NAME, TOKENIZER_NAME
 from zoo.io.outputs import HF_CHECKPOINT, PEFT_ADAPTERS, ZOO_CHECKPOINT, check_output_dir
 from zoo.io.paths import inside
 
@@ -178,7 +178,6 @@ def _to_peft(given: Path, out: Path, base: str | None, dtype: Any, overwrite: bo
     import zoo
     import zoo.lora
     from zoo.cli import console
-    from zoo.training.layout import ADAPTER_NAME
 
     if not overwrite:  # before anything loads
         check_output_dir(

@@ -47,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from zoo.cli.train import ProgressCallback, setup_logging
     from zoo.demo import corpus
     from zoo.demo.config import DEMO_MODEL, DEMO_SENTENCES, demo_config, is_demo_run, write_toy_data
+    from zoo.io.names import DEMO_DATA_DIR
     from zoo.training import train, translate
     from zoo.training.bleu import bleu_signature
-    from zoo.training.rundir import previous_run
+    from zoo.training.run.rundir import previous_run
     from zoo.training.task_settings import Seq2SeqSettings
 
     setup_logging()
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             f"{out} holds {', '.join(found)}, which the demo did not write: choose another --output-dir, "
             "or replace them (--overwrite)"
         )
-    train_path, valid_path = write_toy_data(out / "data", overwrite=args.overwrite)
+    train_path, valid_path = write_toy_data(out / DEMO_DATA_DIR, overwrite=args.overwrite)
     config = demo_config(
         out,
         train=train_path,

@@ -23,11 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io.jsonfile import parse_json
-from zoo.io.names import CONFIG_NAME, SPEC_NAME, WEIGHTS_NAME
+from zoo.io.names import CHECKPOINTS_DIR, CONFIG_NAME, SPEC_NAME, TRAIN_CONFIG_NAME, WEIGHTS_NAME
 
-# What a training run adds to a checkpoint folder (zoo.training.layout; named here to keep torch unloaded).
-_RUN_CONFIG = "train_config.yaml"
-_RUN_CHECKPOINTS = "checkpoints"
 _MAX_BYTES = 64 * 2**20  # a tokenizer.json can be tens of MB; anything larger is none of these
 _SPEC_KEYS = {"family", "d_model", "num_layers", "vocab_size", "attention", "ffn", "max_positions"}
 
@@ -45,7 +42,7 @@ class Kind:
         return self.use.format(
             path=shlex.quote(str(target)),
             folder=shlex.quote(str(path.parent)),
-            config=shlex.quote(str(path / _RUN_CONFIG)),
+            config=shlex.quote(str(path / TRAIN_CONFIG_NAME)),
         )
 
 
@@ -84,7 +81,7 @@ def file_kind(target: str | Path) -> Kind | None:
     path = Path(target).expanduser()
     try:
         if path.is_dir():
-            if (path / _RUN_CONFIG).is_file() or (path / _RUN_CHECKPOINTS).is_dir():
+            if (path / TRAIN_CONFIG_NAME).is_file() or (path / CHECKPOINTS_DIR).is_dir():
                 return RUN
             if (path / SPEC_NAME).is_file():
                 return CHECKPOINT

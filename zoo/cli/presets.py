@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from zoo.io.names import PRESET_COUNTS_NAME
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -14,9 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-# Parameter counts of the presets, cached per (resolved spec, zoo's code): counting all 51 on the meta
-# device takes ~0.25 s and importing torch 1.5 s more, which a listing should not pay every time.
-COUNTS_FILE = "preset-parameters.json"
+# Parameter counts of the presets are cached (PRESET_COUNTS_NAME) per (resolved spec, zoo's code): a meta
+# build of all 51 takes ~0.25 s and importing torch 1.5 s more, which a listing should not pay every time.
 
 
 def preset_rows() -> list[dict]:
@@ -51,7 +52,7 @@ def parameter_counts(specs: dict) -> dict[str, int]:
     import hashlib
     import json
 
-    path = _cache_dir() / COUNTS_FILE
+    path = _cache_dir() / PRESET_COUNTS_NAME
     stamp = _code_stamp()
     keys = {name: hashlib.sha256(spec.model_dump_json().encode()).hexdigest() for name, spec in specs.items()}
     try:

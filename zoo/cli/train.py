@@ -12,7 +12,7 @@ Ctrl-C (SIGINT) or a scheduler's SIGTERM lets the step under way finish, keeps a
 command that continues the run and exits with 130 (SIGINT) or 143 (SIGTERM); a second Ctrl-C stops at once.
 A loss that is no longer finite stops the run with one line naming the step (`zoo.training.stopping`).
 
-Only rank 0 draws and prints. The bar is the library's (`zoo.training.progress`), drawn on stdout when
+Only rank 0 draws and prints. The bar is the library's (`zoo.training.report.progress`), drawn on stdout when
 stdout is a terminal; otherwise (a log file, a pipe) validation results and checkpoints come as lines.
 """
 
@@ -33,7 +33,7 @@ from zoo.cli.errors import writing
 from zoo.cli.options import add_device_option
 from zoo.cli.sanitize import clean, markup
 from zoo.spec.files import load_yaml
-from zoo.training.progress import ProgressBar, ProgressLines, RunHeader, wants_progress
+from zoo.training.report.progress import ProgressBar, ProgressLines, RunHeader, wants_progress
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -172,14 +172,14 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join([*words, "--resume"])
 
 
-# The bar moved to the library (zoo.training.progress); its old name here stays for existing callers.
+# The bar moved to the library (zoo.training.report.progress); its old name here stays for existing callers.
 ProgressCallback = ProgressBar
 
 
 def run(args: argparse.Namespace) -> int:
     from zoo.cli import console
     from zoo.training import TrainConfig, train
-    from zoo.training.rundir import cli_options
+    from zoo.training.run.rundir import cli_options
     from zoo.training.stopping import TrainingInterrupted
 
     setup_logging()

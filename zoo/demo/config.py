@@ -30,8 +30,8 @@ from typing import Any
 
 from zoo.demo.corpus import toy_corpus
 from zoo.demo.tsv import read_tsv, write_tsv
+from zoo.io.names import DEMO_DATA_DIR, DEMO_TRAIN_NAME, DEMO_VALID_NAME, TRAIN_CONFIG_NAME
 from zoo.training.config import TrainConfig
-from zoo.training.layout import CONFIG_NAME
 
 DEMO_SENTENCES = (
     "the cat eats fish",
@@ -60,7 +60,7 @@ def write_toy_data(
     """
     corpus = toy_corpus(seed=seed, train_size=train_size, valid_size=valid_size)
     directory.mkdir(parents=True, exist_ok=True)
-    train, valid = directory / "train.tsv", directory / "valid.tsv"
+    train, valid = directory / DEMO_TRAIN_NAME, directory / DEMO_VALID_NAME
     for path, pairs in ((train, corpus.train), (valid, corpus.valid)):
         if path.is_symlink():
             raise ValueError(f"{path} is a symbolic link: the demo does not write through it; remove it")
@@ -86,14 +86,14 @@ def is_demo_run(output_dir: Path) -> bool:
     """``output_dir`` holds a run of `demo_config` (any steps, device, threads and seed) on its own
     ``data/`` files: the demo may replace it. Anything else there is foreign."""
     try:
-        saved = TrainConfig.from_yaml(output_dir / CONFIG_NAME)
+        saved = TrainConfig.from_yaml(output_dir / TRAIN_CONFIG_NAME)
     except (ValueError, OSError):  # none, unreadable, or not a training config
         return False
-    data = output_dir / "data"
+    data = output_dir / DEMO_DATA_DIR
     ours = demo_config(
         output_dir,
-        train=data / "train.tsv",
-        valid=data / "valid.tsv",
+        train=data / DEMO_TRAIN_NAME,
+        valid=data / DEMO_VALID_NAME,
         max_steps=saved.max_steps or 1,
         num_threads=saved.num_threads,
         device=saved.device,

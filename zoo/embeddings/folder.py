@@ -21,15 +21,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
 from zoo.io.jsonfile import read_json, read_json_object
+from zoo.io.names import POOLING_CONFIG_NAME, SBERT_CONFIG_NAME, ST_CONFIG_NAME, ST_MODULES_NAME
 from zoo.io.paths import inside
 
 PoolingMode = Literal["mean", "cls", "max", "lasttoken", "mean_sqrt_len_tokens", "weightedmean"]
 POOLING_MODES: tuple[str, ...] = get_args(PoolingMode)
-
-MODULES_NAME = "modules.json"
-SBERT_CONFIG_NAME = "sentence_bert_config.json"
-ST_CONFIG_NAME = "config_sentence_transformers.json"
-POOLING_CONFIG_NAME = "config.json"
 
 # The older config's switches, in the order sentence-transformers concatenates their vectors.
 _LEGACY_SWITCHES = {
@@ -71,10 +67,10 @@ class FolderSettings:
 
 def read_folder_settings(folder: Path) -> FolderSettings:
     """The settings of ``folder``: a sentence-transformers folder (``modules.json``), else mean pooling."""
-    modules_file = folder / MODULES_NAME
+    modules_file = folder / ST_MODULES_NAME
     if not modules_file.is_file():
         return FolderSettings(model_dir=folder)
-    modules = read_json(inside(folder, MODULES_NAME), error=EmbeddingConfigError)
+    modules = read_json(inside(folder, ST_MODULES_NAME), error=EmbeddingConfigError)
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise EmbeddingConfigError(
             f"{modules_file}: expected a JSON list of modules ({{type, path}} objects)"

@@ -32,8 +32,8 @@ def compiled_decode_step(model: GenerativeModel, *, rows: int) -> StepFn:
     the compiled graph, prepacked for oneDNN, which is where most of the speed comes from on CPU (bf16 decode
     ~1.4x faster than compiling without it). float32 is not frozen: at batch 8 prepacked weights lose to
     the default kernels (18.1 vs 15.8 ms/token on the bench's GPT shape), and at one or two rows the
-    column-major layout (`zoo.generation.layout`) reads the weights as fast as prepacking did, without a
-    frozen copy of them.
+    column-major layout (`zoo.generation.weight_layout`) reads the weights as fast as prepacking did, without
+    a frozen copy of them.
 
     Frozen constants are one model's weights at one moment, so they must live in one graph on code of the
     model's own, where they can be dropped alone; ``fullgraph=True`` holds the frozen path to one graph.

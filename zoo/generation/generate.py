@@ -35,11 +35,11 @@ from zoo.generation.config import (
     validated,
 )
 from zoo.generation.graphs import CudaGraphStep
-from zoo.generation.layout import use_decoding_layout
 from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.sampling import BadWords, LogitsProcessors, check_finite, sample
 from zoo.generation.session import Session, StepFn, decode_step
+from zoo.generation.weight_layout import use_decoding_layout
 
 Streamer = Callable[[torch.Tensor], Any]
 # False: eager; True: torch.compile (`compiled_decode_step`); "cuda-graphs": one CUDA graph replayed per token

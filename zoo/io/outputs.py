@@ -41,6 +41,8 @@ from zoo.io.names import (
     CONFIG_NAME,
     HF_SHARD_PATTERN,
     INDEX_NAME,
+    PEFT_CONFIG_NAME,
+    PEFT_WEIGHTS_NAME,
     SHARD_PATTERN,
     SPEC_NAME,
     SPECIAL_TOKENS_MAP_NAME,
@@ -49,8 +51,6 @@ from zoo.io.names import (
     WEIGHTS_NAME,
 )
 
-PEFT_CONFIG_NAME = "adapter_config.json"
-PEFT_WEIGHTS_NAME = "adapter_model.safetensors"
 _TEMP = re.compile(r"\..+\.tmp")  # `zoo.io.atomic`'s temporary folders: what an interrupted write left
 
 

@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from zoo.io.atomic import write_atomic
 from zoo.io.checkpoint.files import CheckpointError, read_header
 from zoo.io.jsonfile import parse_json
+from zoo.io.names import ADAPTER_NAME
 from zoo.lora.checks import spec_problem
 from zoo.lora.errors import LoraError
 from zoo.lora.inject import adapter_modules, adapter_shapes, adapter_state, apply, resolve_targets
@@ -95,7 +96,7 @@ def save(model: torch.nn.Module, path: str | os.PathLike[str], *, base_id: str |
     target = Path(path).expanduser()
     if target.is_dir():
         raise LoraError(
-            f"{target}: is a directory; zoo.lora.save writes one file, e.g. {target / 'adapter.safetensors'}"
+            f"{target}: is a directory; zoo.lora.save writes one file, e.g. {target / ADAPTER_NAME}"
         )
     merged = [name for name, module in modules.items() if module.merged]
     if merged:

@@ -33,7 +33,8 @@ from safetensors.torch import save_file
 
 from zoo.io.atomic import write_atomic, write_text_atomic
 from zoo.io.hf import _export_config
-from zoo.io.outputs import PEFT_ADAPTERS, PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME, check_output_dir
+from zoo.io.names import PEFT_CONFIG_NAME, PEFT_WEIGHTS_NAME
+from zoo.io.outputs import PEFT_ADAPTERS, check_output_dir
 from zoo.lora.errors import LoraError
 from zoo.lora.experts import LoraStackedLinear
 from zoo.lora.inject import Adapter, adapter_modules

@@ -10,8 +10,8 @@ from torch import nn
 
 from zoo.blocks import TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
-from zoo.generation.layout import row_major
 from zoo.generation.protocol import GenerationState, GenerativeModel
+from zoo.generation.weight_layout import row_major
 from zoo.losses import load_balancing_loss
 from zoo.spec import ModelSpec
 from zoo.stacks import Stack, StackCache, StackOutput
@@ -41,7 +41,7 @@ class ZooModel(nn.Module):
 
     def train(self: _Model, mode: bool = True) -> _Model:
         """``nn.Module.train``; training mode also puts back weight matrices that single-row CPU decoding
-        stored column-major (`zoo.generation.layout`), so training always sees contiguous weights."""
+        stored column-major (`zoo.generation.weight_layout`), so training always sees contiguous weights."""
         if mode:
             row_major(self)
         return super().train(mode)

@@ -38,8 +38,8 @@ import torch
 from zoo.generation import KVCache, TextStream, stream
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
-from zoo.generation.layout import use_decoding_layout
 from zoo.generation.session import StepFn, decode_step
+from zoo.generation.weight_layout import use_decoding_layout
 from zoo.serving.requests import (
     Completion,
     Delta,
@@ -151,7 +151,7 @@ class Engine:
         self.top_p = torch.ones(B, device=self.device)  # (B,)
         self.slots: list[_Job | None] = [None] * B
         self.starts = [0] * B  # the first live column of each busy slot
-        use_decoding_layout(self.model, rows=B)  # the weights' layout for B rows a step (generation.layout)
+        use_decoding_layout(self.model, rows=B)  # the weights' layout for B rows a step (generation.weight_layout)
         self.step: StepFn = compiled_decode_step(self.model, rows=B) if compile else decode_step
         self.compiled = compile  # a compiled step runs every slot (one static shape)
         self.state = self.model.prepare_generation(

@@ -36,11 +36,11 @@ from pydantic import (
     model_validator,
 )
 
+from zoo.io.names import TRAIN_CONFIG_NAME
 from zoo.spec import LoraSpec, limits
 from zoo.spec.errors import CleanModel, format_validation_error, plain_tags
 from zoo.spec.files import YAMLLimitError, read_yaml_file
 from zoo.spec.model import _set_dotted
-from zoo.training.layout import CONFIG_NAME
 from zoo.training.task_settings import (
     TaskSettingsUnion,
     moved_in,
@@ -391,7 +391,9 @@ class TrainConfig(Section):
             raise ConfigError(f"{path}: not valid YAML: {error}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a training config must be a mapping, got {type(data).__name__}")
-        if path.name == CONFIG_NAME:  # what a run wrote, perhaps an older zoo: its settings read where now
+        if (
+            path.name == TRAIN_CONFIG_NAME
+        ):  # what a run wrote, perhaps an older zoo: its settings read where now
             try:
                 data, notes = translate_saved(data)
             except ValueError as error:

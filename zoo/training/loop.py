@@ -2,7 +2,7 @@
 
     lock the output dir (`runlock`: one trainer at a time) -> refuse a previous run there unless overwrite /
     pick the newest checkpoint that verifies to resume from (`resume_point`; nothing is written yet)
-    -> prepare.setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
+    -> setup: the task (`zoo.training.tasks`) -> tokenizer(s) -> spec (vocab and special ids from the
        tokenizer) -> every split prepared and checked (raw files into the cache; memory-mapped, never loaded)
        -> the batches planned (every length checked); only then is the output dir cleared and written
     -> model (``lora``: + adapters, the init_from weights frozen)
@@ -22,10 +22,10 @@ checkpoint is saved and `TrainingInterrupted` raised; a loss that is no longer f
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
 split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
 
-The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.reporting`): callbacks,
+The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.report.reporting`): callbacks,
 the progress bar among them, get a `TrainerState` snapshot on rank 0, and each record goes to
 ``metrics.jsonl`` and the chosen sinks after the callbacks have seen it. It saves and resumes through
-`CheckpointIO` (`zoo.training.resume`), given the parts to save rather than the trainer. Warnings go to
+`CheckpointIO` (`zoo.training.run.resume`), given the parts to save rather than the trainer. Warnings go to
 the ``zoo.training`` logger.
 
 A ``lora`` section trains `zoo.lora` adapters on the weights of ``model.init_from``, frozen: the optimizer
@@ -46,26 +46,28 @@ import numpy as np
 import torch
 
 import zoo.lora
-from zoo.generation.layout import row_major
+from zoo.generation.weight_layout import row_major
 from zoo.io.atomic import write_text_atomic
+from zoo.io.names import TRAIN_CONFIG_NAME
 from zoo.models.base import ZooModel
 from zoo.models.build import build_model
 from zoo.training import distributed as dist_
-from zoo.training import prepare, pretrained, rundir, runlock, stopping
+from zoo.training import pretrained, stopping
 from zoo.training.batching import Batch, BatchOrder, plan_once
 from zoo.training.config import ConfigError, TrainConfig
 from zoo.training.evaluate import validate
-from zoo.training.layout import CONFIG_NAME
 from zoo.training.optim import build_optimizer, clip_gradients, set_learning_rate
 from zoo.training.precision import LossScaling, resolve_precision
 from zoo.training.precision import autocast as precision_autocast
-from zoo.training.progress import ProgressBar, ProgressSetting
-from zoo.training.records import Callback, TrainResult, check_callbacks, write_run_info
-from zoo.training.reporting import Interval, Reporter, check_sinks
-from zoo.training.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
+from zoo.training.report.progress import ProgressBar, ProgressSetting
+from zoo.training.report.records import Callback, TrainResult, check_callbacks, write_run_info
+from zoo.training.report.reporting import Interval, Reporter, check_sinks
+from zoo.training.report.sinks import MetricSink
+from zoo.training.run import rundir, runlock
+from zoo.training.run.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
+from zoo.training.run.state import TrainerState
 from zoo.training.schedules import learning_rate
-from zoo.training.sinks import MetricSink
-from zoo.training.state import TrainerState
+from zoo.training.setup import Prepared, setup
 from zoo.training.tasks.base import Collate, Limits, Split, Units
 from zoo.training.threads import resolve_threads
 
@@ -120,39 +122,58 @@ class Trainer:
     # --- setup ------------------------------------------------------------------------------------------
 
     def _setup(self, resume: bool | str | Path, overwrite: bool) -> None:
-        config, runtime = self.config, self.runtime
-        threads = resolve_threads(config.num_threads, device_type=runtime.device.type)
-        if threads is not None:  # zoo.training.threads: half the CPUs on a CPU run, unless the config says
-            torch.set_num_threads(threads)
-        self.output_dir = out = config.output_dir
+        """Everything before the first step, in order: the CPU threads, the checkpoint to resume from, the
+        config resolved and the batches planned, the model, what a step uses, then the start (fresh or not)."""
+        self._use_threads()
+        self.output_dir = out = self.config.output_dir
         # Nothing in ``out`` changes until the run is accepted: checked here, then (fresh) cleared just
         # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.
         self.resume_from = resume_point(out, resume, overwrite=overwrite)
         own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
+        init_from = self._resolve()
+        self._build_model(init_from)
+        self._build_step_parts(init_from)
+        self._start(own)
+
+    def _use_threads(self) -> None:
+        """How many CPU threads torch computes with (`zoo.training.threads`): half the CPUs on a CPU run,
+        unless the config says."""
+        threads = resolve_threads(self.config.num_threads, device_type=self.runtime.device.type)
+        if threads is not None:
+            torch.set_num_threads(threads)
+
+    def _resolve(self) -> Path | None:
+        """The config resolved by `setup` and the batches planned from it (`_take`); returns the folder of
+        ``model.init_from``, if any. A fresh run's output dir is cleared only once this has succeeded."""
         planned = False
 
-        def before_writing(resolved: prepare.Prepared | None) -> None:
+        def before_writing(resolved: Prepared | None) -> None:
             nonlocal planned
             if resolved is not None:  # rank 0: the batches planned (every length checked) before any write
                 self._take(resolved)
                 planned = True
-            start_fresh(out, runtime)
+            start_fresh(self.output_dir, self.runtime)
             self._wrote = True
 
-        prepared = prepare.setup(
-            config, resume_from=self.resume_from, runtime=runtime, before_writing=before_writing
+        prepared = setup(
+            self.config, resume_from=self.resume_from, runtime=self.runtime, before_writing=before_writing
         )
         if not planned:
             self._take(prepared)
+        return prepared.init_from
 
+    def _build_model(self, init_from: Path | None) -> None:
+        """The model from the seed (with ``init_from``'s weights, LoRA's adapters), the task's objective on
+        it, and the model as the run trains it: checkpointed, compiled, wrapped for the processes."""
+        config, runtime = self.config, self.runtime
         torch.manual_seed(config.seed)  # the same initial weights on every process
         self.model: ZooModel = build_model(self.spec, device=runtime.device)
         # A resume loads its checkpoint, except a LoRA run's base: its checkpoints hold only the adapters.
-        if prepared.init_from is not None and (self.resume_from is None or config.lora is not None):
-            loaded = pretrained.load_weights(self.model, prepared.init_from)
+        if init_from is not None and (self.resume_from is None or config.lora is not None):
+            loaded = pretrained.load_weights(self.model, init_from)
             if config.lora is not None and loaded.new:
                 raise ConfigError(
-                    f"lora: the task adds head tensors to {prepared.init_from} ({', '.join(loaded.new[:4])}) "
+                    f"lora: the task adds head tensors to {init_from} ({', '.join(loaded.new[:4])}) "
                     "that LoRA would keep frozen at their random initialisation: start from a model that has "
                     "this head, or train without lora"
                 )
@@ -163,26 +184,31 @@ class Trainer:
             self.spec,
             label_smoothing=config.loss.label_smoothing,
             model=self.model,
-            starting_model=lambda: self._starting_model(prepared.init_from),
+            starting_model=lambda: self._starting_model(init_from),
         )
         self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:
             dist_.checkpoint_activations(self.model)
         if config.compile:
             dist_.compile_layers(self.model)
-        row_major(self.model)  # a model given in that decoded single rows (zoo.generation.layout)
+        row_major(self.model)  # a model given in that decoded single rows (zoo.generation.weight_layout)
         self.wrapped = dist_.wrap_model(
             self.model,
             runtime,
             strategy=config.distributed.strategy,
             find_unused=self.task.has_unused_parameters(self.spec),  # e.g. BERT's pooler under MLM
         )
+
+    def _build_step_parts(self, init_from: Path | None) -> None:
+        """What a step uses beside the model: the optimizer, the precision (fp16: its loss scaling), the
+        guard that stops a run early, and `CheckpointIO`, which saves and restores the run's parts."""
+        config, runtime = self.config, self.runtime
         self.optimizer = build_optimizer(self.model, config.optim)
         self.precision = resolve_precision(config.precision, runtime.device)
         self.scaling = LossScaling(self.precision, runtime.device)  # fp16's loss scale; else a pass-through
         self.guard = stopping.Guard(
             runtime,
-            output_dir=out,
+            output_dir=self.output_dir,
             skipping=self.scaling.enabled,
             max_skipped_steps=config.max_skipped_steps,
         )
@@ -193,13 +219,18 @@ class Trainer:
             runtime=runtime,
             spec=self.spec,
             tokenizers=self.tokenizers,
-            output_dir=out,
+            output_dir=self.output_dir,
             sharded=runtime.distributed and config.distributed.strategy == "fsdp",
             keep_last=config.checkpoint.keep_last,
             grad_accum=config.batch.grad_accum,
             lora=config.lora,
-            base_id=str(prepared.init_from) if prepared.init_from is not None else None,
+            base_id=str(init_from) if init_from is not None else None,
         )
+
+    def _start(self, own: bool) -> None:
+        """Step 0 of a fresh run, its run files written; or a resumed run where its checkpoint left off
+        (``own``: one of this output dir's checkpoints, so the run continues rather than starts over)."""
+        config, runtime = self.config, self.runtime
         if self.resume_from is None:
             self._write_run_files()
         self.step, self.elapsed_before = 0, 0.0
@@ -213,8 +244,8 @@ class Trainer:
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
             self.order.epoch, self.order.position = saved.epoch, saved.position
             self._saved = (self.step, self.resume_from) if own else None
-            if not own:  # another run's checkpoint continues here: whatever ``out`` held is overwritten
-                start_fresh(out, runtime)
+            if not own:  # another run's checkpoint continues here: what the output dir held is overwritten
+                start_fresh(self.output_dir, runtime)
             self._write_run_files()  # the resume is accepted: now the run's files may change
 
     def _starting_model(self, init_from: Path | None) -> ZooModel:
@@ -232,8 +263,8 @@ class Trainer:
         """``train_config.yaml`` and ``run.json`` (rank 0)."""
         out = self.output_dir
         if self.runtime.is_main:
-            with rundir.writing(out / CONFIG_NAME):
-                write_text_atomic(out / CONFIG_NAME, self.config.to_yaml())
+            with rundir.writing(out / TRAIN_CONFIG_NAME):
+                write_text_atomic(out / TRAIN_CONFIG_NAME, self.config.to_yaml())
             write_run_info(
                 out,
                 task=self.task.name,
@@ -244,8 +275,8 @@ class Trainer:
                 init_from=self.config.model.init_from,
             )
 
-    def _take(self, prepared: prepare.Prepared) -> None:
-        """What `prepare.setup` resolved, and the batches planned from it."""
+    def _take(self, prepared: Prepared) -> None:
+        """What `setup` resolved, and the batches planned from it."""
         self.task, self.spec, self.tokenizers = prepared.task, prepared.spec, prepared.tokenizers
         self.train_split, self.valid_split = prepared.train, prepared.valid
         self._plan_batches(prepared.limits)

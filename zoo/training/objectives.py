@@ -51,7 +51,7 @@ class Objective(ABC):
 
     unit: str = "target token"  # what `count` counts, for run.json
     loss_name: str = ""  # names both losses in run.json and plots when they are not token NLL ("DPO")
-    description: str = ""  # the training loss, for run.json (`zoo.training.records.write_run_info`)
+    description: str = ""  # the training loss, for run.json (`zoo.training.report.records.write_run_info`)
     validation_description: str = ""
 
     @abstractmethod

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
+from zoo.training.run import checkpoints, rundir
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REPEAT_S = 1.0  # under torchrun: a repeat this soon after the first signal is the launcher's echo

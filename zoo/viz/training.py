@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io.jsonfile import read_json
-from zoo.training.layout import METRICS_NAME
+from zoo.io.names import METRICS_NAME, RUN_INFO_NAME
 from zoo.viz.backend import new_figure, save
 
-RUN_FILE = "run.json"
-# Every record's keys (zoo.training.records.METRIC_KEYS, spelled out so plotting never imports the
+# Every record's keys (zoo.training.report.records.METRIC_KEYS, spelled out so plotting never imports the
 # training stack); any other numeric key is a custom metric.
 STANDARD_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
 PANELS = (
@@ -81,7 +80,7 @@ def read_metrics(run: str | Path) -> Metrics:
         for key, value in record.items():
             if key != "step" and _is_number(value):
                 metrics.series.setdefault(key, []).append((step, float(value)))
-    metrics.run = _read_run_info(file.parent / RUN_FILE)
+    metrics.run = _read_run_info(file.parent / RUN_INFO_NAME)
     return metrics
 
 

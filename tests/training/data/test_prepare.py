@@ -12,6 +12,7 @@ import pytest
 from tokenizers import Tokenizer
 from training.data.conftest import direct, prepare_text, sentence, text_sides
 
+from zoo.io.names import PREPARED_MANIFEST_NAME
 from zoo.training.data import DataError
 from zoo.training.data.prepare import (
     cache_root,
@@ -20,7 +21,7 @@ from zoo.training.data.prepare import (
     prepared_cache_dir,
     tokenizer_fingerprint,
 )
-from zoo.training.data.shards import MANIFEST_NAME, SideInfo, open_prepared
+from zoo.training.data.shards import SideInfo, open_prepared
 from zoo.training.data.sources import Record, Source
 
 PAIRS = [(sentence(i), sentence(i + 50, words=4)) for i in range(23)]
@@ -167,7 +168,7 @@ def test_empty_sources_are_refused_naming_them(tmp_path: Path, tokenizer: Tokeni
 def prepared_once(tmp_path: Path, tokenizer: Tokenizer) -> tuple[Source, int]:
     source = Source("tsv", write_tsv(tmp_path / "a.tsv"), ("source", "target"))
     prepare_text(source, tokenizer, tmp_path / "out", options={"max_length": 64})
-    return source, (tmp_path / "out" / MANIFEST_NAME).stat().st_ino
+    return source, (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino
 
 
 def test_a_second_prepare_over_the_same_inputs_is_a_no_op(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -178,7 +179,7 @@ def test_a_second_prepare_over_the_same_inputs_is_a_no_op(tmp_path: Path, tokeni
 
     sides = text_sides(tokenizer, ("source", "target"))
     again = prepare(source, encode, tmp_path / "out", sides=sides, options={"max_length": 64})
-    assert (tmp_path / "out" / MANIFEST_NAME).stat().st_ino == inode
+    assert (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino == inode
     assert again.num_examples == len(PAIRS)
 
 
@@ -186,26 +187,26 @@ def test_a_touched_but_unchanged_source_is_still_a_no_op(tmp_path: Path, tokeniz
     source, inode = prepared_once(tmp_path, tokenizer)
     os.utime(tmp_path / "a.tsv", ns=(1, 1))  # a new time, the same bytes: the hash decides
     prepare_text(source, tokenizer, tmp_path / "out", options={"max_length": 64})
-    assert (tmp_path / "out" / MANIFEST_NAME).stat().st_ino == inode
+    assert (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino == inode
 
 
 def test_a_changed_source_tokenizer_or_option_prepares_again(tmp_path: Path, tokenizer: Tokenizer) -> None:
     source, inode = prepared_once(tmp_path, tokenizer)
     prepare_text(source, tokenizer, tmp_path / "out", options={"max_length": 32})
-    assert (tmp_path / "out" / MANIFEST_NAME).stat().st_ino != inode
-    inode = (tmp_path / "out" / MANIFEST_NAME).stat().st_ino
+    assert (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino != inode
+    inode = (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino
 
     write_tsv(tmp_path / "a.tsv", PAIRS[::-1])  # same size, other bytes
     os.utime(tmp_path / "a.tsv", ns=(1, 1))
     prepare_text(source, tokenizer, tmp_path / "out", options={"max_length": 32})
-    assert (tmp_path / "out" / MANIFEST_NAME).stat().st_ino != inode
+    assert (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino != inode
     assert rows(open_prepared(tmp_path / "out"), "source")[0] == direct(tokenizer, [PAIRS[-1][0]])[0]
-    inode = (tmp_path / "out" / MANIFEST_NAME).stat().st_ino
+    inode = (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino
 
     other = Tokenizer.from_str(tokenizer.to_str())
     other.add_tokens(["zebra"])
     prepare_text(source, other, tmp_path / "out", options={"max_length": 32})
-    assert (tmp_path / "out" / MANIFEST_NAME).stat().st_ino != inode
+    assert (tmp_path / "out" / PREPARED_MANIFEST_NAME).stat().st_ino != inode
     assert open_prepared(tmp_path / "out").manifest.sides["source"].tokenizer == tokenizer_fingerprint(other)
 
 

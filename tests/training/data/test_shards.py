@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from zoo.io.names import PREPARED_MANIFEST_NAME
 from zoo.training.data import DataError
-from zoo.training.data.shards import MANIFEST_NAME, ShardWriter, SideInfo, open_prepared, read_manifest
+from zoo.training.data.shards import ShardWriter, SideInfo, open_prepared, read_manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -85,7 +86,7 @@ def test_a_missing_file_is_refused_naming_it(tmp_path: Path) -> None:
 
 def test_a_manifest_not_marked_complete_is_refused(tmp_path: Path) -> None:
     write_small(tmp_path / "out")
-    manifest = tmp_path / "out" / MANIFEST_NAME
+    manifest = tmp_path / "out" / PREPARED_MANIFEST_NAME
     data = json.loads(manifest.read_text(encoding="utf-8"))
     manifest.write_text(json.dumps({**data, "complete": False}), encoding="utf-8")
     with pytest.raises(DataError, match=r"manifest.json: not marked complete"):
@@ -99,7 +100,7 @@ def test_a_manifest_not_marked_complete_is_refused(tmp_path: Path) -> None:
 
 def test_a_newer_format_version_is_refused(tmp_path: Path) -> None:
     write_small(tmp_path / "out")
-    manifest = tmp_path / "out" / MANIFEST_NAME
+    manifest = tmp_path / "out" / PREPARED_MANIFEST_NAME
     data = json.loads(manifest.read_text(encoding="utf-8"))
     manifest.write_text(json.dumps({**data, "version": 99}), encoding="utf-8")
     with pytest.raises(DataError, match="format version 99, this zoo reads up to 1"):
@@ -122,7 +123,7 @@ def test_a_second_write_replaces_the_first_whole(tmp_path: Path) -> None:
         writer.write({"text": [[7, 8, 9]]})
         writer.close()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        MANIFEST_NAME,
+        PREPARED_MANIFEST_NAME,
         "text.offsets.bin",
         "text.tokens.bin",
     ]

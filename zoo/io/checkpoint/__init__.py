@@ -7,17 +7,18 @@
 
 The package, along the data flow:
 
-    files.py     one safetensors file: header parsing and checks, tied tensors, shard plans, the errors
-    layout.py    one checkpoint on disk, headers only: which files, which spec, which tensors (`open_checkpoint`)
-    limits.py    what a spec may ask for given the tensors a file holds (layers, widths, fixed tables)
-    saving.py    `save`: every file written atomically; the old checkpoint switches to the new in one step
-    loading.py   `load`, `read_spec`, `load_tokenizer`: checked before any tensor is read
+    files.py       one safetensors file: header parsing and checks, tied tensors, shard plans, the errors
+    discovery.py   finding one checkpoint on disk, headers only: which files, which spec, which tensors
+                   (`open_checkpoint`)
+    limits.py      what a spec may ask for given the tensors a file holds (layers, widths, fixed tables)
+    saving.py      `save`: every file written atomically; the old checkpoint switches to the new in one step
+    loading.py     `load`, `read_spec`, `load_tokenizer`: checked before any tensor is read
 """
 
 from __future__ import annotations
 
+from zoo.io.checkpoint.discovery import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError, parse_size
-from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.loading import load, load_tokenizer, read_spec
 from zoo.io.checkpoint.saving import save
 

@@ -19,8 +19,8 @@ import torch
 from safetensors import safe_open
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
+from zoo.io.checkpoint.discovery import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
-from zoo.io.checkpoint.layout import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.paths import inside

@@ -5,7 +5,7 @@ Every file is written in a private temp folder in the same directory, fsynced an
 
     0. remove the temp folders of earlier killed saves (only zoo's own names)
     1. write the new weights under names no current file has: model.safetensors (read only once no
-       index is left, see layout.py), or shards named with this save's own tag
+       index is left, see discovery.py), or shards named with this save's own tag
     2. commit   sharded: write model.safetensors.index.json (one rename): the loader reads the new shards
                 single:  remove model.safetensors.index.json (one unlink): the loader reads model.safetensors
                          (with no index there, the rename in step 1 was the commit)
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import save_file
 
-from zoo.generation.layout import row_major
+from zoo.generation.weight_layout import row_major
 from zoo.io.atomic import (
     discard_temp,
     fsync_dir,
@@ -40,8 +40,8 @@ from zoo.io.atomic import (
     write_temp,
     write_text_atomic,
 )
+from zoo.io.checkpoint.discovery import checkpoint_metadata, index_document
 from zoo.io.checkpoint.files import CheckpointError, parse_size, plan_shards, unique_tensors
-from zoo.io.checkpoint.layout import checkpoint_metadata, index_document
 from zoo.io.names import (
     INDEX_NAME,
     SHARD_PATTERN,
@@ -99,7 +99,7 @@ def save(
         )
     tokenizer = _as_tokenizer(tokenizer)
     limit = parse_size(max_shard_size)
-    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.layout)
+    row_major(model)  # contiguous in place, one matrix at a time, not a copy of all (weight_layout.py)
     state, quantization = quantized_state(model, error=CheckpointError)  # int8/int4 weights as plain parts
     tensors, aliases = unique_tensors(state)
     sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}

@@ -35,7 +35,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
-from zoo.generation.layout import row_major
+from zoo.generation.weight_layout import row_major
 from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_atomic, write_text_atomic
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
@@ -54,6 +54,7 @@ from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import (
     CONFIG_NAME,
+    HF_PICKLE_NAMES,
     HF_SHARD_PATTERN,
     INDEX_NAME,
     SPECIAL_TOKENS_MAP_NAME,
@@ -93,7 +94,6 @@ FAMILY_MODULES: tuple[str, ...] = (
     "gemma",
     "modernbert",
 )
-_PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
     "|".join(
@@ -172,7 +172,7 @@ def weight_files(root: Path) -> list[Path]:
             if not shard.is_file():
                 raise FileNotFoundError(f"{shard}: shard listed in {index} is missing")
         return shards
-    pickles = [name for name in _PICKLES if (root / name).is_file()]
+    pickles = [name for name in HF_PICKLE_NAMES if (root / name).is_file()]
     if pickles:
         raise FileNotFoundError(
             f"{root}: only {pickles[0]} found; zoo reads safetensors only and never unpickles weights "
@@ -420,7 +420,7 @@ def to_hf(
     _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
-    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.layout)
+    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.weight_layout)
     state = model.state_dict()
     if any(t.is_meta for t in state.values()):
         raise HFError("to_hf: the model has meta tensors (built on the meta device and never loaded)")

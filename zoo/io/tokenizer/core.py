@@ -116,7 +116,7 @@ class Tokenizer:
         if not file.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {file}")
         # tokenizers reads the whole file: a 1 GB one is refused by its size first (ZOO_MAX_TOKENIZER_BYTES).
-        check_file_size(file, TOKENIZER_BYTES, what="tokenizer.json", error=TokenizerError)
+        check_file_size(file, TOKENIZER_BYTES, what=TOKENIZER_NAME, error=TokenizerError)
         try:
             tok = HFTokenizer.from_file(str(file))
         except Exception as err:  # tokenizers raises a bare Exception (bad JSON, a regex Oniguruma rejects)

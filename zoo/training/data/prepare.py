@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from zoo.io.names import TOKENIZER_NAME
 from zoo.io.tokenizer.errors import encode_checked
 from zoo.training.data import DataError
 from zoo.training.data.shards import (
@@ -250,7 +251,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         from tokenizers import Tokenizer as HFTokenizer
 
         path = Path(tokenizer)
-        path = path / "tokenizer.json" if path.is_dir() else path
+        path = path / TOKENIZER_NAME if path.is_dir() else path
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {path}")
         tokenizer = HFTokenizer.from_file(str(path))

@@ -42,12 +42,11 @@ import numpy as np
 
 from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, remove_stale_temps
 from zoo.io.jsonfile import read_json
+from zoo.io.names import PREPARED_MANIFEST_NAME, PREPARED_ORIGINS_NAME
 from zoo.training.data import DataError
 
 FORMAT = "zoo-prepared"
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-ORIGINS_NAME = "origins.bin"
 UINT16_VOCAB = 1 << 16  # a vocabulary up to this size has ids that fit in uint16
 DTYPES = ("uint8", "uint16", "uint32", "int8", "int16", "int32", "int64")
 
@@ -221,7 +220,7 @@ class ShardWriter:
                 if side.kind == "sequence":
                     self._files[f"{name}.offsets.bin"].write(np.zeros(1, dtype="<i8").tobytes())
             if origins:
-                self._files[ORIGINS_NAME] = (self.temp / ORIGINS_NAME).open("wb")
+                self._files[PREPARED_ORIGINS_NAME] = (self.temp / PREPARED_ORIGINS_NAME).open("wb")
         except BaseException:
             self.abort()
             raise
@@ -262,7 +261,7 @@ class ShardWriter:
                 self._files[f"{name}.values.bin"].write(flat.tobytes())
             self._tokens[name] += len(flat)
         if origin_rows is not None:
-            self._files[ORIGINS_NAME].write(origin_rows.tobytes())
+            self._files[PREPARED_ORIGINS_NAME].write(origin_rows.tobytes())
         self.num_examples += n
 
     def _flatten(self, name: str, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -349,11 +348,11 @@ class ShardWriter:
                 os.fsync(handle.fileno())
                 handle.close()
             text = json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n"
-            with (self.temp / MANIFEST_NAME).open("w", encoding="utf-8") as f:
+            with (self.temp / PREPARED_MANIFEST_NAME).open("w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
-            for name in [*self._files, MANIFEST_NAME]:
+            for name in [*self._files, PREPARED_MANIFEST_NAME]:
                 os.chmod(self.temp / name, 0o644)
             os.chmod(self.temp, 0o755)
             fsync_dir(self.temp)
@@ -377,10 +376,10 @@ def check_replaceable(out_dir: Path) -> None:
     """Refuse to write over a folder that is not prepared data (it holds files and no manifest)."""
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise DataError(f"{out_dir}: exists and is not a folder; name a new or empty folder")
-    if out_dir.is_dir() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
+    if out_dir.is_dir() and not (out_dir / PREPARED_MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
         raise DataError(
-            f"{out_dir}: holds files and no {MANIFEST_NAME}, so it is not prepared data; name a new or empty "
-            "folder (prepare replaces a prepared folder, nothing else)"
+            f"{out_dir}: holds files and no {PREPARED_MANIFEST_NAME}, so it is not prepared data; name a new or "
+            "empty folder (prepare replaces a prepared folder, nothing else)"
         )
 
 
@@ -501,7 +500,8 @@ class PreparedData:
         if not self.manifest.origins:
             return f"{self.path} example {i}"
         source, line = (
-            int(v) for v in self._map(ORIGINS_NAME, "int64", 2 * self.num_examples)[2 * i : 2 * i + 2]
+            int(v)
+            for v in self._map(PREPARED_ORIGINS_NAME, "int64", 2 * self.num_examples)[2 * i : 2 * i + 2]
         )
         sources = self.manifest.sources
         name = sources[source]["path"] if 0 <= source < len(sources) else f"source {source}"
@@ -538,9 +538,11 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
     path = Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no prepared data there (prepare it first: zoo data prepare)")
-    file = path / MANIFEST_NAME
+    file = path / PREPARED_MANIFEST_NAME
     if not file.is_file():
-        raise DataError(f"{path}: no {MANIFEST_NAME}; not prepared data, or a prepare that did not finish")
+        raise DataError(
+            f"{path}: no {PREPARED_MANIFEST_NAME}; not prepared data, or a prepare that did not finish"
+        )
     try:
         data = read_json(file)
     except ValueError as error:  # the bounded reader's message names the file
@@ -565,7 +567,7 @@ def open_prepared(directory: str | os.PathLike[str]) -> PreparedData:
         else:
             expected[f"{name}.values.bin"] = manifest.num_examples * itemsize
     if manifest.origins:
-        expected[ORIGINS_NAME] = manifest.num_examples * 16
+        expected[PREPARED_ORIGINS_NAME] = manifest.num_examples * 16
     for name, size in expected.items():
         file = path / name
         if not file.is_file():
@@ -573,8 +575,8 @@ def open_prepared(directory: str | os.PathLike[str]) -> PreparedData:
         found = file.stat().st_size
         if found != size:
             raise DataError(
-                f"{file}: {found} bytes, expected {size} from {MANIFEST_NAME} (truncated or changed since it "
-                "was prepared; prepare it again)"
+                f"{file}: {found} bytes, expected {size} from {PREPARED_MANIFEST_NAME} (truncated or changed "
+                "since it was prepared; prepare it again)"
             )
     data = PreparedData(path, manifest)
     for name, side in manifest.sides.items():

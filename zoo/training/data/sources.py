@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from zoo._extras import install_hint
 from zoo.io.jsonfile import read_json
+from zoo.io.names import DATASET_DICT_NAME, DATASET_STATE_NAME
 from zoo.io.tokenizer.errors import lone_surrogate
 from zoo.training.data import DataError
 
@@ -381,12 +382,12 @@ def _table_files(path: Path, fmt: str) -> list[Path]:
     its own order, or a folder's ``*.parquet`` / ``*.arrow`` files sorted by name."""
     if path.is_file():
         return [path]
-    if (path / "dataset_dict.json").is_file():
+    if (path / DATASET_DICT_NAME).is_file():
         splits = sorted(p.name for p in path.iterdir() if p.is_dir())
         raise DataError(
             f"{path} is a Hugging Face DatasetDict folder: name one split's folder ({', '.join(splits)})"
         )
-    state = path / "state.json"
+    state = path / DATASET_STATE_NAME
     if fmt == "arrow" and state.is_file():  # save_to_disk: state.json lists the shards in order
         try:
             names = [entry["filename"] for entry in read_json(state)["_data_files"]]

@@ -10,7 +10,7 @@
                                                                      reference (or LoRA's base)
 
 A task is built with its own settings, the config's ``task: {kind: NAME, ...}`` (`build_task`); setup
-(`zoo.training.prepare`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
+(`zoo.training.setup`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
 task is one module with a `Task` subclass, one row in `TASKS`, and its settings in
 `zoo.training.task_settings` (plain data, so a config validates without importing torch).
 """

@@ -20,7 +20,7 @@ Windows are planned from the offsets alone: the documents' framed lengths, their
 
 Causal LM targets are the inputs shifted left (position t predicts token t + 1; with separate documents,
 never across a boundary). Masked LM targets are the original ids at the positions BERT's masking picked
-(`zoo.training.masking`, ``mlm_probability`` of the non-special tokens (its settings: 15% by default),
+(`zoo.training.tasks.masking`, ``mlm_probability`` of the non-special tokens (its settings: 15% by default),
 80/10/10), drawn from the batch's generator.
 """
 
@@ -38,7 +38,6 @@ from zoo.spec import DecoderSpec, EncoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig, PackingConfig
 from zoo.training.data.sources import OnBadLine, Record, Source
-from zoo.training.masking import mask_tokens
 from zoo.training.task_settings import CausalLMSettings, MaskedLMSettings
 from zoo.training.tasks.base import (
     LENGTH_CHUNK,
@@ -56,6 +55,7 @@ from zoo.training.tasks.base import (
     raw_ids,
     rows,
 )
+from zoo.training.tasks.masking import mask_tokens
 
 
 class LanguageModel(Task):
@@ -224,7 +224,7 @@ class NextTokens(Targets):
 
 @dataclass(frozen=True)
 class MaskedTokens(Targets):
-    """BERT's masking of the real, non-special tokens (`zoo.training.masking.mask_tokens`)."""
+    """BERT's masking of the real, non-special tokens (`zoo.training.tasks.masking.mask_tokens`)."""
 
     mask_id: int
     special: tuple[int, ...]

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from zoo.io.atomic import write_text_atomic
-from zoo.training.layout import CSV_NAME, METRICS_NAME, TENSORBOARD_DIR
-from zoo.training.rundir import open_no_link, writing
+from zoo.io.names import METRICS_CSV_NAME, METRICS_NAME, TENSORBOARD_DIR
+from zoo.training.run.rundir import open_no_link, writing
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def open_sink(name: str, output_dir: Path, *, resume_step: int | None) -> Metric
     if name == "jsonl":
         return JsonlSink(output_dir / METRICS_NAME)
     if name == "csv":
-        return CsvSink(output_dir / CSV_NAME, append=resumed)
+        return CsvSink(output_dir / METRICS_CSV_NAME, append=resumed)
     return TensorBoardSink(
         output_dir / TENSORBOARD_DIR, purge_step=resume_step + 1 if resume_step is not None else None
     )
@@ -221,7 +221,7 @@ def truncate_csv(path: Path, *, after: int) -> None:
 def truncate_records(output_dir: Path, *, after: int) -> None:
     """Drop records past ``after`` from ``metrics.jsonl`` and ``metrics.csv``: on resume they belong to
     steps the run is about to redo. A line a crash or a full disk cut short is dropped with a warning."""
-    truncate_csv(output_dir / CSV_NAME, after=after)
+    truncate_csv(output_dir / METRICS_CSV_NAME, after=after)
     path = output_dir / METRICS_NAME
     if not path.is_file():
         return

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from zoo.io.atomic import write_text_atomic
+from zoo.io.names import RUN_INFO_NAME
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.base import ZooModel
 from zoo.spec import LoraSpec
-from zoo.training.layout import RUN_NAME
 from zoo.training.objectives import Objective, TokenCrossEntropy
-from zoo.training.rundir import writing
-from zoo.training.state import TrainerState
+from zoo.training.run.rundir import writing
+from zoo.training.run.state import TrainerState
 
 METRIC_KEYS = ("step", "loss", "lr", "tokens_per_s", "val_loss", "val_ppl", "val_bleu", "elapsed_s")
 SCALING_KEYS = ("loss_scale", "skipped_steps")  # fp16 training records only; measured by the trainer too
@@ -171,5 +171,5 @@ def write_run_info(
         info["lora"] = lora.model_dump(mode="json")
     if init_from is not None:
         info["init_from"] = str(init_from)
-    with writing(output_dir / RUN_NAME):
-        write_text_atomic(output_dir / RUN_NAME, json.dumps(info, indent=2) + "\n")
+    with writing(output_dir / RUN_INFO_NAME):
+        write_text_atomic(output_dir / RUN_INFO_NAME, json.dumps(info, indent=2) + "\n")

@@ -20,9 +20,9 @@ import socket
 from datetime import datetime
 from pathlib import Path
 
+from zoo.io.names import RUN_LOCK_NAME
 from zoo.training.distributed import Runtime, gather_objects
-from zoo.training.layout import LOCK_NAME
-from zoo.training.rundir import RunDirError, open_no_link, writing
+from zoo.training.run.rundir import RunDirError, open_no_link, writing
 
 try:
     import fcntl
@@ -44,7 +44,7 @@ class RunLock:
     @classmethod
     def acquire(cls, output_dir: Path) -> RunLock:
         """Lock ``output_dir`` (created if missing), or raise `RunInUseError` at once naming the holder."""
-        path = output_dir / LOCK_NAME
+        path = output_dir / RUN_LOCK_NAME
         if fcntl is None:
             return cls(path, None)
         with writing(path, hint="the run did not start"):

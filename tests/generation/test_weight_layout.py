@@ -1,6 +1,6 @@
-"""The weight layout single-row CPU decoding uses (`zoo.generation.layout`): the wide matrices column-major
-for one or two float32 rows a step, every matrix row-major otherwise; the same tokens either way; training
-and saving see contiguous weights."""
+"""The weight layout single-row CPU decoding uses (`zoo.generation.weight_layout`): the wide matrices
+column-major for one or two float32 rows a step, every matrix row-major otherwise; the same tokens either
+way; training and saving see contiguous weights."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 import zoo
 from zoo.generation import stream
-from zoo.generation.layout import is_column_major, row_major, use_decoding_layout, wants_column_major
+from zoo.generation.weight_layout import is_column_major, row_major, use_decoding_layout, wants_column_major
 
 
 def _layouts(model: torch.nn.Module) -> set[str]:

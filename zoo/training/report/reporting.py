@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from zoo.training import distributed as dist_
-from zoo.training.progress import ProgressBar, ProgressSetting, progress_bar
-from zoo.training.records import TRAINER_KEYS, check_custom_metrics, make_record, settle_record
-from zoo.training.sinks import MetricSink, check_sink_names, open_sink, truncate_records
-from zoo.training.state import TrainerState
+from zoo.training.report.progress import ProgressBar, ProgressSetting, progress_bar
+from zoo.training.report.records import TRAINER_KEYS, check_custom_metrics, make_record, settle_record
+from zoo.training.report.sinks import MetricSink, check_sink_names, open_sink, truncate_records
+from zoo.training.run.state import TrainerState
 
 
 def check_sinks(sinks: Iterable[str | MetricSink], *, config_sinks: Iterable[str]) -> list[str | MetricSink]:

@@ -6,7 +6,7 @@ follows.
     check_no_links(out)     a symbolic link where the trainer writes is refused, never written through
     writing(path)           an OSError while writing ``path`` (a full disk) becomes one `RunWriteError`
 
-One trainer at a time: `zoo.training.runlock`.
+One trainer at a time: `zoo.training.run.runlock`.
 
 A symbolic link is refused rather than followed or replaced: written through, ``metrics.jsonl`` -> a file
 elsewhere would change that file; silently replaced, the link the user made would be gone.
@@ -24,36 +24,35 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from zoo.io.names import CONFIG_NAME as HF_CONFIG_NAME
 from zoo.io.names import (
-    INDEX_NAME,
-    SHARD_PATTERN,
-    SPEC_NAME,
-    SPECIAL_TOKENS_MAP_NAME,
-    TOKENIZER_CONFIG_NAME,
-    TOKENIZER_NAME,
-    WEIGHTS_NAME,
-)
-from zoo.training.layout import (
     ADAPTER_NAME,
     CHECKPOINTS_DIR,
     CONFIG_NAME,
-    CSV_NAME,
-    LOCK_NAME,
+    INDEX_NAME,
+    METRICS_CSV_NAME,
     METRICS_NAME,
-    RUN_NAME,
+    RUN_INFO_NAME,
+    RUN_LOCK_NAME,
+    SHARD_PATTERN,
     SOURCE_TOKENIZER_NAME,
-    STATE_NAME,
+    SPEC_NAME,
+    SPECIAL_TOKENS_MAP_NAME,
+    STEP_DIR_GLOB,
     TENSORBOARD_DIR,
+    TOKENIZER_CONFIG_NAME,
+    TOKENIZER_NAME,
+    TRAIN_CONFIG_NAME,
+    TRAINER_STATE_NAME,
+    WEIGHTS_NAME,
 )
 
 # What a training run writes, and what a saved (or converted) model holds: a fresh run refuses any of them.
-RUN_NAMES = (CHECKPOINTS_DIR, METRICS_NAME, CONFIG_NAME, RUN_NAME)
+RUN_NAMES = (CHECKPOINTS_DIR, METRICS_NAME, TRAIN_CONFIG_NAME, RUN_INFO_NAME)
 # The optional sinks' files: never without metrics.jsonl in a run, and a fresh sink starts them over anyway
 # (so a stray one alone is no run); cleared with the run all the same.
-SINK_NAMES = (CSV_NAME, TENSORBOARD_DIR)
+SINK_NAMES = (METRICS_CSV_NAME, TENSORBOARD_DIR)
 MODEL_NAMES = (
-    WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, HF_CONFIG_NAME,
+    WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, CONFIG_NAME,
     TOKENIZER_NAME, SOURCE_TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME, ADAPTER_NAME,
 )  # fmt: skip
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -141,8 +140,8 @@ def cli_options() -> Iterator[None]:
 
 def has_checkpoint(output_dir: Path) -> bool:
     """Whether ``output_dir`` holds a checkpoint that finished writing (its ``trainer_state.json`` is written
-    last); whether it also verifies is `zoo.training.checkpoints.resumable_checkpoint`'s question."""
-    return any((output_dir / CHECKPOINTS_DIR).glob(f"step-*/{STATE_NAME}"))
+    last); whether it also verifies is `zoo.training.run.checkpoints.resumable_checkpoint`'s question."""
+    return any((output_dir / CHECKPOINTS_DIR).glob(f"{STEP_DIR_GLOB}/{TRAINER_STATE_NAME}"))
 
 
 def go_on(output_dir: Path) -> str:
@@ -174,7 +173,7 @@ def check_no_links(output_dir: Path) -> None:
     be one: the run lives where it points)."""
     if not output_dir.is_dir():
         return
-    names = [*RUN_NAMES, *SINK_NAMES, *MODEL_NAMES, LOCK_NAME]
+    names = [*RUN_NAMES, *SINK_NAMES, *MODEL_NAMES, RUN_LOCK_NAME]
     names += [p.name for p in output_dir.iterdir() if SHARD_PATTERN.fullmatch(p.name)]
     for name in names:
         if (output_dir / name).is_symlink():

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -36,25 +35,27 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from zoo.io.atomic import TEMP_SUFFIX, fsync_dir, write_atomic, write_text_atomic
+from zoo.io.checkpoint.discovery import open_checkpoint
 from zoo.io.checkpoint.files import read_header
-from zoo.io.checkpoint.layout import open_checkpoint
 from zoo.io.jsonfile import parse_json, read_json_object
-from zoo.io.names import SPEC_NAME, TOKENIZER_NAME
-from zoo.io.paths import inside
-from zoo.training.layout import (
+from zoo.io.names import (
     ADAPTER_NAME,
     CHECKPOINTS_DIR,
     OPTIMIZER_NAME,
     RNG_NAME,
     SOURCE_TOKENIZER_NAME,
-    STATE_NAME,
+    SPEC_NAME,
+    STEP_DIR_PATTERN,
+    TOKENIZER_NAME,
+    TRAINER_STATE_NAME,
+    step_dir_name,
 )
+from zoo.io.paths import inside
 from zoo.training.precision import scaler_state_problem
-from zoo.training.rundir import option, writing
+from zoo.training.run.rundir import option, writing
 
 log = logging.getLogger(__name__)
 
-_STEP_DIR = re.compile(r"step-(\d+)")
 # trainer_state.json: the progress (`TrainerState.progress`) and the provenance `CheckpointIO` adds (and,
 # from an fp16 run, ``grad_scaler``: GradScaler's state as JSON numbers, checked when present).
 STATE_KEYS = ("step", "epoch", "position", "elapsed_s", "world_size", "grad_accum")
@@ -65,7 +66,7 @@ class ResumeError(ValueError):
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
-    return output_dir / CHECKPOINTS_DIR / f"step-{step:08d}"
+    return output_dir / CHECKPOINTS_DIR / step_dir_name(step)
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
@@ -73,7 +74,9 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     root = output_dir / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if _STEP_DIR.fullmatch(p.name) and (p / STATE_NAME).is_file()]
+    found = [
+        p for p in root.iterdir() if STEP_DIR_PATTERN.fullmatch(p.name) and (p / TRAINER_STATE_NAME).is_file()
+    ]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
@@ -169,8 +172,8 @@ def write_checkpoint(
         with writing(final / RNG_NAME, hint=hint):
             write_atomic(temp / RNG_NAME, lambda path: save_file(rng, str(path)))
         # Written last: its presence marks the checkpoint complete.
-        with writing(final / STATE_NAME, hint=hint):
-            write_text_atomic(temp / STATE_NAME, json.dumps(trainer_state, indent=2) + "\n")
+        with writing(final / TRAINER_STATE_NAME, hint=hint):
+            write_text_atomic(temp / TRAINER_STATE_NAME, json.dumps(trainer_state, indent=2) + "\n")
         with writing(final, hint=hint):
             if final.exists():  # re-saving a step (e.g. after resuming from it): swap, never half-delete
                 old = final.parent / f".{final.name}.old"
@@ -188,9 +191,9 @@ def write_checkpoint(
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
-    file = path / STATE_NAME
+    file = path / TRAINER_STATE_NAME
     if not file.is_file():
-        raise ResumeError(f"{path}: not a complete training checkpoint (no {STATE_NAME})")
+        raise ResumeError(f"{path}: not a complete training checkpoint (no {TRAINER_STATE_NAME})")
     state = read_json_object(file, error=ResumeError)
     bad = [key for key in STATE_KEYS if not _is_number(state.get(key))]
     if bad:
@@ -212,7 +215,7 @@ def checkpoint_problem(path: Path) -> str | None:
     parseable, every safetensors file holding all its tensors' bytes (headers only: nothing is loaded)."""
     if not path.is_dir():
         return "no such directory" if not path.exists() else "not a directory"
-    needed = (STATE_NAME, SPEC_NAME, TOKENIZER_NAME, OPTIMIZER_NAME, RNG_NAME)
+    needed = (TRAINER_STATE_NAME, SPEC_NAME, TOKENIZER_NAME, OPTIMIZER_NAME, RNG_NAME)
     try:  # no file read on resume may be a link out of the checkpoint (`zoo.io.paths`)
         for name in (*needed, ADAPTER_NAME, SOURCE_TOKENIZER_NAME):
             inside(path, name, error=ResumeError)

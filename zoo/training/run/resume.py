@@ -33,14 +33,13 @@ from torch.distributed.checkpoint.state_dict import (
 import zoo
 import zoo.lora
 from zoo.io.jsonfile import read_json_object
-from zoo.io.names import SPEC_NAME, WEIGHTS_NAME
+from zoo.io.names import ADAPTER_NAME, OPTIMIZER_NAME, SPEC_NAME, WEIGHTS_NAME
 from zoo.spec import LoraSpec, ModelSpec
-from zoo.training import checkpoints, rundir
 from zoo.training import distributed as dist_
-from zoo.training.layout import ADAPTER_NAME, OPTIMIZER_NAME
 from zoo.training.precision import LossScaling
-from zoo.training.prepare import Tokenizers, save_tokenizers
-from zoo.training.state import TrainerState, rng_state, set_rng_state
+from zoo.training.run import checkpoints, rundir
+from zoo.training.run.state import TrainerState, rng_state, set_rng_state
+from zoo.training.setup import Tokenizers, save_tokenizers
 
 log = logging.getLogger(__name__)
 

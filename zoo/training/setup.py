@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import zoo.lora
-from zoo.io.names import TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
+from zoo.io.names import SOURCE_TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.models.build import build_model
@@ -41,8 +41,7 @@ from zoo.training.corpus import prepare_split
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.sources import OnBadLine, data_files
 from zoo.training.distributed import Runtime, barrier
-from zoo.training.layout import SOURCE_TOKENIZER_NAME
-from zoo.training.rundir import writing
+from zoo.training.run.rundir import writing
 from zoo.training.tasks import Task
 from zoo.training.tasks.base import Limits, Split, Tokenizers
 

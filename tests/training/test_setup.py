@@ -10,15 +10,15 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from zoo.io.tokenizer import Tokenizer, train_tokenizer
-from zoo.training import prepare
+from zoo.training import setup
 from zoo.training.config import ConfigError, TrainConfig
 
 
-def _wire(config: TrainConfig) -> tuple[prepare.Tokenizers, object]:
-    spec = prepare.base_spec(config)
-    task = prepare.resolve_task(config, spec)
-    tokenizers = prepare.load_or_train_tokenizers(config, task=task)
-    return tokenizers, prepare.wire_spec(spec, tokenizers, config, task=task)
+def _wire(config: TrainConfig) -> tuple[setup.Tokenizers, object]:
+    spec = setup.base_spec(config)
+    task = setup.resolve_task(config, spec)
+    tokenizers = setup.load_or_train_tokenizers(config, task=task)
+    return tokenizers, setup.wire_spec(spec, tokenizers, config, task=task)
 
 
 def test_trained_tokenizer_sets_vocab_size_and_special_ids(make_config: Callable[..., TrainConfig]) -> None:
@@ -76,7 +76,7 @@ def test_task_must_fit_the_model_family(make_config: Callable[..., TrainConfig])
 def test_data_max_length_cannot_exceed_max_positions(make_config: Callable[..., TrainConfig]) -> None:
     config = make_config(**{"data.max_length": 65})
     with pytest.raises(ConfigError, match=r"data.max_length \(65\) exceeds the model's max_positions \(64\)"):
-        prepare.max_length(config, prepare.base_spec(config))
+        setup.max_length(config, setup.base_spec(config))
 
 
 def test_missing_tokenizer_file_is_file_not_found(

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:  # none of them imports this module: no cycle, and no torch at import time
     from zoo.training.config import TrainConfig
-    from zoo.training.records import TrainResult
-    from zoo.training.state import TrainerState
+    from zoo.training.report.records import TrainResult
+    from zoo.training.run.state import TrainerState
 
 ProgressSetting = Literal["auto"] | bool
 
