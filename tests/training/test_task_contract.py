@@ -174,5 +174,7 @@ def test_separate_vocabularies_are_read_by_seq2seq_and_refused_by_every_other_ta
     if name == "seq2seq":
         assert task.separate_vocabularies(TokenizerConfig(shared=False)) is True
     else:
-        with pytest.raises(ConfigError, match=rf"tokenizer.shared: false needs .*; {name} reads one vocabulary"):
+        with pytest.raises(
+            ConfigError, match=rf"tokenizer.shared: false needs .*; {name} reads one vocabulary"
+        ):
             task.separate_vocabularies(TokenizerConfig(shared=False))

@@ -151,7 +151,9 @@ class Engine:
         self.top_p = torch.ones(B, device=self.device)  # (B,)
         self.slots: list[_Job | None] = [None] * B
         self.starts = [0] * B  # the first live column of each busy slot
-        use_decoding_layout(self.model, rows=B)  # the weights' layout for B rows a step (generation.weight_layout)
+        use_decoding_layout(
+            self.model, rows=B
+        )  # the weights' layout for B rows a step (generation.weight_layout)
         self.step: StepFn = compiled_decode_step(self.model, rows=B) if compile else decode_step
         self.compiled = compile  # a compiled step runs every slot (one static shape)
         self.state = self.model.prepare_generation(

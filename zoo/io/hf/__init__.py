@@ -420,7 +420,9 @@ def to_hf(
     _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
-    row_major(model)  # contiguous in place, one matrix at a time, not a copy of every one (generation.weight_layout)
+    row_major(
+        model
+    )  # contiguous in place, one matrix at a time, not a copy of every one (generation.weight_layout)
     state = model.state_dict()
     if any(t.is_meta for t in state.values()):
         raise HFError("to_hf: the model has meta tensors (built on the meta device and never loaded)")
