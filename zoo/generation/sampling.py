@@ -23,9 +23,10 @@ def seen_tokens(ids: torch.Tensor, valid: torch.Tensor | None, vocab_size: int) 
     return counts.scatter_add_(1, ids, ones) > 0  # scatter_add: deterministic with repeated ids
 
 
-def repetition_penalty(scores: Scores, seen: torch.Tensor, penalty: float) -> Scores:
+def repetition_penalty(scores: Scores, seen: torch.Tensor, penalty: float | torch.Tensor) -> Scores:
     """CTRL's penalty (Keskar et al. 2019) on tokens already in the sequence: a positive score is divided by
-    ``penalty``, a negative one multiplied, so a penalty > 1 always makes a repeat less likely."""
+    ``penalty``, a negative one multiplied, so a penalty > 1 always makes a repeat less likely. ``penalty``:
+    one for every row, or (B, 1) one per row (the server's requests; 1 leaves a row as it is)."""
     penalized = torch.where(scores < 0, scores * penalty, scores / penalty)
     return torch.where(seen, penalized, scores)
 
@@ -107,10 +108,16 @@ class BadWords:
         return scores
 
 
-def top_k_filter(scores: Scores, k: int) -> Scores:
-    """Keep the k highest scores of each row (ties with the k-th are kept, as in Hugging Face)."""
-    k = min(k, scores.shape[-1])
-    kth = torch.topk(scores, k, dim=-1).values[:, -1:]  # (B, 1)
+def top_k_filter(scores: Scores, k: int | torch.Tensor) -> Scores:
+    """Keep the k highest scores of each row (ties with the k-th are kept, as in Hugging Face). ``k``: one for
+    every row, or (B,) one per row (the server's requests), where 0 keeps the whole row."""
+    V = scores.shape[-1]
+    if not isinstance(k, torch.Tensor):
+        kth = torch.topk(scores, min(k, V), dim=-1).values[:, -1:]  # (B, 1)
+        return scores.masked_fill(scores < kth, float("-inf"))
+    k = torch.where(k > 0, k.clamp(max=V), V)  # (B,)
+    best = torch.topk(scores, int(k.max()), dim=-1).values  # (B, max k), descending
+    kth = best.gather(1, (k - 1)[:, None])  # (B, 1)
     return scores.masked_fill(scores < kth, float("-inf"))
 
 
@@ -124,6 +131,15 @@ def top_p_filter(scores: Scores, p: float | torch.Tensor) -> Scores:
     remove_sorted[:, -1] = False
     remove = remove_sorted.scatter(1, order, remove_sorted)
     return scores.masked_fill(remove, float("-inf"))
+
+
+def min_p_filter(scores: Scores, min_p: float | torch.Tensor) -> Scores:
+    """Min-p filtering (Nguyen et al. 2024; transformers' MinPLogitsWarper): drop the tokens less likely than
+    ``min_p`` times the most likely one. ``min_p``: one for every row, or (B,) one per row (0 keeps the row);
+    the most likely token always stays (``min_p`` <= 1)."""
+    probs = scores.softmax(dim=-1)  # (B, V)
+    floor = probs.amax(dim=-1, keepdim=True) * (min_p[:, None] if isinstance(min_p, torch.Tensor) else min_p)
+    return scores.masked_fill(probs < floor, float("-inf"))
 
 
 def sample(scores: Scores, generator: torch.Generator | None) -> torch.Tensor:

@@ -118,6 +118,8 @@ class AppState:
     # where the model's eos is <|end_of_text|>); computed once, from a rendered sample.
     turn_ends: Sequence[int]
     bos: int | None  # the tokenizer's: a decoder's prompt starts with it
+    # The chat template's source (the tokenizer's, else zoo's default): message keys it reads are passed on.
+    chat_template: str | None
     eos: int | None  # the tokenizer's: an encoder-decoder's source ends with it
 
 
@@ -153,6 +155,7 @@ def create_app(
         turn_ends=() if engine.seq2seq else end_of_turn_ids(tokenizer),
         bos=getattr(tokenizer, "bos_id", None),
         eos=getattr(tokenizer, "eos_id", None),
+        chat_template=None if engine.seq2seq else _template_source(tokenizer),
     )
     app.add_exception_handler(HTTPError, _http_error)
     app.add_exception_handler(ClientGone, _client_gone)
@@ -164,6 +167,11 @@ def create_app(
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     return app
+
+
+def _template_source(tokenizer: Any) -> str | None:
+    source = getattr(tokenizer, "chat_template", None) or getattr(tokenizer, "default_chat_template", None)
+    return source if isinstance(source, str) else None
 
 
 def _state(request: Any) -> AppState:
@@ -308,7 +316,7 @@ async def completions(request: Any) -> Any:
     """POST /v1/completions: one prompt, a string or token ids."""
     state = _state(request)
     body = await read_body(state, request)
-    sampling = Sampling(body, max_tokens_names=("max_tokens",))
+    sampling = Sampling(body, "completions")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -331,8 +339,8 @@ async def chat_completions(request: Any) -> Any:
     """POST /v1/chat/completions: messages through the chat template (a source: the last one's content)."""
     state = _state(request)
     body = await read_body(state, request)
-    sampling = Sampling(body, max_tokens_names=("max_tokens", "max_completion_tokens"))
-    messages = check_messages(body.get("messages"))
+    sampling = Sampling(body, "chat")
+    messages = check_messages(body.get("messages"), state.chat_template)
     if state.engine.seq2seq:
         prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])
     else:

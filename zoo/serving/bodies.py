@@ -1,14 +1,18 @@
 """A request body's fields, checked: the sampling parameters a completion and a chat completion share
 (`Sampling`), and the OpenAI-shaped error a bad one answers (`HTTPError`, 400 naming the field in ``param``).
 
-A field zoo cannot act on as given is refused, never ignored: ``echo``, ``logprobs``, ``best_of`` > 1,
-``suffix``; booleans must be JSON booleans (``1`` or ``"true"`` is a 400).
+Nothing is ignored (`check_fields`): every field of a body is one zoo acts on, one it accepts as a label
+(``user``, ``safety_identifier``), or a 400 naming it: an unknown key (``max_tokns``: "did you mean
+max_tokens?"), or an OpenAI field zoo does not support yet (``response_format``, ``tools``, ``logprobs``,
+...), unless it is null or the value that asks for nothing (``echo: false``, ``response_format: {type:
+text}``). Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from zoo.serving.requests import Completion, Event, valid_text
 
@@ -30,6 +34,85 @@ class HTTPError(Exception):
 def bad(message: str, param: str | None) -> HTTPError:
     """A 400 naming ``param`` (None: the body as a whole)."""
     return HTTPError(400, message, kind="invalid_request_error", param=param)
+
+
+Endpoint = Literal["completions", "chat"]
+
+# The fields zoo acts on, by endpoint (``model`` is checked by `zoo.serving.api.read_body`, the prompt or
+# messages by the handler, the rest by `Sampling`). vLLM's extensions keep vLLM's names.
+SHARED = (
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "n",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "stop_token_ids",
+    "ignore_eos",
+)
+ACTED: dict[Endpoint, tuple[str, ...]] = {
+    "completions": ("prompt", *SHARED, "best_of"),
+    "chat": ("messages", *SHARED, "max_completion_tokens"),
+}
+LABELS = ("user", "safety_identifier")  # accepted strings that only label the request: nothing to act on
+
+# OpenAI (and vLLM) fields zoo does not support yet -> the values that ask for nothing, accepted (null too).
+NOT_YET: dict[Endpoint, dict[str, tuple[Any, ...]]] = {
+    "completions": {"echo": (False,), "logprobs": (False,), "suffix": (), "min_tokens": (0,)},
+    "chat": {
+        "logprobs": (False,),
+        "top_logprobs": (),
+        "response_format": ({"type": "text"},),
+        "tools": (),
+        "tool_choice": (),
+        "parallel_tool_calls": (),
+        "functions": (),
+        "function_call": (),
+        "metadata": (),
+        "store": (False,),
+        "service_tier": (),
+        "modalities": (["text"],),
+        "audio": (),
+        "prediction": (),
+        "reasoning_effort": (),
+        "web_search_options": (),
+        "prompt_cache_key": (),
+        "verbosity": (),
+        "min_tokens": (0,),
+    },
+}
+
+
+def check_fields(body: Mapping[str, Any], endpoint: Endpoint) -> None:
+    """Refuse, naming it, the first field of ``body`` that zoo would not act on: an unknown key, a label that
+    is not a string, or a field not supported yet given a value that asks for something."""
+    acted, not_yet = ACTED[endpoint], NOT_YET[endpoint]
+    for name, value in body.items():
+        if name in acted:
+            continue
+        if name in LABELS:
+            if value is not None and not isinstance(value, str):
+                raise bad(f"{name} must be a string, got {value!r}", name)
+        elif name in not_yet:
+            if value is not None and not any(
+                value == off and type(value) is type(off) for off in not_yet[name]
+            ):
+                raise bad(f"{name} is not supported by zoo serve yet", name)
+        else:
+            known = (*acted, *LABELS, *not_yet)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            route = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
+            raise bad(f"unknown field {name!r} for {route}{hint}", name)
 
 
 def _number(body: dict[str, Any], name: str, default: float, *, low: float, high: float) -> float:
@@ -73,35 +156,93 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return [valid_text(s, "stop") for s in stops]
 
 
-class Sampling:
-    """The parameters a completion and a chat completion share, checked."""
+def _max_tokens(body: dict[str, Any], endpoint: Endpoint) -> int | None:
+    """``max_tokens``, or chat's ``max_completion_tokens`` (OpenAI's newer name): both only when equal."""
+    names = ("max_tokens", "max_completion_tokens") if endpoint == "chat" else ("max_tokens",)
+    given = {name: _integer(body, name, None, low=1, high=1 << 30) for name in names}
+    values = {value for value in given.values() if value is not None}
+    if len(values) > 1:
+        raise bad(
+            "max_tokens and max_completion_tokens are both given and differ: give one of them",
+            "max_completion_tokens",
+        )
+    return values.pop() if values else None
 
-    def __init__(self, body: dict[str, Any], *, max_tokens_names: tuple[str, ...]) -> None:
-        if _boolean(body, "echo"):
-            raise bad("echo is not supported by zoo serve", "echo")
-        if body.get("logprobs") is not None and body.get("logprobs") is not False:
-            raise bad("logprobs is not supported by zoo serve", "logprobs")
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's ``logit_bias``: an object from token ids (as strings, JSON's keys) to numbers in [-100, 100]."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad("logit_bias must be an object from token ids to numbers in [-100, 100]", "logit_bias")
+    bias = {}
+    for key, number in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise bad(f"logit_bias keys must be token ids (decimal strings), got {key!r}", "logit_bias")
+        if isinstance(number, bool) or not isinstance(number, int | float) or not -100 <= number <= 100:
+            raise bad(f"logit_bias[{key!r}] must be a number in [-100, 100], got {number!r}", "logit_bias")
+        bias[int(key)] = float(number)
+    return bias
+
+
+def _token_ids(value: Any, name: str) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+    ):
+        raise bad(f"{name} must be a list of token ids (integers >= 0)", name)
+    return value
+
+
+def _stream_options(options: Any, *, stream: bool) -> bool:
+    """Whether a stream ends with a usage chunk. As OpenAI, ``stream_options`` only with ``stream: true``."""
+    if options is None:
+        return False
+    if not stream:
+        raise bad("stream_options is only allowed when stream is true", "stream_options")
+    if not isinstance(options, dict):
+        raise bad("stream_options must be an object", "stream_options")
+    for key in options:
+        if key != "include_usage":
+            raise bad(
+                f"stream_options.{key} is not supported by zoo serve (only include_usage is)",
+                f"stream_options.{key}",
+            )
+    return _boolean(options, "include_usage")
+
+
+class Sampling:
+    """The parameters a completion and a chat completion share, checked (every field of the body: see
+    `check_fields`)."""
+
+    def __init__(self, body: dict[str, Any], endpoint: Endpoint) -> None:
+        check_fields(body, endpoint)
         if _integer(body, "best_of", None, low=1, high=128) not in (None, 1):
-            raise bad("best_of is not supported by zoo serve", "best_of")
-        if body.get("suffix") is not None:  # a text after the insertion: zoo's models only continue a prompt
-            raise bad("suffix is not supported by zoo serve", "suffix")
-        self.max_tokens: int | None = None
-        for name in max_tokens_names:
-            if body.get(name) is not None:
-                self.max_tokens = _integer(body, name, None, low=1, high=1 << 30)
+            raise bad("best_of must be 1: zoo serve returns every sequence it samples (ask for n)", "best_of")
+        self.max_tokens = _max_tokens(body, endpoint)
         self.temperature = _number(body, "temperature", 1.0, low=0.0, high=2.0)
         self.top_p = _number(body, "top_p", 1.0, low=0.0, high=1.0)
         if self.top_p == 0.0:
             raise bad("top_p must be in (0, 1]", "top_p")
+        top_k = _integer(body, "top_k", 0, low=-1, high=1 << 30)
+        self.top_k = max(top_k or 0, 0)  # vLLM's -1 and 0: off
+        self.min_p = _number(body, "min_p", 0.0, low=0.0, high=1.0)
+        self.repetition_penalty = _number(body, "repetition_penalty", 1.0, low=0.0, high=10.0)
+        if self.repetition_penalty == 0.0:
+            raise bad("repetition_penalty must be in (0, 10] (1: off)", "repetition_penalty")
+        self.presence_penalty = _number(body, "presence_penalty", 0.0, low=-2.0, high=2.0)
+        self.frequency_penalty = _number(body, "frequency_penalty", 0.0, low=-2.0, high=2.0)
+        self.logit_bias = _logit_bias(body.get("logit_bias"))
+        self.stop_token_ids = _token_ids(body.get("stop_token_ids"), "stop_token_ids")
+        self.ignore_eos = _boolean(body, "ignore_eos")
         n = _integer(body, "n", 1, low=1, high=128)
         self.n = 1 if n is None else n
+        # A seed is taken at temperature 0 too (greedy search is reproducible without it): lm-eval sends one.
         self.seed = _integer(body, "seed", None, low=-(1 << 63), high=(1 << 63) - 1)
         self.stop = _stop(body)
         self.stream = _boolean(body, "stream")
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise bad("stream_options must be an object", "stream_options")
-        self.include_usage = self.stream and _boolean(options, "include_usage")
+        self.include_usage = _stream_options(body.get("stream_options"), stream=self.stream)
 
     def completions(
         self,
@@ -122,8 +263,15 @@ class Sampling:
                 top_p=self.top_p,
                 seed=None if self.seed is None else (self.seed + i) % (1 << 63),
                 stop=self.stop,
-                stop_token_ids=stop_token_ids,
+                stop_token_ids=(*stop_token_ids, *self.stop_token_ids),
                 continues_prompt=continues_prompt,
+                top_k=self.top_k,
+                min_p=self.min_p,
+                repetition_penalty=self.repetition_penalty,
+                presence_penalty=self.presence_penalty,
+                frequency_penalty=self.frequency_penalty,
+                logit_bias=self.logit_bias,
+                ignore_eos=self.ignore_eos,
             )
             for i in range(self.n)
         ]

@@ -4,10 +4,16 @@ The messages are rendered with the tokenizer's template, the assistant's turn op
 (``add_generation_prompt``); a tokenizer without one (those zoo trains) uses zoo's default template, the one
 `task: chat` fine-tunes with. The answer ends at the model's eos or at the token the template closes an
 assistant turn with (`zoo.generation.chat.end_of_turn_ids`: ``<|im_end|>``, ``<|eot_id|>``, ...).
+
+A message's other keys are never dropped unseen: ``name`` and ``tool_call_id`` reach the template when it
+reads them (``message.name`` / ``message['name']`` in its source), else they are a 400 when set; the keys
+of features zoo does not support yet (``tool_calls``, ``refusal``, ``audio``, ``function_call``) are a 400
+when set; any other key is a 400 naming it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,8 +38,22 @@ def message_text(content: Any, index: int) -> str:
     )
 
 
-def check_messages(messages: Any) -> list[dict[str, str]]:
-    """The messages as ``[{"role", "content"}]``, or `RequestError` naming the bad one."""
+PASSED = ("name", "tool_call_id")  # handed to a template that reads them
+NOT_YET = ("tool_calls", "refusal", "audio", "function_call")
+
+
+def template_reads(template: str | None, key: str) -> bool:
+    """Whether a chat template's source reads ``message.<key>`` (or ``message['<key>']``)."""
+    return (
+        template is not None
+        and re.search(rf"message(\.{key}\b|\[\s*['\"]{key}['\"]\s*\])", template) is not None
+    )
+
+
+def check_messages(messages: Any, template: str | None = None) -> list[dict[str, str]]:
+    """The messages as ``[{"role", "content"}]`` (plus ``name`` / ``tool_call_id`` where ``template``, the
+    chat template's source, reads them), or `RequestError` naming the bad one, or a key that would not be
+    acted on."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
     checked = []
@@ -42,7 +62,22 @@ def check_messages(messages: Any) -> list[dict[str, str]]:
             raise RequestError(
                 f"messages[{i}].role must be one of {', '.join(ROLES)}", param=f"messages[{i}].role"
             )
-        checked.append({"role": message["role"], "content": message_text(message.get("content"), i)})
+        kept = {"role": message["role"], "content": message_text(message.get("content"), i)}
+        for key, value in message.items():
+            where = f"messages[{i}].{key}"
+            if key in ("role", "content") or value is None:
+                continue
+            if key in PASSED and template_reads(template, key):
+                if not isinstance(value, str):
+                    raise RequestError(f"{where} must be a string", param=where)
+                kept[key] = valid_text(value, where)
+            elif key in PASSED:
+                raise RequestError(f"{where} is not used by this model's chat template", param=where)
+            elif key in NOT_YET:
+                raise RequestError(f"{where} is not supported by zoo serve yet", param=where)
+            else:
+                raise RequestError(f"unknown field {where}", param=where)
+        checked.append(kept)
     return checked
 
 

@@ -51,7 +51,7 @@ from zoo.serving.requests import (
     RequestError,
     StopText,
 )
-from zoo.serving.sampling import choose
+from zoo.serving.sampling import RowSampling
 from zoo.serving.slots import SlotCache
 
 logger = logging.getLogger(__name__)
@@ -147,8 +147,10 @@ class Engine:
         self.next_ids = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) the token each slot feeds
         self.positions = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) its position
         self.live = torch.zeros(B, dtype=torch.bool, device=self.device)  # (B,) busy slots
-        self.temperature = torch.ones(B, device=self.device)  # (B,)
-        self.top_p = torch.ones(B, device=self.device)  # (B,)
+        self.sampling = RowSampling(
+            B, self.model.spec.vocab_size, self.device
+        )  # each slot's settings and penalties
+        self.rows = torch.arange(B, device=self.device)  # (B,)
         self.slots: list[_Job | None] = [None] * B
         self.starts = [0] * B  # the first live column of each busy slot
         use_decoding_layout(
@@ -176,6 +178,20 @@ class Engine:
         vocab = self.model.input_vocab_size
         if min(request.prompt) < 0 or max(request.prompt) >= vocab:
             raise RequestError(f"prompt token ids must lie in [0, {vocab})", param="prompt")
+        out = self.model.spec.vocab_size
+        for name, ids in (("logit_bias", request.logit_bias), ("stop_token_ids", request.stop_token_ids)):
+            if any(not 0 <= i < out for i in ids):
+                raise RequestError(f"{name} token ids must lie in [0, {out})", param=name)
+        if self.seq2seq:  # served through `zoo.generation.stream`, which has no such processors
+            for name, value, off in (
+                ("min_p", request.min_p, 0.0),
+                ("presence_penalty", request.presence_penalty, 0.0),
+                ("frequency_penalty", request.frequency_penalty, 0.0),
+                ("logit_bias", request.logit_bias, {}),
+                ("ignore_eos", request.ignore_eos, False),
+            ):
+                if value != off:
+                    raise RequestError(f"{name} is not supported for encoder-decoder models", param=name)
         most = self.model.spec.max_positions if self.seq2seq else self.limit - 1
         if len(request.prompt) > most:
             raise PromptTooLong(
@@ -346,11 +362,10 @@ class Engine:
     def _join(self, run: _Prefill, logits: torch.Tensor) -> None:
         """The group's first tokens; the ones not finished by it take their slots at the cursor."""
         jobs = run.jobs
-        first = choose(
-            logits,
-            torch.tensor([max(j.request.temperature, 1e-6) for j in jobs], device=self.device),
-            torch.tensor([j.request.top_p for j in jobs], device=self.device),
-            [j.generator for j in jobs],
+        for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
+            self.sampling.set(job.slot, job.request)
+        first = self.sampling.choose(
+            logits, run.slots, [j.request for j in jobs], [j.generator for j in jobs]
         ).tolist()
         staying = []
         for row, job in enumerate(jobs):
@@ -383,10 +398,6 @@ class Engine:
             self.starts[job.slot] = cursor - job.prompt_length
         self.next_ids[rows] = torch.tensor([first[r] for r in staying], device=self.device)
         self.positions[rows] = torch.tensor([jobs[r].prompt_length for r in staying], device=self.device)
-        self.temperature[rows] = torch.tensor(
-            [max(jobs[r].request.temperature, 1e-6) for r in staying], device=self.device
-        )
-        self.top_p[rows] = torch.tensor([jobs[r].request.top_p for r in staying], device=self.device)
         self.live[rows] = True
 
     # decode
@@ -414,14 +425,12 @@ class Engine:
         )  # (rows, V)
         cache.mask[:rows, c] = self.live[:rows]
         self.positions[:rows] += self.live[:rows]
-        tokens = choose(
+        running = [job if job is not None and i in busy else None for i, job in enumerate(self.slots[:rows])]
+        tokens = self.sampling.choose(
             logits,
-            self.temperature[:rows],
-            self.top_p[:rows],
-            [
-                job.generator if job is not None and i in busy else None
-                for i, job in enumerate(self.slots[:rows])
-            ],
+            self.rows[:rows],
+            [job.request if job is not None else None for job in running],
+            [job.generator if job is not None else None for job in running],
         )
         self.next_ids[:rows] = tokens
         chosen = tokens.tolist()
@@ -436,9 +445,8 @@ class Engine:
     def _add(self, job: _Job, token: int) -> bool:
         """Record a new token of ``job``: emit its new text, or finish it (True) when it ended."""
         job.tokens.append(token)
-        ended = (
-            token in self.eos or token in job.request.stop_token_ids
-        )  # not detokenised: the text ends here
+        request = job.request  # an end token is not detokenised: the text ends here
+        ended = (token in self.eos and not request.ignore_eos) or token in request.stop_token_ids
         piece, stopped = job.stop.add(job.text.flush() if ended else job.text.push(token))
         full = len(job.tokens) >= job.room
         if full and not (stopped or ended):
@@ -503,7 +511,12 @@ class Engine:
             return
         sampled = job.generator is not None
         source = torch.tensor([list(request.prompt)], device=self.device)
-        warp: dict[str, Any] = {"temperature": request.temperature, "top_p": request.top_p} if sampled else {}
+        warp: dict[str, Any] = (
+            {"temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k or None}
+            if sampled
+            else {}
+        )
+        warp["repetition_penalty"] = request.repetition_penalty
         steps = stream(
             self.model, source, max_new_tokens=job.room, do_sample=sampled, generator=job.generator, **warp
         )

@@ -8,7 +8,7 @@ then exactly one `Done` (or one `Failed`). The HTTP layer hands them to the even
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,7 +74,15 @@ class Completion:
     end-of-turn token, vLLM's ``stop_token_ids``), not part of the text; ``max_tokens``: new tokens at most;
     ``continues_prompt``: the text goes on from the prompt's (a completion: " sat" after "the cat"), or starts
     a message of its own (a chat answer: decoded alone, as transformers decodes the new tokens, so a
-    word-joining decoder puts no space before its first word)."""
+    word-joining decoder puts no space before its first word).
+
+    Logits processors, per request inside the batched step (`zoo.serving.sampling`), in this order:
+    ``repetition_penalty`` (CTRL's, over the prompt and the generated tokens, as transformers and vLLM; 1 =
+    off), ``presence_penalty`` and ``frequency_penalty`` (OpenAI's: minus penalty * [count > 0] and penalty *
+    count, counted over the generated tokens), ``logit_bias`` (token id -> a number added to its logit);
+    all four at any temperature, greedy included. Then, when sampling: temperature, ``top_k`` (0 = off),
+    ``top_p``, ``min_p`` (0 = off), which change nothing at temperature 0 and are refused there.
+    ``ignore_eos``: the model's eos does not end the text (vLLM's)."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -85,6 +93,13 @@ class Completion:
     stop: Sequence[str] = ()
     stop_token_ids: Sequence[int] = ()
     continues_prompt: bool = True
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    ignore_eos: bool = False
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
@@ -107,6 +122,38 @@ class Completion:
             raise RequestError(f"top_p must be in (0, 1], got {self.top_p!r}", param="top_p")
         if len(self.stop) > 4 or any(not isinstance(s, str) or not s for s in self.stop):
             raise RequestError("stop must be up to 4 non-empty strings", param="stop")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise RequestError(f"top_k must be an integer >= 0 (0: off), got {self.top_k!r}", param="top_k")
+        for name, value, low, high in (
+            ("min_p", self.min_p, 0.0, 1.0),
+            ("presence_penalty", self.presence_penalty, -2.0, 2.0),
+            ("frequency_penalty", self.frequency_penalty, -2.0, 2.0),
+        ):
+            if not math.isfinite(value) or not low <= value <= high:
+                raise RequestError(f"{name} must be in [{low}, {high}], got {value!r}", param=name)
+        if not math.isfinite(self.repetition_penalty) or not 0.0 < self.repetition_penalty <= 10.0:
+            raise RequestError(
+                f"repetition_penalty must be in (0, 10] (1: off), got {self.repetition_penalty!r}",
+                param="repetition_penalty",
+            )
+        if any(not -100.0 <= bias <= 100.0 for bias in self.logit_bias.values()):
+            raise RequestError("logit_bias values must lie in [-100, 100]", param="logit_bias")
+        if self.temperature == 0.0:  # greedy search: a warper changes nothing, as `zoo generate` refuses it
+            unused = [
+                name
+                for name, value, off in (
+                    ("top_k", self.top_k, 0),
+                    ("top_p", self.top_p, 1.0),
+                    ("min_p", self.min_p, 0.0),
+                )
+                if value != off
+            ]
+            if unused:
+                raise RequestError(
+                    f"{unused[0]} has no effect at temperature 0, which is greedy search: give a temperature "
+                    "above 0 to sample, or leave it out",
+                    param=unused[0],
+                )
 
 
 class StopText:
