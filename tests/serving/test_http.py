@@ -436,3 +436,28 @@ def test_zoo_serve_on_a_port_in_use_is_one_line_before_the_model_loads(
         assert main(["serve", str(saved), "--port", str(port)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: zoo serve: port {port} on 127.0.0.1 is already in use (choose another with --port)"
+
+
+@pytest.mark.parametrize(
+    ("host", "message"),
+    [
+        ("nonexistent.invalid", "error: zoo serve: cannot listen on nonexistent.invalid:0 ("),
+        ("999.1.1.1", "error: zoo serve: cannot listen on 999.1.1.1:0 ("),
+        ("", "error: zoo serve: the host is empty"),
+    ],
+)
+def test_zoo_serve_on_a_host_it_cannot_listen_on_is_one_line_before_the_model_loads(
+    saved: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    host: str,
+    message: str,
+) -> None:
+    """A host that does not resolve was uvicorn's ``[Errno -2]`` log line after loading the model, then a
+    second line and exit status 2; an empty one listened on every address."""
+    from zoo.cli import main
+
+    monkeypatch.setattr(zoo, "load_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["serve", str(saved), "--host", host, "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and len(err.splitlines()) == 1, err

@@ -67,20 +67,22 @@ def check_port(host: str, port: int) -> None:
     """Raise `PortInUseError` when ``port`` on ``host`` is taken (port 0 is any free one): said in a line
     before a model is loaded, rather than as uvicorn's ``[Errno 98]`` log line once it is. The probe binds
     as uvicorn does (SO_REUSEADDR), so a port whose last connections linger in TIME_WAIT counts as free.
-    Any other bind error (an address not of this host, a port that needs privileges) is an OSError naming
-    the address; a host that does not resolve is left to uvicorn."""
-    if port == 0:
-        return
+    Any other bind error (an address not of this host, a port that needs privileges, a host that does not
+    resolve, an empty one) is an OSError naming the address, in one line: uvicorn would log its own
+    ``[Errno -2]`` line once the model is loaded, then exit with status 3."""
+    if not host.strip():
+        raise OSError("zoo serve: the host is empty (127.0.0.1: this machine only; 0.0.0.0: every address)")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except (OSError, UnicodeError):
-        return
+    except (OSError, UnicodeError) as error:
+        why = getattr(error, "strerror", None) or str(error)
+        raise OSError(f"zoo serve: cannot listen on {host}:{port} ({why})") from None
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as error:
-            if error.errno == errno.EADDRINUSE:
+            if error.errno == errno.EADDRINUSE and port != 0:
                 raise PortInUseError(f"zoo serve: port {port} on {host} is already in use") from None
             raise OSError(f"zoo serve: cannot listen on {host}:{port} ({error.strerror or error})") from None
 
