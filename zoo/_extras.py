@@ -9,6 +9,7 @@ from __future__ import annotations
 # extra -> the packages it brings (pyproject.toml's [project.optional-dependencies])
 PACKAGES = {
     "serve": "fastapi uvicorn",
+    "metrics": "prometheus-client",
     "eval": "lm-eval",
     "onnx": "onnx onnxscript onnxruntime",
     "quant": "torchao",

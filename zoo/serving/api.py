@@ -1,4 +1,5 @@
-"""The OpenAI-compatible HTTP layer: /v1/models, /v1/completions, /v1/chat/completions (FastAPI).
+"""The OpenAI-compatible HTTP layer: /v1/models, /v1/completions, /v1/chat/completions (FastAPI); /health
+and /metrics (`zoo.serving.metrics`). An embedding model's app is `zoo.serving.embeddings`'.
 
 Thin on purpose: a handler checks the body, tokenises, submits ``n`` `Completion`s to the `Engine` and
 relays its events. The engine calls ``emit`` from its own thread; ``loop.call_soon_threadsafe`` hands each
@@ -24,13 +25,22 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from zoo._extras import install_hint
 from zoo.generation.chat import end_of_turn_ids
 from zoo.serving.bodies import HTTPError, Sampling, bad
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
+from zoo.serving.metrics import (
+    CountRequests,
+    Timing,
+    engine_load,
+    engine_running,
+    health_body,
+    make_metrics,
+    metrics_response,
+)
 from zoo.serving.requests import (
     Completion,
     Delta,
@@ -103,6 +113,17 @@ def _positions(engine: Engine) -> int:
 # ---- the app ----
 
 
+class Gate(Protocol):
+    """What `authorize` and `read_body` read of an app's state (this module's and the embedding app's)."""
+
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def max_request_bytes(self) -> int: ...
+    @property
+    def model_name(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class AppState:
     """What every handler reads (``app.state.zoo``): the engine, its tokenizer, and `create_app`'s settings."""
@@ -141,8 +162,6 @@ def create_app(
     if cap < 1:
         raise ValueError(f"max_request_bytes must be >= 1, got {cap}")
     fastapi = import_fastapi()
-    from starlette.exceptions import HTTPException as StarletteHTTPException
-
     app = fastapi.FastAPI(title="zoo serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.zoo = AppState(
         engine=engine,
@@ -157,16 +176,35 @@ def create_app(
         eos=getattr(tokenizer, "eos_id", None),
         chat_template=None if engine.seq2seq else _template_source(tokenizer),
     )
-    app.add_exception_handler(HTTPError, _http_error)
-    app.add_exception_handler(ClientGone, _client_gone)
-    app.add_exception_handler(RequestError, _request_error)
-    app.add_exception_handler(StarletteHTTPException, _starlette_error)
+    add_error_handlers(app)
+    app.state.metrics = make_metrics(engine_load(engine))
     # Plain Starlette routes: each handler reads its own body, so errors keep OpenAI's shape (FastAPI's
     # body models would answer 422 in theirs), and no annotation needs resolving.
     app.add_route("/v1/models", models, methods=["GET"])
     app.add_route("/v1/completions", completions, methods=["POST"])
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
+    app.add_route("/v1/embeddings", no_embeddings, methods=["POST"])
+    add_monitoring(app, health)
     return app
+
+
+def add_error_handlers(app: Any) -> None:
+    """OpenAI's error shape for zoo's errors and Starlette's (404, 405)."""
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    app.add_exception_handler(HTTPError, _http_error)
+    app.add_exception_handler(ClientGone, _client_gone)
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(StarletteHTTPException, _starlette_error)
+
+
+def add_monitoring(app: Any, health_route: Callable[[Any], Any]) -> None:
+    """``GET /health`` and ``GET /metrics``, open without the API key (a prober and a scraper hold none;
+    they tell counts, never a request's content); every answer counted when prometheus-client is there."""
+    app.add_route("/health", health_route, methods=["GET"])
+    app.add_route("/metrics", metrics, methods=["GET"])
+    if app.state.metrics is not None:
+        app.add_middleware(CountRequests, metrics=app.state.metrics)
 
 
 def _template_source(tokenizer: Any) -> str | None:
@@ -208,7 +246,7 @@ async def _starlette_error(request: Any, error: Any) -> Any:
 # ---- reading a request ----
 
 
-def authorize(state: AppState, request: Any) -> None:
+def authorize(state: Gate, request: Any) -> None:
     """Raise a 401 unless the request carries the server's key (if it has one), compared in constant time."""
     if state.api_key is None:
         return
@@ -232,7 +270,7 @@ def _too_large(cap: int, size: str) -> HTTPError:
     )
 
 
-async def read_body(state: AppState, request: Any) -> dict[str, Any]:
+async def read_body(state: Gate, request: Any) -> dict[str, Any]:
     """The request's JSON object, once authorized: a body over the cap is a 413 before it is read whole,
     one that is not a JSON object (or names another model) an OpenAI-shaped error. A client that closes
     the connection mid-body is one log line and `ClientGone`."""
@@ -309,6 +347,33 @@ async def models(request: Any) -> Any:
                 {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "zoo"}
             ],
         }
+    )
+
+
+async def health(request: Any) -> Any:
+    """GET /health: 200 while the engine runs, 503 once it stops (shutting down)."""
+    state = _state(request)
+    body, status = health_body(
+        engine_running(state.engine), state.model_name, "the engine is not running (shutting down)"
+    )
+    return _json(body, status)
+
+
+async def metrics(request: Any) -> Any:
+    """GET /metrics: Prometheus' text format (`zoo.serving.metrics`)."""
+    return await metrics_response(request.app.state.metrics)
+
+
+async def no_embeddings(request: Any) -> Any:
+    """POST /v1/embeddings to a generative model: a 400 saying which server answers it."""
+    state = _state(request)
+    authorize(state, request)
+    raise HTTPError(
+        400,
+        f"model {state.model_name!r} is a generative model: /v1/embeddings is served for an embedding model "
+        "(a sentence-transformers folder or an encoder: zoo serve FOLDER)",
+        kind="invalid_request_error",
+        code="model_not_supported",
     )
 
 
@@ -409,6 +474,7 @@ class Relay:
         self._events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self._watcher: asyncio.Task[None] | None = None
         self.requests: list[Completion] = []
+        self._timing = Timing(None)
 
     def emit(self, index: int) -> Callable[[Event], None]:
         def put(event: Event) -> None:
@@ -419,6 +485,9 @@ class Relay:
     def follow(self, requests: list[Completion], *, watch: bool) -> None:
         """Relay ``requests`` (submitted); ``watch``: end with `ClientGone` as soon as the client leaves."""
         self.requests = requests
+        metrics = self._request.app.state.metrics
+        if metrics is not None:
+            self._timing = metrics.follow(requests)
         if watch:
             self._watcher = asyncio.ensure_future(self._gone())
 
@@ -447,6 +516,7 @@ class Relay:
                 if isinstance(event, Failed):
                     raise HTTPError(500, event.message, kind="server_error")
                 left -= isinstance(event, Done)
+                self._timing.see(index, event)
                 yield index, event
         finally:  # the client went away (or we failed): free the slots
             if self._watcher is not None:
