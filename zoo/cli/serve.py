@@ -2,6 +2,10 @@
 
     zoo serve runs/gpt/ --port 8000 --max-batch 16
     zoo serve hf/llama/ --api-key "$KEY" --model-name llama     # or ZOO_API_KEY in the environment
+    zoo serve all-MiniLM-L6-v2/                                 # an embedding model: /v1/embeddings
+
+A sentence-transformers folder (``modules.json``), or a model that cannot generate (an encoder, a decoder
+without an LM head), is served as an embedding model, as ``zoo embed`` reads it (`zoo.serving.embeddings`).
 
 Prints one line with the URL once it listens; SIGTERM / Ctrl-C lets the requests in flight finish (up to
 30 s), then exits 0 (`zoo.serving.server`). Localhost only unless ``--host`` says otherwise.
@@ -30,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a model over an OpenAI-compatible HTTP API (continuous batching)",
         description="Serve a zoo checkpoint or a Hugging Face folder (with its tokenizer.json) at "
-        "/v1/models, /v1/completions and /v1/chat/completions.",
+        "/v1/models, /v1/completions and /v1/chat/completions; an embedding model (a sentence-transformers "
+        "folder, or an encoder) at /v1/embeddings; /health and /metrics for both.",
     )
     serve.add_argument(
         "model", metavar="MODEL", help="a zoo checkpoint or Hugging Face folder with tokenizer.json"
@@ -40,7 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--port", type=port, default=8000, help="port (default: 8000; 0: any free port)")
     serve.add_argument(
-        "--max-batch", type=positive_int, default=8, help="sequences decoded together (default: 8)"
+        "--max-batch",
+        type=positive_int,
+        default=None,
+        help="sequences decoded together (default: 8); for an embedding model, texts per forward pass "
+        "(default: 32)",
     )
     serve.add_argument(
         "--max-queue",
@@ -52,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-length",
         type=positive_int,
         default=None,
-        help="prompt + new tokens per sequence (default: the model's max_positions)",
+        help="prompt + new tokens per sequence (default: the model's max_positions); for an embedding "
+        "model, tokens kept per text (default: the folder's max_seq_length)",
     )
     serve.add_argument(
         "--api-key",
@@ -78,8 +88,10 @@ def run_serve(args: argparse.Namespace) -> int:
     import zoo
     from zoo.cli import console
     from zoo.cli.generate import check_finite
+    from zoo.embeddings import Embedder
     from zoo.serving import Engine
     from zoo.serving.api import check_api_key, import_fastapi
+    from zoo.serving.embeddings import EmbeddingEngine, generative, is_embedding_folder
     from zoo.serving.server import PortInUseError, check_port, serve
 
     import_fastapi()  # the missing extra is one line, before the model is read
@@ -89,16 +101,35 @@ def run_serve(args: argparse.Namespace) -> int:
         check_port(args.host, args.port)  # and a port in use, too
     except PortInUseError as error:
         raise PortInUseError(f"{error} (choose another with --port)") from None
-    loaded = zoo.load_pretrained(args.model, device=args.device, dtype=torch_dtype(args.dtype))
-    check_finite(loaded.model, where=args.model)
-    engine = Engine(
-        loaded.model,
-        loaded.tokenizer,
-        max_batch=args.max_batch,
-        max_queue=args.max_queue,
-        max_length=args.max_length,
-        compile=args.compile,
-    )
+    engine: Engine | EmbeddingEngine
+    dtype = torch_dtype(args.dtype)
+    if is_embedding_folder(args.model):
+        embedder = Embedder.load(args.model, device=args.device, max_length=args.max_length)
+        if dtype is not None:
+            embedder.model.to(dtype)
+        tokenizer = embedder.tokenizer
+    else:
+        loaded = zoo.load_pretrained(args.model, device=args.device, dtype=dtype)
+        tokenizer, embedder = loaded.tokenizer, None
+        if not generative(loaded.model):
+            embedder = Embedder.load(loaded.model, tokenizer=loaded.tokenizer, max_length=args.max_length)
+    if embedder is not None:
+        check_finite(embedder.model, where=args.model)
+        if args.compile:
+            raise ValueError(
+                "--compile compiles the decode step of a generative model; this is an embedding model"
+            )
+        engine = EmbeddingEngine(embedder, batch_size=args.max_batch or 32, max_queue=args.max_queue)
+    else:
+        check_finite(loaded.model, where=args.model)
+        engine = Engine(
+            loaded.model,
+            tokenizer,
+            max_batch=args.max_batch or 8,
+            max_queue=args.max_queue,
+            max_length=args.max_length,
+            compile=args.compile,
+        )
     name = args.model_name or Path(args.model).resolve().name
 
     def ready(url: str) -> None:
@@ -106,7 +137,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     serve(
         engine,
-        loaded.tokenizer,
+        tokenizer,
         model_name=name,
         host=args.host,
         port=args.port,

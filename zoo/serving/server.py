@@ -1,5 +1,6 @@
 """Run the engine and its HTTP app: `serve` (the ``zoo serve`` command's body) and `Server` (a thread, for
-tests and notebooks).
+tests and notebooks). The engine is a generative model's `Engine` or an embedding model's `EmbeddingEngine`
+(`zoo.serving.embeddings`), each with its app.
 
 Shutdown (SIGTERM, or SIGINT / Ctrl-C): uvicorn stops accepting connections and lets the requests in
 flight finish, for up to ``grace_s`` seconds; then the engine stops, and any request still running gets an
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from zoo.serving.api import ServeExtraMissing, create_app
+from zoo.serving.embeddings import EmbeddingEngine, create_embedding_app
 from zoo.serving.engine import Engine
 
 GRACE_S = 30
@@ -87,6 +89,25 @@ def check_port(host: str, port: int) -> None:
             raise OSError(f"zoo serve: cannot listen on {host}:{port} ({error.strerror or error})") from None
 
 
+def make_app(
+    engine: Engine | EmbeddingEngine,
+    tokenizer: Any,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    max_request_bytes: int | None = None,
+) -> Any:
+    """The app for ``engine``: `create_app` for a generative model, `create_embedding_app` for an embedder
+    (which tokenizes by itself: ``tokenizer`` is not used)."""
+    if isinstance(engine, EmbeddingEngine):
+        return create_embedding_app(
+            engine, model_name=model_name, api_key=api_key, max_request_bytes=max_request_bytes
+        )
+    return create_app(
+        engine, tokenizer, model_name=model_name, api_key=api_key, max_request_bytes=max_request_bytes
+    )
+
+
 def _url(server: Any, host: str) -> str:
     port = server.servers[0].sockets[0].getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
@@ -94,7 +115,7 @@ def _url(server: Any, host: str) -> str:
 
 
 def serve(
-    engine: Engine,
+    engine: Engine | EmbeddingEngine,
     tokenizer: Any,
     *,
     model_name: str,
@@ -108,7 +129,7 @@ def serve(
     """Serve ``engine`` until SIGTERM / SIGINT; ``on_ready(url)`` once it listens (port 0: any free port).
     A port in use is a `PortInUseError`, before the engine starts."""
     check_port(host, port)
-    app = create_app(
+    app = make_app(
         engine, tokenizer, model_name=model_name, api_key=api_key, max_request_bytes=max_request_bytes
     )
     server = _server(app, host, port, grace_s)
@@ -144,7 +165,7 @@ class Server:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Engine | EmbeddingEngine,
         tokenizer: Any,
         *,
         model_name: str,
@@ -155,7 +176,7 @@ class Server:
         self.engine = engine
         self._host = host
         self._server = _server(
-            create_app(engine, tokenizer, model_name=model_name, api_key=api_key), host, port, 5
+            make_app(engine, tokenizer, model_name=model_name, api_key=api_key), host, port, 5
         )
         self._thread = threading.Thread(target=self._server.run, name="zoo-serve-http", daemon=True)
         self.url = ""
