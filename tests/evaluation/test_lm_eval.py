@@ -424,3 +424,29 @@ def test_fewshot_as_multiturn_needs_the_chat_template(world: Any) -> None:
 
     with pytest.raises(EvaluationError, match="fewshot_as_multiturn needs apply_chat_template"):
         evaluate(world["model"], ["zoo_mc"], tokenizer=world["tok"], fewshot_as_multiturn=True)
+
+
+@pytest.mark.slow  # 52 HTTP requests through lm-eval's API model (about 5 s)
+def test_lm_evals_local_completions_over_zoo_serve_scores_as_zoo_eval_does(world: Any) -> None:
+    """lm-eval's ``local-completions`` model (``echo``, ``logprobs: 1``, ``max_tokens: 1`` on token ids)
+    pointed at `zoo serve` on the zoo checkpoint: every log-likelihood and greedy flag, and acc, as `zoo
+    eval`'s in-process adapter has them."""
+    pytest.importorskip("fastapi")
+    from zoo.serving import Engine
+    from zoo.serving.server import Server
+
+    pretrained = zoo.load_pretrained(world["root"] / "zoo")
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=4)
+    with Server(engine, pretrained.tokenizer, model_name="zoo-tiny") as server:
+        args = (
+            f"model=zoo-tiny,base_url={server.url}/completions,tokenizer_backend=huggingface,"
+            f"tokenizer={world['root'] / 'hf'},add_bos_token=True,max_length={MAX_POSITIONS}"
+        )
+        served = world["run"]("local-completions", args, tasks_=("zoo_mc",), log_samples=True)
+    assert _metrics(served, "zoo_mc") == _metrics(world["zoo"], "zoo_mc")
+    pairs = zip(served["samples"]["zoo_mc"], world["zoo"]["samples"]["zoo_mc"], strict=True)
+    for a, b in pairs:
+        for (ll_a, greedy_a), (ll_b, greedy_b) in zip(
+            [r[0] for r in a["resps"]], [r[0] for r in b["resps"]], strict=True
+        ):
+            assert ll_a == pytest.approx(ll_b, abs=1e-4) and greedy_a == greedy_b

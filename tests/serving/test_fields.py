@@ -33,8 +33,10 @@ def _complete(server: Server, **fields: Any) -> str:
 REFUSED = [  # (endpoint, fields, the param named)
     ("completions", {"max_tokns": 5}, "max_tokns"),
     ("completions", {"messages": MESSAGES}, "messages"),  # a chat field on the completions route
-    ("completions", {"logprobs": 2}, "logprobs"),
-    ("completions", {"echo": True}, "echo"),
+    ("completions", {"logprobs": 21}, "logprobs"),
+    ("completions", {"logprobs": True}, "logprobs"),  # an integer, not a boolean
+    ("completions", {"echo": True, "stream": True}, "echo"),
+    ("completions", {"max_tokens": 0}, "max_tokens"),  # 0 only with echo
     ("completions", {"best_of": 2}, "best_of"),
     ("completions", {"min_tokens": 4}, "min_tokens"),
     ("completions", {"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
@@ -51,8 +53,10 @@ REFUSED = [  # (endpoint, fields, the param named)
     ("completions", {"user": 7}, "user"),
     ("chat", {"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
     ("chat", {"best_of": 1}, "best_of"),  # a completions field on the chat route
-    ("chat", {"logprobs": True}, "logprobs"),
-    ("chat", {"top_logprobs": 2}, "top_logprobs"),
+    ("chat", {"logprobs": 1}, "logprobs"),  # a boolean
+    ("chat", {"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
+    ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("chat", {"echo": True}, "echo"),  # a completions field
     ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
     ("chat", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ("chat", {"tool_choice": "auto"}, "tool_choice"),

@@ -32,6 +32,7 @@ from zoo.generation.chat import end_of_turn_ids
 from zoo.serving.bodies import HTTPError, Sampling, bad
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
+from zoo.serving.logprobs import chat_logprobs, completion_logprobs
 from zoo.serving.metrics import (
     CountRequests,
     Timing,
@@ -50,6 +51,7 @@ from zoo.serving.requests import (
     PromptTooLong,
     QueueFull,
     RequestError,
+    TokenLogprob,
     valid_text,
 )
 
@@ -378,15 +380,18 @@ async def no_embeddings(request: Any) -> Any:
 
 
 async def completions(request: Any) -> Any:
-    """POST /v1/completions: one prompt, a string or token ids."""
+    """POST /v1/completions: one prompt, a string or token ids (or a list of one of them, as lm-eval's
+    ``local-completions`` sends its batch of one)."""
     state = _state(request)
     body = await read_body(state, request)
     sampling = Sampling(body, "completions")
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
+    text: str | None = None
     if isinstance(prompt, str):
-        ids = await asyncio.to_thread(encode, state, valid_text(prompt, "prompt"))
+        text = valid_text(prompt, "prompt")
+        ids = await asyncio.to_thread(encode, state, text)
     elif (
         isinstance(prompt, list)
         and prompt
@@ -397,7 +402,7 @@ async def completions(request: Any) -> Any:
         raise bad("prompt must be a string or a list of token ids (one prompt per request)", "prompt")
     if sampling.max_tokens is None:
         sampling.max_tokens = state.default_max_tokens  # OpenAI's default for completions
-    return await respond(state, request, sampling, ids, chat=False)
+    return await respond(state, request, sampling, ids, chat=False, prompt_text=text)
 
 
 async def chat_completions(request: Any) -> Any:
@@ -416,9 +421,17 @@ async def chat_completions(request: Any) -> Any:
 # ---- answering ----
 
 
-async def respond(state: AppState, request: Any, sampling: Sampling, prompt: list[int], *, chat: bool) -> Any:
+async def respond(
+    state: AppState,
+    request: Any,
+    sampling: Sampling,
+    prompt: list[int],
+    *,
+    chat: bool,
+    prompt_text: str | None = None,
+) -> Any:
     """Submit the request's ``n`` completions and answer with them: one JSON body once all are done, or
-    server-sent events as they come."""
+    server-sent events as they come. ``prompt_text``: a completion's prompt as given (None: token ids)."""
     relay = Relay(request)
     requests = sampling.completions(
         prompt,
@@ -437,11 +450,12 @@ async def respond(state: AppState, request: Any, sampling: Sampling, prompt: lis
         "created": int(time.time()),
         "model": state.model_name,
     }
+    shape = Shape(state.tokenizer, sampling, prompt, prompt_text, chat=chat)
     if not sampling.stream:
-        return _json(await _answer(relay, head, len(prompt), chat=chat))
+        return _json(await _answer(relay, head, len(prompt), shape))
     from starlette.responses import StreamingResponse
 
-    events = _sse(relay, head, len(prompt), chat=chat, include_usage=sampling.include_usage)
+    events = _sse(relay, head, len(prompt), shape, include_usage=sampling.include_usage)
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
@@ -525,52 +539,97 @@ class Relay:
                 r.cancel()
 
 
-async def _answer(relay: Relay, head: dict[str, Any], prompt_tokens: int, *, chat: bool) -> dict[str, Any]:
+class Shape:
+    """How a request's answer is written: a chat message or a completion's text, with its log-probabilities
+    when asked for (`zoo.serving.logprobs`) and, for ``echo``, the prompt's text before the completion."""
+
+    def __init__(
+        self, tokenizer: Any, sampling: Sampling, prompt: list[int], prompt_text: str | None, *, chat: bool
+    ) -> None:
+        self.tokenizer, self.chat, self.top, self.echo = tokenizer, chat, sampling.logprobs, sampling.echo
+        self.prompt, self.prompt_text = prompt, prompt_text
+
+    def echoed(self) -> str:
+        """The prompt's text: as given, or its token ids decoded."""
+        if self.prompt_text is None:
+            self.prompt_text = str(self.tokenizer.decode(self.prompt, skip_special_tokens=False))
+        return self.prompt_text
+
+    def logprobs(self, entries: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any] | None:
+        if self.top is None:
+            return None
+        if self.chat:
+            return chat_logprobs(self.tokenizer, entries, top=self.top)
+        return completion_logprobs(self.tokenizer, entries, top=self.top, offset=offset)
+
+    def choice(self, index: int, done: Done) -> dict[str, Any]:
+        """A finished choice of a whole (not streamed) response."""
+        if self.chat:
+            message = {"role": "assistant", "content": done.text}
+            logprobs = self.logprobs(done.logprobs)
+            return {
+                "index": index,
+                "message": message,
+                "logprobs": logprobs,
+                "finish_reason": done.finish_reason,
+            }
+        text, entries, offset = done.text, done.logprobs, 0
+        if self.echo:
+            text, entries = self.echoed() + text, done.prompt_logprobs + entries
+        elif self.top is not None:
+            offset = len(self.echoed())  # the generated text's offsets count from the prompt's end
+        logprobs = self.logprobs(entries, offset)
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": done.finish_reason}
+
+
+async def _answer(relay: Relay, head: dict[str, Any], prompt_tokens: int, shape: Shape) -> dict[str, Any]:
     """The whole response body, once every choice is done."""
     done: dict[int, Done] = {}
     async for index, event in relay.results():
         if isinstance(event, Done):
             done[index] = event
-    choices = [
-        {
-            "index": i,
-            "message": {"role": "assistant", "content": d.text},
-            "logprobs": None,
-            "finish_reason": d.finish_reason,
-        }
-        if chat
-        else {"index": i, "text": d.text, "logprobs": None, "finish_reason": d.finish_reason}
-        for i, d in sorted(done.items())
-    ]
+    # log-probabilities decode every token they name: on a worker thread, not the event loop
+    choices = await asyncio.to_thread(lambda: [shape.choice(i, d) for i, d in sorted(done.items())])
     return {**head, "choices": choices, "usage": usage(prompt_tokens, done.values())}
 
 
 async def _sse(
-    relay: Relay, head: dict[str, Any], prompt_tokens: int, *, chat: bool, include_usage: bool
+    relay: Relay, head: dict[str, Any], prompt_tokens: int, shape: Shape, *, include_usage: bool
 ) -> AsyncIterator[str]:
-    """The server-sent events of a streamed response: a chunk per piece of text, one per finished choice,
-    the usage when asked for, then ``[DONE]``; a failure is an error event."""
+    """The server-sent events of a streamed response: a chunk per piece of text (with its tokens'
+    log-probabilities when asked for), one per finished choice (with those not sent yet), the usage when
+    asked for, then ``[DONE]``; a failure is an error event."""
+    chat = shape.chat
     chunk = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
     done: list[Done] = []
+    sent: dict[int, int] = {}  # log-probabilities streamed, per choice
+    offset = len(shape.echoed()) if shape.top is not None and not chat else 0
+    offsets = dict.fromkeys(range(len(relay.requests)), offset)
     if chat:
         for i in range(len(relay.requests)):
             yield _event({**chunk, "choices": [_chat_choice(i, {"role": "assistant", "content": ""}, None)]})
     try:
         async for index, event in relay.results():
             if isinstance(event, Delta):
-                choice = (
-                    _chat_choice(index, {"content": event.text}, None)
-                    if chat
-                    else _text_choice(index, event.text, None)
-                )
+                text, entries, finish, delta = event.text, event.logprobs, None, {"content": event.text}
+                sent[index] = sent.get(index, 0) + len(entries)
             else:
                 assert isinstance(event, Done)
                 done.append(event)
-                choice = (
-                    _chat_choice(index, {}, event.finish_reason)
-                    if chat
-                    else _text_choice(index, "", event.finish_reason)
+                text, entries, finish, delta = (
+                    "",
+                    event.logprobs[sent.get(index, 0) :],
+                    event.finish_reason,
+                    {},
                 )
+            logprobs = shape.logprobs(entries, offsets[index]) if entries else None
+            if logprobs is not None and not chat:
+                offsets[index] += sum(len(t) for t in logprobs["tokens"])
+            choice = (
+                _chat_choice(index, delta, finish, logprobs)
+                if chat
+                else _text_choice(index, text, finish, logprobs)
+            )
             yield _event({**chunk, "choices": [choice]})
     except HTTPError as error:
         yield _event(error.body())
@@ -589,12 +648,16 @@ def usage(prompt_tokens: int, done: Any) -> dict[str, int]:
     }
 
 
-def _text_choice(index: int, text: str, finish: str | None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+def _text_choice(
+    index: int, text: str, finish: str | None, logprobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
 
-def _chat_choice(index: int, delta: dict[str, str], finish: str | None) -> dict[str, Any]:
-    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+def _chat_choice(
+    index: int, delta: dict[str, str], finish: str | None, logprobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 
 
 def _event(data: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@
 
 Nothing is ignored (`check_fields`): every field of a body is one zoo acts on, one it accepts as a label
 (``user``, ``safety_identifier``), or a 400 naming it: an unknown key (``max_tokns``: "did you mean
-max_tokens?"), or an OpenAI field zoo does not support yet (``response_format``, ``tools``, ``logprobs``,
+max_tokens?"), or an OpenAI field zoo does not support yet (``response_format``, ``tools``,
 ...), unless it is null or the value that asks for nothing (``echo: false``, ``response_format: {type:
 text}``). Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
 """
@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from zoo.serving.requests import Completion, Event, valid_text
+from zoo.serving.requests import MAX_LOGPROBS, Completion, Event, valid_text
 
 
 class HTTPError(Exception):
@@ -60,17 +60,15 @@ SHARED = (
     "ignore_eos",
 )
 ACTED: dict[Endpoint, tuple[str, ...]] = {
-    "completions": ("prompt", *SHARED, "best_of"),
-    "chat": ("messages", *SHARED, "max_completion_tokens"),
+    "completions": ("prompt", *SHARED, "best_of", "logprobs", "echo"),
+    "chat": ("messages", *SHARED, "max_completion_tokens", "logprobs", "top_logprobs"),
 }
 LABELS = ("user", "safety_identifier")  # accepted strings that only label the request: nothing to act on
 
 # OpenAI (and vLLM) fields zoo does not support yet -> the values that ask for nothing, accepted (null too).
 NOT_YET: dict[Endpoint, dict[str, tuple[Any, ...]]] = {
-    "completions": {"echo": (False,), "logprobs": (False,), "suffix": (), "min_tokens": (0,)},
+    "completions": {"suffix": (), "min_tokens": (0,)},
     "chat": {
-        "logprobs": (False,),
-        "top_logprobs": (),
         "response_format": ({"type": "text"},),
         "tools": (),
         "tool_choice": (),
@@ -156,9 +154,12 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return [valid_text(s, "stop") for s in stops]
 
 
-def _max_tokens(body: dict[str, Any], endpoint: Endpoint) -> int | None:
-    """``max_tokens``, or chat's ``max_completion_tokens`` (OpenAI's newer name): both only when equal."""
+def _max_tokens(body: dict[str, Any], endpoint: Endpoint, *, echo: bool) -> int | None:
+    """``max_tokens``, or chat's ``max_completion_tokens`` (OpenAI's newer name): both only when equal; 0
+    only with ``echo`` (the prompt is scored, nothing generated)."""
     names = ("max_tokens", "max_completion_tokens") if endpoint == "chat" else ("max_tokens",)
+    if echo and body.get("max_tokens") == 0 and type(body["max_tokens"]) is int:
+        return 0
     given = {name: _integer(body, name, None, low=1, high=1 << 30) for name in names}
     values = {value for value in given.values() if value is not None}
     if len(values) > 1:
@@ -183,6 +184,22 @@ def _logit_bias(value: Any) -> dict[int, float]:
             raise bad(f"logit_bias[{key!r}] must be a number in [-100, 100], got {number!r}", "logit_bias")
         bias[int(key)] = float(number)
     return bias
+
+
+def _logprobs(body: dict[str, Any], endpoint: Endpoint) -> int | None:
+    """How many alternatives each position reports (0: the chosen token's log-probability alone), or None:
+    no log-probabilities. Completions: ``logprobs`` 0-20 (``false``: none); chat: ``logprobs: true`` with
+    ``top_logprobs`` 0-20, which asks for nothing without it (a 400, as OpenAI's)."""
+    if endpoint == "completions":
+        if body.get("logprobs") is False:
+            return None
+        return _integer(body, "logprobs", None, low=0, high=MAX_LOGPROBS)
+    top = _integer(body, "top_logprobs", None, low=0, high=MAX_LOGPROBS)
+    if not _boolean(body, "logprobs"):
+        if top is not None:
+            raise bad("top_logprobs needs logprobs: true", "top_logprobs")
+        return None
+    return top or 0
 
 
 def _token_ids(value: Any, name: str) -> list[int]:
@@ -220,7 +237,9 @@ class Sampling:
         check_fields(body, endpoint)
         if _integer(body, "best_of", None, low=1, high=128) not in (None, 1):
             raise bad("best_of must be 1: zoo serve returns every sequence it samples (ask for n)", "best_of")
-        self.max_tokens = _max_tokens(body, endpoint)
+        self.echo = _boolean(body, "echo")  # completions only (`check_fields`)
+        self.logprobs = _logprobs(body, endpoint)
+        self.max_tokens = _max_tokens(body, endpoint, echo=self.echo)
         self.temperature = _number(body, "temperature", 1.0, low=0.0, high=2.0)
         self.top_p = _number(body, "top_p", 1.0, low=0.0, high=1.0)
         if self.top_p == 0.0:
@@ -243,6 +262,8 @@ class Sampling:
         self.stop = _stop(body)
         self.stream = _boolean(body, "stream")
         self.include_usage = _stream_options(body.get("stream_options"), stream=self.stream)
+        if self.echo and self.stream:  # the prompt's text and log-probabilities come with the finished text
+            raise bad("echo is not supported with stream: true", "echo")
 
     def completions(
         self,
@@ -272,6 +293,8 @@ class Sampling:
                 frequency_penalty=self.frequency_penalty,
                 logit_bias=self.logit_bias,
                 ignore_eos=self.ignore_eos,
+                logprobs=self.logprobs,
+                echo=self.echo,
             )
             for i in range(self.n)
         ]

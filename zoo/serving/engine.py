@@ -15,6 +15,11 @@ Each turn of the engine's loop:
     3. decode: ONE forward of the next token of every busy slot, then each request's own sampling,
        detokenisation and stop checks; a finished request leaves its slot at once.
 
+A request that asks for log-probabilities gets them from the same step (`zoo.serving.logprobs`: one
+log-softmax and top-k over the rows that ask); one that asks for its prompt's (``echo``) has its group's
+prefill run through the model's forward, which keeps every position's logits, chunk by chunk; with
+``max_tokens`` 0 it finishes there, without taking a slot's turn.
+
 A request finishes on an end-of-sequence token, a stop string, ``max_tokens``, or when its sequence would
 outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests are token-equal to
 ``model.generate`` of each prompt alone: a slot's keys, mask and positions are those of a left-padded row.
@@ -40,6 +45,7 @@ from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
 from zoo.generation.session import StepFn, decode_step
 from zoo.generation.weight_layout import use_decoding_layout
+from zoo.serving.logprobs import score
 from zoo.serving.requests import (
     Completion,
     Delta,
@@ -50,6 +56,7 @@ from zoo.serving.requests import (
     QueueFull,
     RequestError,
     StopText,
+    TokenLogprob,
 )
 from zoo.serving.sampling import RowSampling
 from zoo.serving.slots import SlotCache
@@ -70,6 +77,13 @@ class _Job:
     stop: StopText
     tokens: list[int] = field(default_factory=list)
     slot: int = -1
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token (a request that asks)
+    sent: int = 0  # the log-probabilities already emitted in a Delta
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
+
+    @property
+    def scores_prompt(self) -> bool:
+        return self.request.echo and self.request.logprobs is not None
 
     @property
     def prompt_length(self) -> int:
@@ -189,6 +203,8 @@ class Engine:
                 ("frequency_penalty", request.frequency_penalty, 0.0),
                 ("logit_bias", request.logit_bias, {}),
                 ("ignore_eos", request.ignore_eos, False),
+                ("logprobs", request.logprobs, None),
+                ("echo", request.echo, False),
             ):
                 if value != off:
                     raise RequestError(f"{name} is not supported for encoder-decoder models", param=name)
@@ -303,18 +319,41 @@ class Engine:
         run = self.prefill
         start, end = run.done, min(run.done + run.chunk, run.ids.shape[1])
         padded = not bool(run.mask.all())  # asked once a chunk: no mask at all takes SDPA's causal path
-        logits = decode_step(
-            self.model,
-            run.ids[:, start:end],
-            run.positions[:, start:end],
-            run.mask[:, :end] if padded else None,
-            run.cache,
-            self.state,
-        )  # (k, V)
+        mask = run.mask[:, :end] if padded else None
+        if any(job.scores_prompt for job in run.jobs):  # every position's logits: the forward keeps them
+            model: Any = self.model  # a decoder (`check_model`): its forward takes a cache
+            every = model(
+                run.ids[:, start:end], mask, position_ids=run.positions[:, start:end], cache=run.cache
+            ).logits  # (k, t, V)
+            self._score_prompts(run, every, start)
+            logits = every[:, -1]  # (k, V)
+        else:
+            logits = decode_step(
+                self.model, run.ids[:, start:end], run.positions[:, start:end], mask, run.cache, self.state
+            )  # (k, V)
         run.done = end
         if end == run.ids.shape[1]:
             self.prefill = None
             self._join(run, logits)
+
+    def _score_prompts(self, run: _Prefill, logits: torch.Tensor, start: int) -> None:
+        """The log-probabilities of the prompt tokens that the chunk's logits (k, t, V) from column ``start``
+        predict (each column predicts the next one's token), for the group's requests that ask."""
+        T = run.ids.shape[1]
+        n = (
+            min(start + logits.shape[1], T - 1) - start
+        )  # the last column predicts a new token, not the prompt
+        if n <= 0:
+            return
+        rows = [row for row, job in enumerate(run.jobs) if job.scores_prompt]
+        picked = torch.tensor(rows, device=self.device)  # (e,)
+        top = max(run.jobs[row].request.logprobs or 0 for row in rows)
+        targets = run.ids[picked, start + 1 : start + 1 + n]  # (e, n)
+        entries = score(logits[picked, :n].flatten(0, 1), targets.flatten(), top)  # e * n
+        for i, row in enumerate(rows):
+            job = run.jobs[row]
+            first = T - job.prompt_length  # the prompt's first column: columns before it are padding
+            job.prompt_logprobs += entries[i * n + max(first - start, 0) : (i + 1) * n]
 
     def _start_prefill(self) -> _Prefill | None:
         free = [i for i, job in enumerate(self.slots) if job is None]
@@ -338,6 +377,8 @@ class Engine:
         for job, slot in zip(group, slots):
             job.slot = slot
             self.slots[slot] = job  # reserved: not busy until it joins (`live`)
+            if job.scores_prompt:  # nothing predicts the first token
+                job.prompt_logprobs = [TokenLogprob(job.request.prompt[0], None)]
         ids, mask = ids.to(self.device), mask.to(self.device)
         cache = KVCache(
             num_layers=self.cache.buffer.shape[0],
@@ -364,14 +405,18 @@ class Engine:
         jobs = run.jobs
         for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
             self.sampling.set(job.slot, job.request)
-        first = self.sampling.choose(
+        chosen = self.sampling.choose(
             logits, run.slots, [j.request for j in jobs], [j.generator for j in jobs]
-        ).tolist()
+        )
+        entries = self._logprobs(logits, chosen, jobs)
+        first = chosen.tolist()
         staying = []
         for row, job in enumerate(jobs):
             if job.request.cancelled:
                 self._retire()
-            elif not self._add(job, first[row]):
+            elif job.room == 0:  # max_tokens 0 (echo): the prompt is scored, nothing is generated
+                self._finish(job, "length")
+            elif not self._add(job, first[row], entries[row]):
                 staying.append(row)
                 continue
             self.slots[job.slot] = None
@@ -433,18 +478,37 @@ class Engine:
             [job.generator if job is not None else None for job in running],
         )
         self.next_ids[:rows] = tokens
+        entries = self._logprobs(logits, tokens, running)
         chosen = tokens.tolist()
         for i in busy:
             job = self.slots[i]
             assert job is not None
-            if self._add(job, chosen[i]):
+            if self._add(job, chosen[i], entries[i]):
                 self._release(job)
+
+    def _logprobs(
+        self, logits: torch.Tensor, tokens: torch.Tensor, jobs: Sequence[_Job | None]
+    ) -> list[TokenLogprob | None]:
+        """For each of R rows (logits (R, V), tokens (R,)): its token's log-probability when its job asks,
+        computed for the rows that ask at once; None for the others."""
+        rows = [i for i, job in enumerate(jobs) if job is not None and job.request.logprobs is not None]
+        found: list[TokenLogprob | None] = [None] * len(jobs)
+        if not rows:
+            return found
+        picked = torch.tensor(rows, device=logits.device)  # (r,)
+        top = max(jobs[i].request.logprobs or 0 for i in rows)  # type: ignore[union-attr]
+        for i, entry in zip(rows, score(logits[picked], tokens[picked], top)):
+            found[i] = entry
+        return found
 
     # per request
 
-    def _add(self, job: _Job, token: int) -> bool:
-        """Record a new token of ``job``: emit its new text, or finish it (True) when it ended."""
+    def _add(self, job: _Job, token: int, logprob: TokenLogprob | None = None) -> bool:
+        """Record a new token of ``job`` (and its log-probability, when asked for): emit its new text, or
+        finish it (True) when it ended."""
         job.tokens.append(token)
+        if logprob is not None:
+            job.logprobs.append(logprob)
         request = job.request  # an end token is not detokenised: the text ends here
         ended = (token in self.eos and not request.ignore_eos) or token in request.stop_token_ids
         piece, stopped = job.stop.add(job.text.flush() if ended else job.text.push(token))
@@ -454,16 +518,33 @@ class Engine:
             piece += more
         if not (stopped or ended or full):
             if piece:
-                job.request.emit(Delta(piece, (token,)))
+                self._delta(job, piece, token)
             return False
         if not stopped:
             piece += job.stop.rest()
         if piece:
-            job.request.emit(Delta(piece, (token,)))
-        reason: FinishReason = "stop" if stopped or ended else "length"
-        job.request.emit(Done(job.stop.text, tuple(job.tokens), reason, job.prompt_length))
-        self._retire()
+            self._delta(job, piece, token)
+        self._finish(job, "stop" if stopped or ended else "length")
         return True
+
+    def _delta(self, job: _Job, piece: str, token: int) -> None:
+        """Emit new text, with the log-probabilities not sent yet (a token held back, as a possible start
+        of a stop string, is sent with the text that follows it)."""
+        job.request.emit(Delta(piece, (token,), tuple(job.logprobs[job.sent :])))
+        job.sent = len(job.logprobs)
+
+    def _finish(self, job: _Job, reason: FinishReason) -> None:
+        job.request.emit(
+            Done(
+                job.stop.text,
+                tuple(job.tokens),
+                reason,
+                job.prompt_length,
+                tuple(job.logprobs),
+                tuple(job.prompt_logprobs),
+            )
+        )
+        self._retire()
 
     def _release(self, job: _Job) -> None:
         """Free ``job``'s slot (it finished, or was cancelled)."""

@@ -44,10 +44,24 @@ class QueueFull(RuntimeError):
     """Every slot is busy and the waiting queue is full (HTTP 503)."""
 
 
+MAX_LOGPROBS = 20  # the most alternatives a position reports (OpenAI's bound)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token and the model's log-probability of it (None: the first token of a prompt, which nothing
+    predicts), with the ``top`` most likely tokens at its position, as (id, log-probability), best first."""
+
+    token: int
+    logprob: float | None
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass(frozen=True)
 class Delta:
     text: str  # new text, safe to show (never part of a stop string)
     token_ids: tuple[int, ...]  # the tokens produced since the last event
+    logprobs: tuple[TokenLogprob, ...] = ()  # the log-probabilities not yet sent (a request that asks)
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,8 @@ class Done:
     token_ids: tuple[int, ...]  # every generated token (an end-of-sequence token included)
     finish_reason: FinishReason
     prompt_tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token of token_ids (a request that asks)
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token (``echo`` with ``logprobs``)
 
 
 @dataclass(frozen=True)
@@ -82,7 +98,12 @@ class Completion:
     count, counted over the generated tokens), ``logit_bias`` (token id -> a number added to its logit);
     all four at any temperature, greedy included. Then, when sampling: temperature, ``top_k`` (0 = off),
     ``top_p``, ``min_p`` (0 = off), which change nothing at temperature 0 and are refused there.
-    ``ignore_eos``: the model's eos does not end the text (vLLM's)."""
+    ``ignore_eos``: the model's eos does not end the text (vLLM's).
+
+    ``logprobs``: report each generated token's log-probability with that many alternatives (0 to 20;
+    None: none), the model's own (a log-softmax of its logits, before any processor or temperature, as
+    vLLM reports by default); ``echo``: with ``logprobs``, the prompt's too (`Done.prompt_logprobs`), and
+    ``max_tokens`` may be 0 (score the prompt only)."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -100,6 +121,8 @@ class Completion:
     frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     ignore_eos: bool = False
+    logprobs: int | None = None
+    echo: bool = False
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
@@ -110,9 +133,15 @@ class Completion:
         """Raise `RequestError` naming the first bad parameter."""
         if not self.prompt:
             raise RequestError("the prompt is empty", param="prompt")
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        least = 0 if self.echo else 1  # 0 new tokens: the prompt is only scored
+        if not isinstance(self.max_tokens, int) or self.max_tokens < least:
             raise RequestError(
-                f"max_tokens must be a positive integer, got {self.max_tokens!r}", param="max_tokens"
+                f"max_tokens must be an integer >= {least} (0 only with echo), got {self.max_tokens!r}",
+                param="max_tokens",
+            )
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise RequestError(
+                f"logprobs must be an integer in [0, {MAX_LOGPROBS}], got {self.logprobs!r}", param="logprobs"
             )
         if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:
             raise RequestError(
