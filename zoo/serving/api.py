@@ -36,8 +36,6 @@ from zoo.serving.logprobs import chat_logprobs, completion_logprobs
 from zoo.serving.metrics import (
     CountRequests,
     Timing,
-    engine_load,
-    engine_running,
     health_body,
     make_metrics,
     metrics_response,
@@ -179,7 +177,7 @@ def create_app(
         chat_template=None if engine.seq2seq else _template_source(tokenizer),
     )
     add_error_handlers(app)
-    app.state.metrics = make_metrics(engine_load(engine))
+    app.state.metrics = make_metrics(engine.load)
     # Plain Starlette routes: each handler reads its own body, so errors keep OpenAI's shape (FastAPI's
     # body models would answer 422 in theirs), and no annotation needs resolving.
     app.add_route("/v1/models", models, methods=["GET"])
@@ -356,7 +354,7 @@ async def health(request: Any) -> Any:
     """GET /health: 200 while the engine runs, 503 once it stops (shutting down)."""
     state = _state(request)
     body, status = health_body(
-        engine_running(state.engine), state.model_name, "the engine is not running (shutting down)"
+        state.engine.running(), state.model_name, "the engine is not running (shutting down)"
     )
     return _json(body, status)
 

@@ -238,6 +238,21 @@ class Engine:
         for request in requests:
             self._inbox.put(request)
 
+    def running(self) -> bool:
+        """Whether the engine's thread runs and is not shutting down (`/health`)."""
+        return self._thread is not None and self._thread.is_alive() and not self._closing
+
+    def load(self) -> tuple[int, int, int | None]:
+        """(sequences running, sequences waiting, slots), read without stopping the engine (`/metrics`): a
+        busy slot is a live row; what was submitted and is not running waits (in the inbox, the queue or a
+        prefill). An encoder-decoder model runs one request at a time."""
+        with self._lock:  # the count of what it holds (submitted, not finished)
+            held = self._in_flight
+        if self.seq2seq:
+            return min(held, 1), max(held - 1, 0), 1
+        running = int(self.live.sum())
+        return running, max(held - running, 0), self.max_batch
+
     def close(self) -> None:
         """Stop: requests still running or waiting get `Failed` ("the server is shutting down")."""
         with self._lock:

@@ -147,28 +147,6 @@ def make_metrics(load: Load) -> ServingMetrics | None:
     return ServingMetrics(load)
 
 
-def engine_load(engine: Any) -> Load:
-    """The engine's (running, waiting, slots), read without stopping it: a busy slot is a live row; what
-    was submitted and is not running waits (in the inbox, the queue or a prefill). An encoder-decoder
-    model runs one request at a time."""
-
-    def load() -> tuple[int, int, int | None]:
-        with engine._lock:  # the engine's own count of what it holds (submitted, not finished)
-            held = engine._in_flight
-        if engine.seq2seq:
-            return min(held, 1), max(held - 1, 0), 1
-        running = int(engine.live.sum())
-        return running, max(held - running, 0), engine.max_batch
-
-    return load
-
-
-def engine_running(engine: Any) -> bool:
-    """Whether the engine's thread runs and is not shutting down (`/health`)."""
-    thread = engine._thread
-    return thread is not None and thread.is_alive() and not engine._closing
-
-
 class CountRequests:
     """ASGI middleware: every HTTP answer counted by route and status (an exception: 500)."""
 
