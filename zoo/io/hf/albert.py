@@ -34,6 +34,7 @@ from zoo.io.hf.common import (
     fused_linear,
     layernorm,
     linear,
+    mlm_copies,
     reject,
     rename,
     require,
@@ -211,9 +212,16 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    extra = [r"predictions\.decoder\.(weight|bias)"] if mlm is None or mlm.tied else [r"predictions\.bias"]
+    extra = (
+        [r"predictions\.decoder\.(weight|bias)"]
+        if mlm is None
+        else []
+        if mlm.tied
+        else [r"predictions\.bias"]
+    )
     ignore = [r"sop_classifier\.classifier\.(weight|bias)", *extra]
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore)
+    tied = mlm_copies("predictions") if mlm is not None and mlm.tied else {}  # used only when equal
+    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore, tied=tied)
 
 
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:

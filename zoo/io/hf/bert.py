@@ -45,6 +45,7 @@ from zoo.io.hf.common import (
     fused_linear,
     layernorm,
     linear,
+    mlm_copies,
     reject,
     rename,
     require,
@@ -298,13 +299,14 @@ def _hf_to_zoo(flavour: Flavour, tensors: StateDict, spec: ModelSpec) -> StateDi
     }
     head = re.escape(flavour.mlm)
     mlm = spec.heads.mlm
-    # A tied head may still store its decoder (copies of the embedding and bias); an untied one keeps an
-    # unused {head}.bias beside the decoder's own.
-    extra = [rf"{head}\.decoder\.(weight|bias)"] if mlm is None or mlm.tied else [rf"{head}\.bias"]
+    # A tied head may still store its decoder (copies of the embedding and bias: used only when equal); an
+    # untied one keeps an unused {head}.bias beside the decoder's own.
+    extra = [rf"{head}\.decoder\.(weight|bias)"] if mlm is None else [] if mlm.tied else [rf"{head}\.bias"]
     return rules_to_zoo(
         tensor_rules(flavour, spec, ""),
         strip_prefix(tensors, flavour.prefix),
         ignore=[*flavour.ignored, *extra],
+        tied=mlm_copies(flavour.mlm) if mlm is not None and mlm.tied else {},
     )
 
 

@@ -51,6 +51,7 @@ from zoo.io.hf.common import (
     Rule,
     StateDict,
     architecture,
+    mlm_copies,
     require,
     rules_to_hf,
     rules_to_zoo,
@@ -205,15 +206,18 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    # as BERT: a tied head may store its decoder (copies of the embedding and bias), an untied one keeps an
-    # unused cls.predictions.bias beside the decoder's own
+    # as BERT: a tied head may store its decoder (copies of the embedding and bias: used only when equal),
+    # an untied one keeps an unused cls.predictions.bias beside the decoder's own
     extra = (
         [r"cls\.predictions\.decoder\.(weight|bias)"]
-        if mlm is None or mlm.tied
+        if mlm is None
+        else []
+        if mlm.tied
         else [r"cls\.predictions\.bias"]
     )
     body = strip_prefix(tensors, BIG_BIRD.prefix)
-    return rules_to_zoo(_rules(spec, ""), body, ignore=[*BIG_BIRD.ignored, *extra])
+    tied = mlm_copies("cls.predictions") if mlm is not None and mlm.tied else {}
+    return rules_to_zoo(_rules(spec, ""), body, ignore=[*BIG_BIRD.ignored, *extra], tied=tied)
 
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:

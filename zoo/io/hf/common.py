@@ -372,10 +372,21 @@ def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:
     return {name.removeprefix(prefix): tensor for name, tensor in tensors.items()}
 
 
-def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[str] = ()) -> StateDict:
+def rules_to_zoo(
+    rules: Iterable[Rule],
+    tensors: StateDict,
+    *,
+    ignore: Sequence[str] = (),
+    tied: Mapping[str, str] | None = None,
+) -> StateDict:
     """Apply a table to HF tensors -> zoo tensors. Every HF tensor must be used or match an ``ignore`` regex
     (or `COMMON_IGNORED`); every rule's HF tensors must exist and be floating point (fused parts of one
-    dtype)."""
+    dtype).
+
+    ``tied``: HF tensors a tied config does not read, each the copy of a zoo tensor (``{"lm_head.weight":
+    "embed.tokens.weight"}``). A file may store such a copy; it is used only when it equals that tensor
+    (`check_tied_copies`).
+    """
     out: StateDict = {}
     used: set[str] = set()
     missing: list[str] = []
@@ -415,6 +426,7 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise HFError(f"the checkpoint lacks tensors: {', '.join(missing[:5])}{more}")
+    used.update(check_tied_copies(rules, tensors, out, tied or {}))
     patterns = [re.compile(p) for p in (*COMMON_IGNORED, *ignore)]
     unused = [n for n in tensors if n not in used and not any(p.fullmatch(n) for p in patterns)]
     if unused:
@@ -423,6 +435,35 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             f"the checkpoint has tensors zoo's spec has no place for: {', '.join(sorted(unused)[:5])}{more}"
         )
     return out
+
+
+def check_tied_copies(
+    rules: Iterable[Rule], tensors: StateDict, converted: StateDict, tied: Mapping[str, str]
+) -> list[str]:
+    """The stored copies ``tied`` names (HF name -> the zoo tensor it copies), each checked equal to what
+    zoo loads for that tensor; a copy that differs is refused, naming it.
+
+    transformers 5 ties a head to the embeddings only when the file stores no head or an equal one: a
+    different stored head is kept as a head of its own (with a warning), which a tied spec cannot hold.
+    """
+    sources = {rule.zoo: rule.hf[0] for rule in rules}
+    found = [name for name in tied if name in tensors]
+    for name in found:
+        target = converted[tied[name]]
+        copy = tensors[name]
+        if copy.shape != target.shape or not torch.equal(copy.to(target.dtype), target):
+            raise HFError(
+                f"{name} differs from {sources.get(tied[name], tied[name])}, but config.json ties them "
+                "(tie_word_embeddings); transformers then keeps the stored one as its own head: set "
+                "tie_word_embeddings to false to load it"
+            )
+    return found
+
+
+def mlm_copies(head: str) -> dict[str, str]:
+    """`check_tied_copies` names for BERT's tied MLM ``head``: its decoder's weight copies the embeddings,
+    its decoder's bias the head's own ``{head}.bias``."""
+    return {f"{head}.decoder.weight": "embed.tokens.weight", f"{head}.decoder.bias": "mlm_head.bias"}
 
 
 def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
@@ -459,20 +500,24 @@ DecoderRules = Callable[[Any, str], list[Rule]]  # (DecoderSpec, body prefix) ->
 
 
 def decoder_converters(
-    rules: DecoderRules, *, prefix: str, ignore: Sequence[str] = ()
+    rules: DecoderRules,
+    *,
+    prefix: str,
+    ignore: Sequence[str] = (),
+    heads: Sequence[str] = ("lm_head.weight",),
 ) -> tuple[Callable[[StateDict, ModelSpec], StateDict], Callable[[StateDict, ModelSpec], StateDict]]:
     """``(hf_to_zoo, zoo_to_hf)`` for a decoder family whose head class keeps the body under ``prefix``.
 
     Import strips ``prefix`` wherever it appears (a headless ``*Model`` file and some original releases have
-    none) and ignores a tied head's stored copy of the embeddings, as transformers does; export writes the
-    prefix only when there is a head. ``ignore``: more regexes of tensors that hold nothing learned.
+    none) and reads a tied head's stored copy of the embeddings (``heads``: its names) as transformers does:
+    unused when it equals them, refused when it differs (`check_tied_copies`); export writes the prefix only
+    when there is a head. ``ignore``: more regexes of tensors that hold nothing learned.
     """
 
     def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
         head = getattr(spec, "lm_head", None)
-        tied = head is None or head.tied
-        skipped = [*ignore, *([r"lm_head\.weight"] if tied else [])]
-        return rules_to_zoo(rules(spec, ""), strip_prefix(tensors, prefix), ignore=skipped)
+        tied = {name: "embed.tokens.weight" for name in heads} if head is None or head.tied else {}
+        return rules_to_zoo(rules(spec, ""), strip_prefix(tensors, prefix), ignore=ignore, tied=tied)
 
     def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
         has_head = getattr(spec, "lm_head", None) is not None

@@ -188,8 +188,11 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    ignore = [r"vocab_projector\.weight"] if mlm is None or mlm.tied else []  # a tied head's stored copy
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore)
+    ignore = [r"vocab_projector\.weight"] if mlm is None else []  # a headless body's unused projection
+    tied = (
+        {"vocab_projector.weight": "embed.tokens.weight"} if mlm is not None and mlm.tied else {}
+    )  # used if equal
+    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore, tied=tied)
 
 
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:

@@ -187,7 +187,12 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-_hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX, ignore=_OLD_BUFFERS)
+_hf_to_zoo, zoo_to_hf = decoder_converters(
+    _rules,
+    prefix=PREFIX,
+    ignore=_OLD_BUFFERS,
+    heads=("lm_head.weight", HEAD),  # a tied head may store either
+)
 
 
 def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:

@@ -350,8 +350,8 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    tied = [r"decoder\.weight"] if mlm is not None and mlm.tied else []  # a tied decoder's stored copy
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=tied)
+    tied = {"decoder.weight": "embed.tokens.weight"} if mlm is not None and mlm.tied else {}  # used if equal
+    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), tied=tied)
 
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:

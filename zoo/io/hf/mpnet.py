@@ -38,6 +38,7 @@ from zoo.io.hf.common import (
     fused_linear,
     layernorm,
     linear,
+    mlm_copies,
     rename,
     require,
     rules_to_hf,
@@ -194,9 +195,11 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    # A tied head may store its decoder (copies of the embedding and bias); an untied one an unused bias.
-    ignore = [r"lm_head\.decoder\.(weight|bias)"] if mlm is None or mlm.tied else [r"lm_head\.bias"]
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore)
+    # A tied head may store its decoder (copies of the embedding and bias: used only when equal); an untied
+    # one an unused bias.
+    ignore = [r"lm_head\.decoder\.(weight|bias)"] if mlm is None else [] if mlm.tied else [r"lm_head\.bias"]
+    tied = mlm_copies("lm_head") if mlm is not None and mlm.tied else {}
+    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=ignore, tied=tied)
 
 
 def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
