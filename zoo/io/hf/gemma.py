@@ -48,7 +48,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.io.hf.llama import FULL, SLIDING, layer_windows
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import layer_rope, legacy_scaling, local_rope, rope_from_config, rope_to_config
 from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
@@ -239,21 +239,12 @@ def _rope_from_config(variant: Variant, config: dict[str, Any]) -> dict[str, Any
             f"config.json rope_parameters must map {FULL!r} and {SLIDING!r} to rotary settings (Gemma 3 keys "
             f"them by layer type), got {short_repr(params)}"
         )
-    params = params or {}
-    full, local = dict(params.get(FULL) or {}), dict(params.get(SLIDING) or {})
-    full = {"rope_type": "default", **(config.get("rope_scaling") or {}), **full}  # as transformers merges
-    local = {"rope_type": "default", **local}
+    scaling = legacy_scaling(config)
+    full, local = layer_rope(params, FULL, scaling), layer_rope(params, SLIDING, {})
     full.setdefault("rope_theta", config.get("rope_theta", _GEMMA3_THETA["global"]))
     local.setdefault("rope_theta", config.get("rope_local_base_freq", _GEMMA3_THETA["local"]))
-    position = rope_from_config({"rope_parameters": full})
-    if local == full:
-        return position  # the local layers rotate as the global ones
-    if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
-        raise HFError(
-            f"config.json rope_parameters.{SLIDING}={short_repr(local)}: zoo's local layers use plain rotary "
-            "(position.local_theta), with no scaling, or the global layers' settings"
-        )
-    return position | {"local_theta": local["rope_theta"]}
+    where = "rope_scaling" if scaling else f"rope_parameters.{FULL}"
+    return local_rope(full, local, where=where, local_where=f"rope_parameters.{SLIDING}")
 
 
 # -- spec -> config ----------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import layer_rope, legacy_scaling, local_rope, rope_to_config
 from zoo.spec import EncoderSpec, ModelSpec, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
@@ -174,21 +174,12 @@ def _rope_from_config(config: dict[str, Any]) -> dict[str, Any]:
             f"config.json rope_parameters must map {FULL!r} and {SLIDING!r} to rotary settings (ModernBERT "
             f"keys them by layer type), got {short_repr(params)}"
         )
-    params = params or {}
-    scaling = config.get("rope_scaling") or {}  # transformers applies it to both layer types
-    full = {"rope_type": "default", **scaling, **dict(params.get(FULL) or {})}
-    local = {"rope_type": "default", **scaling, **dict(params.get(SLIDING) or {})}
+    scaling = legacy_scaling(config)  # transformers lays it over both layer types
+    full, local = layer_rope(params, FULL, scaling), layer_rope(params, SLIDING, scaling)
     full.setdefault("rope_theta", config.get("global_rope_theta", _THETA["global"]))
     local.setdefault("rope_theta", config.get("local_rope_theta", _THETA["local"]))
-    position = rope_from_config({"rope_parameters": full})
-    if local == full:
-        return position  # the local layers rotate as the global ones
-    if local.get("rope_type") != "default" or set(local) - {"rope_type", "rope_theta"}:
-        raise HFError(
-            f"config.json rope_parameters.{SLIDING}={short_repr(local)}: zoo's local layers use plain rotary "
-            "(position.local_theta), with no scaling, or the global layers' settings"
-        )
-    return position | {"local_theta": local["rope_theta"]}
+    where = "rope_scaling" if scaling else f"rope_parameters.{FULL}"
+    return local_rope(full, local, where=where, local_where=f"rope_parameters.{SLIDING}")
 
 
 # -- spec -> config ----------------------------------------------------------------------------------------
