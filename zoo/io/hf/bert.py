@@ -55,6 +55,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.spec import EncoderSpec, ModelSpec, parse_spec
+from zoo.spec.errors import short_repr
 from zoo.spec.model import SequenceClassifierSpec
 
 
@@ -138,7 +139,14 @@ def config_to_spec(flavour: Flavour, config: dict[str, Any], names: set[str]) ->
     pre = flavour.pre_norm
     vocab = config.get("vocab_size", flavour.vocab_size)
     pad = token_id(config, "pad_token_id", vocab, flavour.pad_token_id)
-    offset = (pad if pad is not None else 0) + 1 if flavour.offset_from_pad else 0
+    offset = 0
+    if flavour.offset_from_pad:
+        if pad is None:  # transformers fails on null; a negative id would move every position's row
+            raise HFError(
+                f"config.json pad_token_id={short_repr(config.get('pad_token_id'))}: {flavour.model_type} "
+                f"counts positions from pad_token_id + 1, so it must be a token id in [0, vocab_size={vocab})"
+            )
+        offset = pad + 1
     activation = activation_from_hf(config.get("hidden_act", "gelu"), field="hidden_act")
     has_mlm = any(n.startswith(f"{flavour.mlm}.") for n in names)
     task = (

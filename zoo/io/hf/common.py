@@ -141,15 +141,35 @@ class TypedConfig(dict[str, Any]):
     """
 
     NULLABLE = frozenset({"sliding_window", "num_key_value_heads", "head_dim", "rope_scaling"})
+    # Widths and counts: 0 or less is refused, naming the key, whatever the default. transformers fails on
+    # most (an empty projection, a division by zero), and a family must not read 0 as "absent" (GPT-2's
+    # ``n_inner or 4 * n_embd``, T5's ``num_decoder_layers or num_layers``).
+    POSITIVE = frozenset({
+        "vocab_size", "hidden_size", "n_embd", "d_model", "dim", "embedding_size", "word_embed_proj_dim",
+        "intermediate_size", "d_ff", "dff", "n_inner", "hidden_dim", "ffn_dim", "encoder_ffn_dim",
+        "decoder_ffn_dim", "moe_intermediate_size", "num_attention_heads", "n_head", "n_heads", "num_heads",
+        "encoder_attention_heads", "decoder_attention_heads", "num_key_value_heads", "head_dim", "d_kv",
+        "num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "encoder_layers",
+        "decoder_layers", "num_hidden_groups", "inner_group_num", "max_position_embeddings", "n_positions",
+        "type_vocab_size", "num_local_experts", "num_experts", "num_experts_per_tok", "sliding_window_pattern",
+        "global_attn_every_n_layers", "relative_attention_num_buckets", "relative_attention_max_distance",
+    })  # fmt: skip
 
     def get(self, key: str, default: Any = None) -> Any:
         value = super().get(key, default)
+        if key in self.POSITIVE and _is_number(value) and value <= 0:
+            kind = "integer" if isinstance(value, int) else "number"
+            raise HFError(f"config.json {key}={value!r}: a positive {kind} is expected")
         if default is None or value is default or (value is None and key in self.NULLABLE):
             return value
         expected = _expected_kind(default)
         if expected is not None and not _is_kind(value, default):
             raise HFError(f"config.json {key}: expected {expected}, got {json_kind(value)}")
         return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _expected_kind(default: Any) -> str | None:
@@ -201,12 +221,25 @@ def has_lm_head(config: Mapping[str, Any], names: set[str], *, headed: str, pref
     )
 
 
-def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int | None = None) -> int | None:
+def token_id(
+    config: Mapping[str, Any],
+    key: str,
+    vocab_size: int,
+    default: int | None = None,
+    *,
+    padding_idx: bool = True,
+) -> int | None:
     """A special-token id from the config, or None when absent or outside the vocabulary.
 
     Small test configs often keep a family's default id (GPT-2's 50256) with a tiny vocabulary; such an id
     names no row of the embedding, so it is dropped rather than failing spec validation. A list (Llama 3's
     several end-of-turn ids) keeps its first entry.
+
+    ``pad_token_id`` is the exception where ``padding_idx`` (the default): the family's transformers
+    embedding takes it as its ``padding_idx``, which must lie in [-vocab_size, vocab_size) (torch's
+    assertion), so an id outside is refused, naming it, as transformers fails on it. A negative id inside
+    that range is torch's count from the end: it only keeps that row's gradient at zero, and is dropped.
+    GPT-2, T5, CTRL, GPT-NeoX and MPNet embed without a padding_idx (``padding_idx=False``).
     """
     value = config[key] if key in config else default  # noqa: SIM401 (not TypedConfig.get: null is "none")
     ids = value if isinstance(value, list) else [value]
@@ -217,6 +250,16 @@ def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int 
             f"config.json {key}: expected a token id (an integer), a list of them or null, got {got}"
         )
     value = ids[0] if ids else None
+    if (
+        key == "pad_token_id"
+        and padding_idx
+        and isinstance(value, int)
+        and not -vocab_size <= value < vocab_size
+    ):
+        raise HFError(
+            f"config.json pad_token_id={value} is outside the vocabulary (vocab_size={vocab_size}); "
+            "transformers' embedding takes it as its padding_idx and refuses it"
+        )
     return value if isinstance(value, int) and 0 <= value < vocab_size else None
 
 

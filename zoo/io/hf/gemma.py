@@ -63,7 +63,9 @@ class Variant:
     activation_key: the config key of the MLP's activation. sandwich: four norms per layer. softcap:
     ``attention`` (attn_logit_softcapping and final_logit_softcapping) or ``final`` only. layered: per-layer
     ``layer_types`` with ``sliding_window``, ``query_pre_attn_scalar``; local_rope: Gemma 3's per-layer-type
-    rotary bases and q/k norms. pattern: the sliding-window period of the default ``layer_types``.
+    rotary bases and q/k norms. pattern: the sliding-window period of the default ``layer_types``;
+    pattern_key: the config key that may change it (Gemma 3's ``sliding_window_pattern``; Gemma 2's
+    config class ignores that key, its period is 2).
     """
 
     model_type: str
@@ -75,6 +77,7 @@ class Variant:
     layered: bool
     local_rope: bool
     pattern: int = 0
+    pattern_key: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
 
 
@@ -101,7 +104,7 @@ VARIANTS = (
     ),
     Variant(
         "gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel", "hidden_activation", sandwich=True,
-        softcap="final", layered=True, local_rope=True, pattern=6,
+        softcap="final", layered=True, local_rope=True, pattern=6, pattern_key="sliding_window_pattern",
         defaults={**_COMMON, "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
                   "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
                   "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096,
@@ -195,7 +198,7 @@ def _windows_from_config(variant: Variant, config: dict[str, Any], get: Any) -> 
         return [None] * num_layers
     types = config.get("layer_types")
     if types is None:  # transformers: every `pattern`-th layer global, the others sliding
-        period = config.get("sliding_window_pattern", variant.pattern)
+        period = config.get(variant.pattern_key, variant.pattern) if variant.pattern_key else variant.pattern
         types = [SLIDING if (i + 1) % period else FULL for i in range(num_layers)]
     if (
         not isinstance(types, list)

@@ -94,7 +94,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
         "dropout": config.get("hidden_dropout", 0.0),
         "init": {"std": config.get("initializer_range", 0.02)},
-        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, padding_idx=False),  # embed_in has none
         "bos_token_id": token_id(config, "bos_token_id", vocab, 0),
         "eos_token_id": token_id(config, "eos_token_id", vocab, 2),
     })  # fmt: skip

@@ -94,7 +94,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         },
         "dropout": config.get("hidden_dropout_prob", 0.1),
         "init": {"std": config.get("initializer_range", 0.02)},
-        "pad_token_id": token_id(config, "pad_token_id", vocab, 1),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, 1, padding_idx=False),  # padding_idx is 1
         "bos_token_id": token_id(config, "bos_token_id", vocab, 0),
         "eos_token_id": token_id(config, "eos_token_id", vocab, 2),
     })  # fmt: skip
