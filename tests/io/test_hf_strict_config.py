@@ -67,7 +67,7 @@ def test_a_gpt2_config_field_of_the_wrong_type_is_named(
     ("changes", "message"),
     [
         ({"rope_theta": "1e4"}, "rope_theta: expected a number, got a string"),
-        ({"num_attention_heads": 0}, r"attention\.num_heads: Input should be greater than 0"),
+        ({"num_attention_heads": 0}, r"config\.json num_attention_heads=0: a positive integer is expected"),
         ({"num_hidden_layers": 10**12}, "num_hidden_layers=1000000000000 must be in"),
         ({"rope_scaling": {"rope_type": ["llama3"]}}, r"rope_type=\['llama3'\] is not supported"),
         ({"rms_norm_eps": 1e300}, r"norm\.eps: Input should be less than 1"),

@@ -28,8 +28,9 @@ Both are the post-norm 2017 Transformer with biases everywhere; they differ only
     lm_head.weight (untied only)                                     lm_head.weight
 
 A headless ``BartModel`` checkpoint (no ``model.`` prefix, no final_logits_bias) imports too: its logits bias
-is zero. Marian's sinusoid table is not trained: a stored copy is ignored on import and none is written on
-export (transformers recomputes it). transformers counts BART/Marian positions from 0 with ``arange``; zoo
+is zero. Marian's sinusoid table is not trained: none is written on export (transformers recomputes it), and
+a stored one is read on import only to check that it is the sinusoids (transformers would use it as stored:
+`check_stored_sinusoids`). transformers counts BART/Marian positions from 0 with ``arange``; zoo
 counts them over the attention mask, which is the same for right-padded batches.
 
 The paper's Transformer (``transformer-*`` presets: sinusoids in the "interleaved" layout, sin/cos
@@ -55,6 +56,7 @@ from typing import Any
 
 import torch
 
+from zoo.blocks.position import sinusoidal_table
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
@@ -269,6 +271,31 @@ def drop_copies(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
             )
 
 
+def check_stored_sinusoids(tensors: StateDict, spec: EncoderDecoderSpec) -> None:
+    """A stored ``model.{s}.embed_positions.weight`` (Marian's and Pegasus's fixed table: transformers
+    reads it as stored when a file holds one) must be the sines and cosines zoo computes, to the stored
+    dtype's rounding; any other table is refused, naming it (zoo's positions are computed, never read)."""
+    for side in spec.stacks():
+        name = f"model.{side}.embed_positions.weight"
+        if name not in tensors:
+            continue
+        stored = tensors[name]
+        expected = sinusoidal_table(spec.max_positions, spec.d_model, layout="half")  # (P, C)
+        if stored.shape != expected.shape:
+            raise HFError(
+                f"{name} has shape {tuple(stored.shape)}; the sinusoid table for max_position_embeddings="
+                f"{spec.max_positions} and d_model={spec.d_model} is {tuple(expected.shape)}"
+            )
+        if not stored.is_floating_point():
+            raise HFError(f"{name} is {str(stored.dtype).removeprefix('torch.')}: a float table is expected")
+        gap = (stored.float() - expected.to(stored.dtype).float()).abs().max().item()
+        if gap > 2 * torch.finfo(stored.dtype).eps:
+            raise HFError(
+                f"{name} is not the sinusoid table (max difference {gap:.3g}); transformers would use the "
+                "stored table as it is, and zoo computes the sinusoids: refusing rather than ignore it"
+            )
+
+
 def write_stack_copies(out: StateDict, spec: EncoderDecoderSpec) -> None:
     """An own head (``tie_word_embeddings: false``) unties each stack's ``embed_tokens`` from ``shared`` too
     in transformers 5.x: write them, copies of the one table, so that nothing is missing on load (4.x ties
@@ -288,7 +315,9 @@ def _hf_to_zoo(tensors: StateDict, spec: ModelSpec, *, marian: bool) -> StateDic
         dtype = next((t.dtype for t in tensors.values() if t.is_floating_point()), torch.float32)
         tensors["final_logits_bias"] = torch.zeros(1, spec.vocab_size, dtype=dtype)  # transformers' start
     drop_copies(tensors, spec)
-    ignore = (*_IGNORED, _SINUSOIDS) if marian else _IGNORED  # the sinusoids are recomputed, never read
+    if marian:
+        check_stored_sinusoids(tensors, spec)
+    ignore = (*_IGNORED, _SINUSOIDS) if marian else _IGNORED  # the sinusoids are recomputed (checked above)
     return rules_to_zoo(tensor_rules(spec, marian=marian), tensors, ignore=ignore)
 
 

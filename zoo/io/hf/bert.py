@@ -19,10 +19,11 @@ and an embedding LayerNorm; separate query/key/value matrices that zoo fuses int
     big_bird        from 0          yes          post, embedding norm   + attention_type    cls.predictions (hidden_act)
 
 RoBERTa counts positions from padding_idx + 1 (fairseq): zoo's ``LearnedPositions(offset=pad_token_id + 1)``
-with positions counted over the attention mask. Each row also names the layer's tensors (`Layer`), the
-pooler, the head classes and their module prefix (``bert.``, ``roberta.``, ...: a bare ``*Model`` checkpoint
-has none), the pretraining-only tensors dropped on import (BERT's next-sentence head ``cls.seq_relationship``),
-and the sequence classifier: BERT's ``pooler -> dropout -> classifier`` (``pooling: pooler``), RoBERTa's
+with positions counted over the attention mask; a config without a pad_token_id in the vocabulary is refused
+(transformers fails on it). Each row also names the layer's tensors (`Layer`), the pooler, the head classes
+and their module prefix (``bert.``, ``roberta.``, ...: a bare ``*Model`` checkpoint has none), the
+pretraining-only tensors dropped on import (BERT's next-sentence head ``cls.seq_relationship``), and the
+sequence classifier: BERT's ``pooler -> dropout -> classifier`` (``pooling: pooler``), RoBERTa's
 ``classifier.{dense, out_proj}`` over <s> (``pooling: dense``). A token classifier is ``classifier`` over
 every token; label names, problem_type and the classifier dropout go through `zoo.io.hf.classifier`. A tied
 MLM decoder is the word embeddings. XLM-RoBERTa is RoBERTa's layout and math under other class names (body
@@ -62,6 +63,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.spec import EncoderSpec, ModelSpec, RelativeBiasSpec, parse_spec
+from zoo.spec.errors import short_repr
 from zoo.spec.model import SequenceClassifierSpec, TokenClassifierSpec
 
 Classifier = SequenceClassifierSpec | TokenClassifierSpec
@@ -122,6 +124,7 @@ class Variant:
     sequence_tensor: str = "pooler.dense.weight"
     keys: dict[str, str] = field(default_factory=dict)
     position_offset: int | None = 0
+    padding_idx: bool = True  # the embedding takes pad_token_id as its padding_idx (`common.token_id`)
     relative_bias: tuple[str, RelativeBiasSpec] | None = None  # MPNet's table (its name) beside positions
     token_types: bool = True
     pre_norm: bool = False
@@ -216,10 +219,17 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
     body = {n.removeprefix(variant.prefix) for n in names}
     pre = variant.pre_norm
     vocab = get("vocab_size")
-    pad = token_id(config, "pad_token_id", vocab, variant.defaults["pad_token_id"])
-    offset = (
-        (pad if pad is not None else 0) + 1 if variant.position_offset is None else variant.position_offset
+    pad = token_id(
+        config, "pad_token_id", vocab, variant.defaults["pad_token_id"], padding_idx=variant.padding_idx
     )
+    offset = variant.position_offset
+    if offset is None:  # RoBERTa's positions count from pad_token_id + 1
+        if pad is None:  # transformers fails on null; a negative id would move every position's row
+            raise HFError(
+                f"config.json pad_token_id={short_repr(config.get('pad_token_id'))}: {variant.model_type} "
+                f"counts positions from pad_token_id + 1, so it must be a token id in [0, vocab_size={vocab})"
+            )
+        offset = pad + 1
     activation = activation_from_hf(get("hidden_act"), field=variant.key("hidden_act"))
     d_model, dropout = get("hidden_size"), get("hidden_dropout_prob")
     has_mlm = any(n.startswith(variant.mlm.marker) for n in names)
@@ -415,12 +425,23 @@ def hf_to_zoo(variant: Variant, tensors: StateDict, spec: ModelSpec) -> StateDic
             for n, t in tensors.items()
         }
     names, mlm = variant.mlm, spec.heads.mlm
-    # A tied head may still store its decoder (copies of the embedding and bias); an untied one keeps an
-    # unused bias beside the decoder's own.
+    # A tied head may still store its decoder (copies of the embedding and bias: used only when equal); an
+    # untied one keeps an unused bias beside the decoder's own.
     decoder = re.escape(names.decoder)
-    extra = [rf"{decoder}\.(weight|bias)"] if mlm is None or mlm.tied else [re.escape(names.bias)]
+    extra = [rf"{decoder}\.(weight|bias)"] if mlm is None else [] if mlm.tied else [re.escape(names.bias)]
     body = strip_prefix(tensors, variant.prefix)
-    return rules_to_zoo(tensor_rules(variant, spec, ""), body, ignore=[*variant.ignored, *extra])
+    tied = _mlm_copies(names) if mlm is not None and mlm.tied else {}
+    return rules_to_zoo(tensor_rules(variant, spec, ""), body, ignore=[*variant.ignored, *extra], tied=tied)
+
+
+def _mlm_copies(names: MLMHead) -> dict[str, str]:
+    """The tensors a tied MLM head may store as copies (`common.check_tied_copies`): the decoder's weight
+    (the embeddings) and, where the head adds a bias of its own beside the decoder's, the decoder's bias
+    (DistilBERT's and ELECTRA's decoder bias is the head's bias itself, read by the rules)."""
+    copies = {f"{names.decoder}.weight": "embed.tokens.weight"}
+    if names.bias != f"{names.decoder}.bias":
+        copies[f"{names.decoder}.bias"] = "mlm_head.bias"
+    return copies
 
 
 def zoo_to_hf(variant: Variant, tensors: StateDict, spec: ModelSpec) -> StateDict:

@@ -161,15 +161,35 @@ class TypedConfig(dict[str, Any]):
     """
 
     NULLABLE = frozenset({"sliding_window", "num_key_value_heads", "head_dim", "rope_scaling"})
+    # Widths and counts: 0 or less is refused, naming the key, whatever the default. transformers fails on
+    # most (an empty projection, a division by zero), and a family must not read 0 as "absent" (GPT-2's
+    # ``n_inner or 4 * n_embd``, T5's ``num_decoder_layers or num_layers``).
+    POSITIVE = frozenset({
+        "vocab_size", "hidden_size", "n_embd", "d_model", "dim", "embedding_size", "word_embed_proj_dim",
+        "intermediate_size", "d_ff", "dff", "n_inner", "hidden_dim", "ffn_dim", "encoder_ffn_dim",
+        "decoder_ffn_dim", "moe_intermediate_size", "num_attention_heads", "n_head", "n_heads", "num_heads",
+        "encoder_attention_heads", "decoder_attention_heads", "num_key_value_heads", "head_dim", "d_kv",
+        "num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers", "encoder_layers",
+        "decoder_layers", "num_hidden_groups", "inner_group_num", "max_position_embeddings", "n_positions",
+        "type_vocab_size", "num_local_experts", "num_experts", "num_experts_per_tok", "sliding_window_pattern",
+        "global_attn_every_n_layers", "relative_attention_num_buckets", "relative_attention_max_distance",
+    })  # fmt: skip
 
     def get(self, key: str, default: Any = None) -> Any:
         value = super().get(key, default)
+        if key in self.POSITIVE and _is_number(value) and value <= 0:
+            kind = "integer" if isinstance(value, int) else "number"
+            raise HFError(f"config.json {key}={value!r}: a positive {kind} is expected")
         if default is None or value is default or (value is None and key in self.NULLABLE):
             return value
         expected = _expected_kind(default)
         if expected is not None and not _is_kind(value, default):
             raise HFError(f"config.json {key}: expected {expected}, got {json_kind(value)}")
         return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _expected_kind(default: Any) -> str | None:
@@ -221,12 +241,25 @@ def has_lm_head(config: Mapping[str, Any], names: set[str], *, headed: str, pref
     )
 
 
-def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int | None = None) -> int | None:
+def token_id(
+    config: Mapping[str, Any],
+    key: str,
+    vocab_size: int,
+    default: int | None = None,
+    *,
+    padding_idx: bool = True,
+) -> int | None:
     """A special-token id from the config, or None when absent or outside the vocabulary.
 
     Small test configs often keep a family's default id (GPT-2's 50256) with a tiny vocabulary; such an id
     names no row of the embedding, so it is dropped rather than failing spec validation. A list (Llama 3's
     several end-of-turn ids) keeps its first entry.
+
+    ``pad_token_id`` is the exception where ``padding_idx`` (the default): the family's transformers
+    embedding takes it as its ``padding_idx``, which must lie in [-vocab_size, vocab_size) (torch's
+    assertion), so an id outside is refused, naming it, as transformers fails on it. A negative id inside
+    that range is torch's count from the end: it only keeps that row's gradient at zero, and is dropped.
+    GPT-2, T5, CTRL and GPT-NeoX embed without a padding_idx, and MPNet's is always 1 (``padding_idx=False``).
     """
     value = config[key] if key in config else default  # noqa: SIM401 (not TypedConfig.get: null is "none")
     ids = value if isinstance(value, list) else [value]
@@ -237,6 +270,16 @@ def token_id(config: Mapping[str, Any], key: str, vocab_size: int, default: int 
             f"config.json {key}: expected a token id (an integer), a list of them or null, got {got}"
         )
     value = ids[0] if ids else None
+    if (
+        key == "pad_token_id"
+        and padding_idx
+        and isinstance(value, int)
+        and not -vocab_size <= value < vocab_size
+    ):
+        raise HFError(
+            f"config.json pad_token_id={value} is outside the vocabulary (vocab_size={vocab_size}); "
+            "transformers' embedding takes it as its padding_idx and refuses it"
+        )
     return value if isinstance(value, int) and 0 <= value < vocab_size else None
 
 
@@ -371,10 +414,21 @@ def strip_prefix(tensors: StateDict, prefix: str) -> StateDict:
     return {name.removeprefix(prefix): tensor for name, tensor in tensors.items()}
 
 
-def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[str] = ()) -> StateDict:
+def rules_to_zoo(
+    rules: Iterable[Rule],
+    tensors: StateDict,
+    *,
+    ignore: Sequence[str] = (),
+    tied: Mapping[str, str] | None = None,
+) -> StateDict:
     """Apply a table to HF tensors -> zoo tensors. Every HF tensor must be used or match an ``ignore`` regex
     (or `COMMON_IGNORED`); every rule's HF tensors must exist and be floating point (fused parts of one
-    dtype)."""
+    dtype).
+
+    ``tied``: HF tensors a tied config does not read, each the copy of a zoo tensor (``{"lm_head.weight":
+    "embed.tokens.weight"}``). A file may store such a copy; it is used only when it equals that tensor
+    (`check_tied_copies`).
+    """
     out: StateDict = {}
     used: set[str] = set()
     missing: list[str] = []
@@ -414,6 +468,7 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
         raise HFError(f"the checkpoint lacks tensors: {', '.join(missing[:5])}{more}")
+    used.update(check_tied_copies(rules, tensors, out, tied or {}))
     patterns = [re.compile(p) for p in (*COMMON_IGNORED, *ignore)]
     unused = [n for n in tensors if n not in used and not any(p.fullmatch(n) for p in patterns)]
     if unused:
@@ -422,6 +477,29 @@ def rules_to_zoo(rules: Iterable[Rule], tensors: StateDict, *, ignore: Sequence[
             f"the checkpoint has tensors zoo's spec has no place for: {', '.join(sorted(unused)[:5])}{more}"
         )
     return out
+
+
+def check_tied_copies(
+    rules: Iterable[Rule], tensors: StateDict, converted: StateDict, tied: Mapping[str, str]
+) -> list[str]:
+    """The stored copies ``tied`` names (HF name -> the zoo tensor it copies), each checked equal to what
+    zoo loads for that tensor; a copy that differs is refused, naming it.
+
+    transformers 5 ties a head to the embeddings only when the file stores no head or an equal one: a
+    different stored head is kept as a head of its own (with a warning), which a tied spec cannot hold.
+    """
+    sources = {rule.zoo: rule.hf[0] for rule in rules}
+    found = [name for name in tied if name in tensors]
+    for name in found:
+        target = converted[tied[name]]
+        copy = tensors[name]
+        if copy.shape != target.shape or not torch.equal(copy.to(target.dtype), target):
+            raise HFError(
+                f"{name} differs from {sources.get(tied[name], tied[name])}, but config.json ties them "
+                "(tie_word_embeddings); transformers then keeps the stored one as its own head: set "
+                "tie_word_embeddings to false to load it"
+            )
+    return found
 
 
 def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
@@ -467,20 +545,24 @@ DecoderRules = Callable[[Any, str], list[Rule]]  # (DecoderSpec, body prefix) ->
 
 
 def decoder_converters(
-    rules: DecoderRules, *, prefix: str, ignore: Sequence[str] = ()
+    rules: DecoderRules,
+    *,
+    prefix: str,
+    ignore: Sequence[str] = (),
+    heads: Sequence[str] = ("lm_head.weight",),
 ) -> tuple[Callable[[StateDict, ModelSpec], StateDict], Callable[[StateDict, ModelSpec], StateDict]]:
     """``(hf_to_zoo, zoo_to_hf)`` for a decoder family whose head class keeps the body under ``prefix``.
 
     Import strips ``prefix`` wherever it appears (a headless ``*Model`` file and some original releases have
-    none) and ignores a tied head's stored copy of the embeddings, as transformers does; export writes the
-    prefix only when there is a head. ``ignore``: more regexes of tensors that hold nothing learned.
+    none) and reads a tied head's stored copy of the embeddings (``heads``: its names) as transformers does:
+    unused when it equals them, refused when it differs (`check_tied_copies`); export writes the prefix only
+    when there is a head. ``ignore``: more regexes of tensors that hold nothing learned.
     """
 
     def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
         head = getattr(spec, "lm_head", None)
-        tied = head is None or head.tied
-        skipped = [*ignore, *([r"lm_head\.weight"] if tied else [])]
-        return rules_to_zoo(rules(spec, ""), strip_prefix(tensors, prefix), ignore=skipped)
+        tied = {name: "embed.tokens.weight" for name in heads} if head is None or head.tied else {}
+        return rules_to_zoo(rules(spec, ""), strip_prefix(tensors, prefix), ignore=ignore, tied=tied)
 
     def zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:
         has_head = getattr(spec, "lm_head", None) is not None

@@ -70,7 +70,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         "lm_head": {"tied": config.get("tie_word_embeddings", True) is not False, "bias": True} if has_head else None,
         "dropout": config.get("resid_pdrop", 0.1),
         "init": {"std": config.get("initializer_range", 0.02)},
-        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, padding_idx=False),  # w has none
         "bos_token_id": token_id(config, "bos_token_id", vocab),
         "eos_token_id": token_id(config, "eos_token_id", vocab),
     })  # fmt: skip

@@ -48,7 +48,7 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.io.hf.llama import FULL, SLIDING, layer_windows
-from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
+from zoo.io.hf.rope import as_rotary, layer_rope, legacy_scaling, local_rope, rope_from_config, rope_to_config
 from zoo.spec import DecoderSpec, ModelSpec, ResolvedStack, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
@@ -63,7 +63,9 @@ class Variant:
     activation_key: the config key of the MLP's activation. sandwich: four norms per layer. softcap:
     ``attention`` (attn_logit_softcapping and final_logit_softcapping) or ``final`` only. layered: per-layer
     ``layer_types`` with ``sliding_window``, ``query_pre_attn_scalar``; local_rope: Gemma 3's per-layer-type
-    rotary bases and q/k norms. pattern: the sliding-window period of the default ``layer_types``.
+    rotary bases and q/k norms. pattern: the sliding-window period of the default ``layer_types``;
+    pattern_key: the config key that may change it (Gemma 3's ``sliding_window_pattern``; Gemma 2's
+    config class ignores that key, its period is 2).
     """
 
     model_type: str
@@ -75,6 +77,7 @@ class Variant:
     layered: bool
     local_rope: bool
     pattern: int = 0
+    pattern_key: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
 
 
@@ -101,7 +104,7 @@ VARIANTS = (
     ),
     Variant(
         "gemma3_text", "Gemma3ForCausalLM", "Gemma3TextModel", "hidden_activation", sandwich=True,
-        softcap="final", layered=True, local_rope=True, pattern=6,
+        softcap="final", layered=True, local_rope=True, pattern=6, pattern_key="sliding_window_pattern",
         defaults={**_COMMON, "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
                   "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
                   "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 4096,
@@ -195,7 +198,7 @@ def _windows_from_config(variant: Variant, config: dict[str, Any], get: Any) -> 
         return [None] * num_layers
     types = config.get("layer_types")
     if types is None:  # transformers: every `pattern`-th layer global, the others sliding
-        period = config.get("sliding_window_pattern", variant.pattern)
+        period = config.get(variant.pattern_key, variant.pattern) if variant.pattern_key else variant.pattern
         types = [SLIDING if (i + 1) % period else FULL for i in range(num_layers)]
     if (
         not isinstance(types, list)
@@ -239,21 +242,12 @@ def _rope_from_config(variant: Variant, config: dict[str, Any]) -> dict[str, Any
             f"config.json rope_parameters must map {FULL!r} and {SLIDING!r} to rotary settings (Gemma 3 keys "
             f"them by layer type), got {short_repr(params)}"
         )
-    params = params or {}
-    full, local = dict(params.get(FULL) or {}), dict(params.get(SLIDING) or {})
-    full = {"rope_type": "default", **(config.get("rope_scaling") or {}), **full}  # as transformers merges
-    local = {"rope_type": "default", **local}
+    scaling = legacy_scaling(config)
+    full, local = layer_rope(params, FULL, scaling), layer_rope(params, SLIDING, {})
     full.setdefault("rope_theta", config.get("rope_theta", _GEMMA3_THETA["global"]))
     local.setdefault("rope_theta", config.get("rope_local_base_freq", _GEMMA3_THETA["local"]))
-    position = rope_from_config({"rope_parameters": full})
-    if local == full:
-        return position  # the local layers rotate as the global ones
-    if local["rope_type"] != "default" or set(local) - {"rope_type", "rope_theta"}:
-        raise HFError(
-            f"config.json rope_parameters.{SLIDING}={short_repr(local)}: zoo's local layers use plain rotary "
-            "(position.local_theta), with no scaling, or the global layers' settings"
-        )
-    return position | {"local_theta": local["rope_theta"]}
+    where = "rope_scaling" if scaling else f"rope_parameters.{FULL}"
+    return local_rope(full, local, where=where, local_where=f"rope_parameters.{SLIDING}")
 
 
 # -- spec -> config ----------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
         "dropout": config.get("hidden_dropout", 0.0),
         "init": {"std": config.get("initializer_range", 0.02)},
-        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, padding_idx=False),  # embed_in has none
         "bos_token_id": token_id(config, "bos_token_id", vocab, 0),
         "eos_token_id": token_id(config, "eos_token_id", vocab, 2),
     })  # fmt: skip
@@ -161,7 +161,12 @@ def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
     return rules
 
 
-_hf_to_zoo, zoo_to_hf = decoder_converters(_rules, prefix=PREFIX, ignore=_OLD_BUFFERS)
+_hf_to_zoo, zoo_to_hf = decoder_converters(
+    _rules,
+    prefix=PREFIX,
+    ignore=_OLD_BUFFERS,
+    heads=("lm_head.weight", HEAD),  # a tied head may store either
+)
 
 
 def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:

@@ -21,8 +21,9 @@ Both keep BART's ``final_logits_bias`` and tie the head to the shared table unle
 ``tie_word_embeddings: false``. transformers 5.x then unties the stacks' ``embed_tokens`` from ``shared`` as
 well; zoo keeps one table for both stacks, so their copies must equal it (as in every published file and in
 what transformers 4.x wrote; one that differs is refused, named), and an export with its own head writes the
-copies. Pegasus stores its sinusoid table although it is never trained: it is
-ignored on import (zoo recomputes it) and written on export, since transformers lists it as missing otherwise.
+copies. Pegasus stores its sinusoid table although it is never trained: zoo recomputes it on import, after
+checking that the stored one is the sinusoids (transformers reads it as stored: another table is refused), and
+writes it on export, since transformers lists it as missing otherwise.
 transformers numbers positions with ``arange`` and zoo over the attention mask: the same for right-padded
 batches, as for BART.
 
@@ -172,7 +173,9 @@ def hf_to_zoo(tensors: StateDict, spec: ModelSpec, variant: Variant) -> StateDic
         dtype = next((t.dtype for t in tensors.values() if t.is_floating_point()), torch.float32)
         tensors["final_logits_bias"] = torch.zeros(1, spec.vocab_size, dtype=dtype)  # transformers' start
     bart.drop_copies(tensors, spec)  # the per-stack aliases of ``shared`` and a tied head
-    ignore = (*_IGNORED, _SINUSOIDS) if variant.sinusoids else _IGNORED  # recomputed, never read
+    if variant.sinusoids:
+        bart.check_stored_sinusoids(tensors, spec)
+    ignore = (*_IGNORED, _SINUSOIDS) if variant.sinusoids else _IGNORED  # recomputed (checked above)
     return rules_to_zoo(_rules(spec, variant), tensors, ignore=ignore)
 
 

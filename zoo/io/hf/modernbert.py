@@ -48,7 +48,7 @@ from zoo.io.hf.common import (
     strip_prefix,
     token_id,
 )
-from zoo.io.hf.rope import as_rotary, rope_from_config, rope_to_config
+from zoo.io.hf.rope import as_rotary, layer_rope, legacy_scaling, local_rope, rope_to_config
 from zoo.spec import EncoderSpec, ModelSpec, RotaryPositions, parse_spec
 from zoo.spec.errors import short_repr
 from zoo.spec.limits import LAYERS
@@ -173,21 +173,12 @@ def _rope_from_config(config: dict[str, Any]) -> dict[str, Any]:
             f"config.json rope_parameters must map {FULL!r} and {SLIDING!r} to rotary settings (ModernBERT "
             f"keys them by layer type), got {short_repr(params)}"
         )
-    params = params or {}
-    scaling = config.get("rope_scaling") or {}  # transformers applies it to both layer types
-    full = {"rope_type": "default", **scaling, **dict(params.get(FULL) or {})}
-    local = {"rope_type": "default", **scaling, **dict(params.get(SLIDING) or {})}
+    scaling = legacy_scaling(config)  # transformers lays it over both layer types
+    full, local = layer_rope(params, FULL, scaling), layer_rope(params, SLIDING, scaling)
     full.setdefault("rope_theta", config.get("global_rope_theta", _THETA["global"]))
     local.setdefault("rope_theta", config.get("local_rope_theta", _THETA["local"]))
-    position = rope_from_config({"rope_parameters": full})
-    if local == full:
-        return position  # the local layers rotate as the global ones
-    if local.get("rope_type") != "default" or set(local) - {"rope_type", "rope_theta"}:
-        raise HFError(
-            f"config.json rope_parameters.{SLIDING}={short_repr(local)}: zoo's local layers use plain rotary "
-            "(position.local_theta), with no scaling, or the global layers' settings"
-        )
-    return position | {"local_theta": local["rope_theta"]}
+    where = "rope_scaling" if scaling else f"rope_parameters.{FULL}"
+    return local_rope(full, local, where=where, local_where=f"rope_parameters.{SLIDING}")
 
 
 # -- spec -> config ----------------------------------------------------------------------------------------
@@ -322,8 +313,8 @@ def _rules(spec: EncoderSpec, prefix: str) -> list[Rule]:
 def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderSpec)
     mlm = spec.heads.mlm
-    tied = [r"decoder\.weight"] if mlm is not None and mlm.tied else []  # a tied decoder's stored copy
-    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), ignore=tied)
+    tied = {"decoder.weight": "embed.tokens.weight"} if mlm is not None and mlm.tied else {}  # used if equal
+    return rules_to_zoo(_rules(spec, ""), strip_prefix(tensors, PREFIX), tied=tied)
 
 
 def _zoo_to_hf(tensors: StateDict, spec: ModelSpec) -> StateDict:

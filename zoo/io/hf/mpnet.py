@@ -78,6 +78,7 @@ MPNET = Variant(
     sequence_pooling="dense",
     sequence_tensor="",
     position_offset=OFFSET,
+    padding_idx=False,  # its embedding's padding_idx is 1 whatever pad_token_id says
     relative_bias=("encoder.relative_attention_bias", BIAS),
     token_types=False,
     bert_checks=False,

@@ -16,6 +16,11 @@ reads either; `rope_to_config` writes both, so either version loads the export.
     fraction (partial rotary)            partial_rotary_factor    read only where the family's attention
                                                                   slices it (``partial=True``: Phi-3, GPT-NeoX)
 
+A scaling zoo cannot run is refused naming the field, as is an invalid one: a ``factor`` (or Llama 3's
+``low_freq_factor`` / ``high_freq_factor``) that is not a positive number, or a ``type`` (4.x's key) that
+disagrees with ``rope_type`` beside it (what transformers 5 leaves when it merges a legacy ``rope_scaling``
+into Gemma 3's or ModernBERT's ``rope_parameters``: 4.x applied the one, 5.x the other).
+
 ``dynamic`` (NTK) is refused: transformers recomputes its frequencies from the longest sequence a model
 has seen since it was built, so the angles of a position depend on earlier calls, and no fixed table (nor
 any stateless function of the current batch) reproduces that. YaRN has no zoo field either. LongRoPE's
@@ -48,6 +53,7 @@ def rope_from_config(
     layer_types: list[str] | None = None,
     partial: bool = False,
     kinds: tuple[str, ...] = SUPPORTED,
+    where: str | None = None,
 ) -> dict[str, Any]:
     """The ``position`` sub-spec (a dict) for a config's rotary settings; HFError for what zoo cannot run.
 
@@ -57,10 +63,16 @@ def rope_from_config(
     ``fraction``; elsewhere a factor other than 1 is refused.
     ``kinds``: the rope types the family reads. ``longrope`` only where transformers' generation recomputes
     the cache when the factors switch, as zoo's does (Phi-3): elsewhere greedy decoding would differ.
+    ``where``: the config key the settings came from, for messages (by default the one read).
     """
+    where = where or ("rope_scaling" if config.get("rope_scaling") else "rope_parameters")
     params = _flat(config.get("rope_scaling") or config.get("rope_parameters") or {}, layer_types)
-    kind = params.get("rope_type", params.get("type", "default"))
-    kind = _ALIASES.get(kind, kind) if isinstance(kind, str) else kind
+    if "rope_type" in params and "type" in params and _kind(params["type"]) != _kind(params["rope_type"]):
+        raise HFError(
+            f"config.json {where}: type={short_repr(params['type'])} disagrees with "
+            f"rope_type={short_repr(params['rope_type'])}; give one rope_type"
+        )
+    kind = _kind(params.get("rope_type", params.get("type", "default")))
     if not isinstance(kind, str) or kind not in kinds:
         why = _WHY_NOT.get(kind, "zoo's RotaryPositions has no field for it") if isinstance(kind, str) else ""
         if kind == "longrope":
@@ -77,7 +89,7 @@ def rope_from_config(
     if fraction != 1.0:
         position["fraction"] = fraction
     if kind == "linear":
-        position["scaling"] = {"type": "linear", "factor": _field(params, "factor", kind)}
+        position["scaling"] = {"type": "linear", "factor": _positive(params, "factor", kind, where)}
     elif kind == "llama3":
         # as transformers' standardize_rope_params: a top-level value first (Phi-3 keeps it there), then the
         # rotary dict's, then the whole context
@@ -87,15 +99,52 @@ def rope_from_config(
         )
         position["scaling"] = {
             "type": "llama3",
-            **{name: _field(params, name, kind) for name in _LLAMA3},
+            **{name: _positive(params, name, kind, where) for name in _LLAMA3},
             "original_max_positions": original,
         }
     elif kind == "longrope":
-        position["scaling"] = _longrope_from_config(config, params)
+        position["scaling"] = _longrope_from_config(config, params, where)
     return position
 
 
-def _longrope_from_config(config: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+def legacy_scaling(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's legacy ``rope_scaling`` (4.x's key; {} when absent), which transformers 5 lays over the
+    per-layer-type ``rope_parameters`` of Gemma 3 and ModernBERT (`layer_rope`)."""
+    scaling = config.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, Mapping):
+        raise HFError(f"config.json rope_scaling must be a mapping or null, got {short_repr(scaling)}")
+    return dict(scaling or {})
+
+
+def layer_rope(params: Mapping[str, Any] | None, kind: str, scaling: Mapping[str, Any]) -> dict[str, Any]:
+    """One layer type's rotary settings as transformers 5 reads them (``convert_rope_params_to_dict``): its
+    ``rope_parameters`` entry, or ``{"rope_type": "default"}`` for a config without rope_parameters, updated
+    by ``scaling`` (rope_scaling's keys win, a rope_type beside a legacy ``type`` included)."""
+    own = params.get(kind) if params is not None else {"rope_type": "default"}
+    if own is not None and not isinstance(own, Mapping):
+        raise HFError(f"config.json rope_parameters.{kind} must be a mapping, got {short_repr(own)}")
+    return dict(own or {}) | dict(scaling)
+
+
+def local_rope(
+    full: dict[str, Any], local: dict[str, Any], *, where: str, local_where: str
+) -> dict[str, Any]:
+    """The ``position`` sub-spec of a stack whose global layers rotate by ``full`` (read from config key
+    ``where``) and local ones by ``local`` (``local_where``): the same settings, or a plain local rotary
+    whose base is ``position.local_theta``."""
+    position = rope_from_config({"rope_parameters": full}, where=where)
+    local_position = rope_from_config({"rope_parameters": local}, where=local_where)
+    if local_position == position:
+        return position  # the local layers rotate as the global ones
+    if set(local_position) != {"kind", "theta"}:
+        raise HFError(
+            f"config.json {local_where}={short_repr(local)}: zoo's local layers use plain rotary "
+            "(position.local_theta), with no scaling, or the global layers' settings"
+        )
+    return position | {"local_theta": local_position["theta"]}
+
+
+def _longrope_from_config(config: Mapping[str, Any], params: Mapping[str, Any], where: str) -> dict[str, Any]:
     """LongRoPE's fields, with transformers' defaults: the original context from the top level (Phi-3)
     or the rotary dict, and the attention factor from ``attention_factor``, else from ``factor`` (else the
     spec derives it from max_positions, as transformers derives it from max_position_embeddings)."""
@@ -116,8 +165,7 @@ def _longrope_from_config(config: Mapping[str, Any], params: Mapping[str, Any]) 
     }
     attention_factor, factor = params.get("attention_factor"), params.get("factor")
     if attention_factor is None and factor is not None:
-        if not isinstance(factor, int | float) or isinstance(factor, bool) or not math.isfinite(factor):
-            raise HFError(f"config.json longrope factor: expected a number, got {short_repr(factor)}")
+        factor = _positive(params, "factor", "longrope", where)
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     if attention_factor is not None:
         scaling["attention_factor"] = attention_factor
@@ -190,6 +238,22 @@ def _flat(params: Any, layer_types: list[str] | None) -> dict[str, Any]:
             "rotary setting per stack"
         )
     return dict(params[nested[0]] or {})
+
+
+def _kind(name: Any) -> Any:
+    """A rope type with Phi-3's early alias (``su``) read as transformers reads it."""
+    return _ALIASES.get(name, name) if isinstance(name, str) else name
+
+
+def _positive(params: Mapping[str, Any], name: str, kind: str, where: str) -> float:
+    """Scaling field ``name``, which must be a positive number (transformers computes with 0 or -2 too)."""
+    value = _field(params, name, kind)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise HFError(
+            f"config.json {where} {name}={short_repr(value)}: a positive number is expected "
+            f"(rope_type={kind!r})"
+        )
+    return value
 
 
 def _field(params: Mapping[str, Any], name: str, kind: str) -> Any:

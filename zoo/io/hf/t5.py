@@ -162,7 +162,7 @@ def config_to_spec(config: dict[str, Any], names: set[str], variant: Variant = T
         "lm_head": {"tied": rescale or "lm_head.weight" not in names, "rescale_tied": rescale},
         "dropout": dropout,
         "init": {"scheme": "t5"},
-        "pad_token_id": token_id(config, "pad_token_id", vocab, 0),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, 0, padding_idx=False),  # shared has none
         "eos_token_id": token_id(config, "eos_token_id", vocab, 1),
         "decoder_start_token_id": token_id(config, "decoder_start_token_id", vocab, 0),
     })  # fmt: skip
