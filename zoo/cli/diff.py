@@ -90,12 +90,12 @@ def _print_specs(args: argparse.Namespace, rows: list[tuple[str, Any, Any]], dif
             title=f"{len(differs)} fields differ (stacks resolved; — = the field does not exist there)",
         )
     for path, a, b in rows:
-        if is_metadata(path):
-            console.print(
-                f"[yellow]note:[/] {markup(path)} differs ({markup(show(a))} vs {markup(show(b))}): a label, "
-                "never the math; not counted",
-                highlight=False,
-            )
+        if is_metadata(path):  # the values on their own lines, clipped: a source can be a paragraph
+            console.print(f"[yellow]note:[/] {markup(path)} differs: a label, never the math; not counted")
+            for name, value in ((args.a, a), (args.b, b)):
+                line = f"  {name}: {show(value)}"
+                room = max(console.width - 1, 20)
+                console.print(markup(line if len(line) <= room else line[: room - 1] + "…"), highlight=False)
     if not differs:
         weights = "" if args.weights else " (weights not compared; use --weights)"
         console.print(
