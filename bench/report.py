@@ -89,7 +89,7 @@ def markdown(record: dict[str, Any]) -> str:
         "",
     ]
     for section, unit in (("train", "tokens/s"), ("generate", "new tokens/s")):
-        rows = [r for r in record["results"] if r["kind"] == section]
+        rows = [r for r in record["results"] if r["kind"] == section and r["rate"] is not None]
         if not rows:
             continue
         title = (
@@ -129,7 +129,25 @@ def markdown(record: dict[str, Any]) -> str:
                 f"| {ratio} |{to_floor}{flops} {memory} |{estimated}{whole} {params} |"
             )
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _memory_only(record))
+
+
+def _memory_only(record: dict[str, Any]) -> list[str]:
+    """The table of the rows measured for memory only (`GenerateWorkload.from_checkpoint`: not timed)."""
+    rows = [r for r in record["results"] if r["kind"] == "generate" and r["rate"] is None]
+    if not rows:
+        return []
+    lines = [
+        "**Greedy generation from a loaded checkpoint, memory only (8-token prompt, 4 new tokens)**",
+        "",
+        "| workload | contender | peak memory over the model | process peak | parameters |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        over = f"{r['peak_mib']:,.0f} MiB" if r.get("peak_mib") is not None else "failed"
+        whole = f"{r['process_mib']:,.0f} MiB" if r.get("process_mib") else "–"
+        lines.append(f"| {r['workload']} | {r['contender']} | {over} | {whole} | {r['parameters']:,} |")
+    return [*lines, ""]
 
 
 def write(record: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

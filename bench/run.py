@@ -13,8 +13,11 @@ the tracked bench/results/, which the README's tables come from.
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ if __package__ in (None, ""):  # `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import contenders, report
-from bench.memory import measure
+from bench.memory import measure, write_checkpoint
 from bench.peaks import bf16_peak_tflops
 from bench.timing import PeakMemory, alternate
 from bench.workloads import GenerateWorkload, TrainWorkload, gpu_check_suite, suite
@@ -92,6 +95,8 @@ def _add_mfu(rows: list[dict[str, Any]], workload: TrainWorkload, peak_tflops: f
 
 
 def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if workload.from_checkpoint:
+        return _memory_rows(workload, args)
     # Each workload compiles its own models during warm-up; drop the previous workloads' graphs so dynamo's
     # per-function recompile limit (8) is never reached in a process that builds this many models.
     torch._dynamo.reset()
@@ -120,6 +125,34 @@ def run_generate(workload: GenerateWorkload, args: argparse.Namespace) -> list[d
         for row in rows:
             if row["contender"] != "floor":
                 row.update(measure("generate", workload.name, row["contender"], device=args.device) or {})
+    return rows
+
+
+def _memory_rows(workload: GenerateWorkload, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """A workload loaded from a checkpoint, measured for memory only (`bench.memory`): one row per contender,
+    no timing. The checkpoint is written once per run into a temporary folder (``args.checkpoints``), which
+    `main` removes at the end."""
+    if args.no_memory:
+        return []
+    key = json.dumps(workload.spec, sort_keys=True)
+    if key not in args.checkpoints:
+        folder = Path(tempfile.mkdtemp(prefix="zoo-bench-"))
+        args.checkpoints[key] = folder
+        if not write_checkpoint(workload.name, folder, device=args.device):
+            print(f"{workload.name}: writing its checkpoint failed; no memory rows", file=sys.stderr)
+    import zoo
+
+    parameters = zoo.build(workload.spec, device="meta").num_parameters()
+    rows = []
+    for contender in workload.contenders:
+        row = {
+            "kind": "generate", "workload": workload.name, "contender": contender, "rate": None,
+            "slowest": None, "fastest": None, "seconds": [], "vs_hf": None, "parameters": parameters,
+        }  # fmt: skip
+        measured = measure(
+            "generate", workload.name, contender, device=args.device, checkpoint=args.checkpoints[key]
+        )
+        rows.append(row | (measured or {}))
     return rows
 
 
@@ -228,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args.repeats = args.repeats or (3 if args.gpu_check else 2 if args.quick else 5)
     args.no_memory = args.no_memory or args.quick
     args.bandwidth = None  # bytes/s of a device copy, measured once when a row needs it
+    args.checkpoints = {}  # spec -> the temporary folder its checkpoint was written to (`_memory_rows`)
     torch.manual_seed(0)
     if args.gpu_check:
         workloads = gpu_check_suite(tiny=args.tiny)
@@ -245,24 +279,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu_check:  # under a time limit: the quick rows first, compiling GPT-2 medium's training last
         sections.reverse()
     out = report.output_dir(args)
-    for section, items, runner in sections:
-        if args.only and args.only != section:
-            continue
-        for workload in items:
-            if args.match not in workload.name:
+    try:
+        for section, items, runner in sections:
+            if args.only and args.only != section:
                 continue
-            rows = runner(workload, args)
-            record["results"] += rows
-            for row in rows:
-                ratio = f"  {row['vs_hf']:.2f}x HF" if row["vs_hf"] else ""
-                mfu = f"  MFU {report.mfu_text(row)}" if "mfu" in row else ""
-                print(
-                    f"{row['workload']:45s} {row['contender']:6s} {row['rate']:10,.0f}/s{ratio}{mfu}",
-                    flush=True,
-                )
-            if args.gpu_check:  # a run stopped by its time limit keeps the rows it finished
-                record["elapsed_s"] = time.perf_counter() - started
-                report.write(record, out)
+            for workload in items:
+                if args.match not in workload.name:
+                    continue
+                rows = runner(workload, args)
+                record["results"] += rows
+                for row in rows:
+                    print(_progress_line(row), flush=True)
+                if args.gpu_check:  # a run stopped by its time limit keeps the rows it finished
+                    record["elapsed_s"] = time.perf_counter() - started
+                    report.write(record, out)
+    finally:
+        for folder in args.checkpoints.values():
+            shutil.rmtree(folder, ignore_errors=True)
     record["elapsed_s"] = time.perf_counter() - started
     if args.bandwidth is not None:
         record["machine"]["copy_bandwidth_gbs"] = args.bandwidth / 1e9
@@ -272,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"python -m bench: REGRESSION: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _progress_line(row: dict[str, Any]) -> str:
+    ratio = f"  {row['vs_hf']:.2f}x HF" if row["vs_hf"] else ""
+    mfu = f"  MFU {report.mfu_text(row)}" if "mfu" in row else ""
+    if row["rate"] is None:  # a memory-only row
+        memory = f"{row['peak_mib']:,.0f} MiB over the model" if row.get("peak_mib") is not None else "failed"
+        return f"{row['workload']:45s} {row['contender']:6s} {memory}"
+    return f"{row['workload']:45s} {row['contender']:6s} {row['rate']:10,.0f}/s{ratio}{mfu}"
 
 
 if __name__ == "__main__":

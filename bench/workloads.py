@@ -47,6 +47,9 @@ class GenerateWorkload:
     new_tokens: int = 128
     dtype: str = "float32"
     contenders: tuple[str, ...] = ("zoo", "zoo-compiled", "hf", "floor")
+    # Loaded from a checkpoint the bench writes into a temporary folder (as a user loads a model), not built
+    # in the process; such a row is measured for memory only (`bench.memory`), never timed.
+    from_checkpoint: bool = False
 
 
 GPT = {
@@ -135,6 +138,27 @@ T5 = {
 }
 
 
+# Llama 3.2 1B's shape (presets/llama-3.2-1b.yaml: 1.24B parameters, the 128256 x 2048 embedding tied to the
+# head), for the memory rows only; max_positions 8192 rather than 131072 keeps the rotary tables small and
+# leaves every weight the same. pad/bos/eos as in the real model.
+LLAMA_1B = {
+    "family": "decoder",
+    "vocab_size": 128256,
+    "d_model": 2048,
+    "num_layers": 16,
+    "max_positions": 8192,
+    "attention": {"num_heads": 32, "num_kv_heads": 8, "bias": False},
+    "ffn": {"d_ff": 8192, "activation": "silu", "gated": True, "bias": False},
+    "norm": {"kind": "rmsnorm", "eps": 1e-5, "placement": "pre"},
+    "position": {"kind": "rotary", "theta": 500000.0},
+    "lm_head": {"tied": True},
+    "dropout": 0.0,
+    "pad_token_id": None,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+}
+
+
 # GPU-only shapes. GPT-2 medium (24 layers, width 1024, 16 heads) with its 50257-token vocabulary padded to
 # 50304 (a multiple of 64, as nanoGPT does: the head's GEMM runs on aligned tiles).
 GPT2_MEDIUM = {
@@ -169,7 +193,8 @@ class Suite:
 def suite(*, quick: bool, device: str) -> Suite:
     """The workloads for one run. ``quick`` (``make bench``: ~3 minutes on 2 CPU cores) keeps the GPT and BERT
     training shapes and the GPT generation rows without the compiled contender (compiling a decode step
-    takes 20-60 s on a CPU) and without the encoder-decoders."""
+    takes 20-60 s on a CPU) and without the encoder-decoders. The full run on a CPU adds the memory rows of
+    Llama 3.2 1B's shape, loaded from a checkpoint in float32."""
     train = [
         TrainWorkload("gpt2-shaped train step", "decoder", GPT, batch=8, seq=256),
         TrainWorkload("bert-shaped MLM train step", "encoder", BERT, batch=8, seq=256),
@@ -214,6 +239,20 @@ def suite(*, quick: bool, device: str) -> Suite:
                 dtype=dtype,
             )
             for dtype in dtypes
+            for batch in (1, 8)
+        ]
+    if not quick and device == "cpu":  # memory only: the weight layout's conversion at a real size
+        generate += [
+            GenerateWorkload(
+                f"llama-3.2-1b-shaped greedy, batch {batch}, float32",
+                "decoder",
+                LLAMA_1B,
+                batch=batch,
+                prompt=8,
+                new_tokens=4,
+                contenders=("zoo", "hf"),
+                from_checkpoint=True,
+            )
             for batch in (1, 8)
         ]
     if device.startswith("cuda"):

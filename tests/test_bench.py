@@ -110,3 +110,73 @@ def test_a_compiled_row_below_0_9x_eager_is_marked_and_fails_the_run(
     assert status == 1
     assert "REGRESSION: b8: zoo-compiled runs at 0.04x eager" in capsys.readouterr().err
     assert "| b8 | zoo-compiled **below 0.9x eager** | 20 " in (tmp_path / "results.md").read_text()
+
+
+def test_the_full_cpu_run_adds_memory_rows_of_a_1b_shape_loaded_from_a_checkpoint(
+    bench_modules: None,
+) -> None:
+    from bench.workloads import suite
+
+    rows = [w for w in suite(quick=False, device="cpu").generate if w.from_checkpoint]
+    assert [w.batch for w in rows] == [1, 8] and all(w.contenders == ("zoo", "hf") for w in rows)
+    assert rows[0].spec["vocab_size"] == 128256 and rows[0].spec["lm_head"] == {"tied": True}
+    assert not any(w.from_checkpoint for w in suite(quick=True, device="cpu").generate)
+    assert not any(w.from_checkpoint for w in suite(quick=False, device="cuda").generate)
+
+
+def test_memory_rows_write_one_checkpoint_per_shape_and_remove_it(
+    bench_modules: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bench import run
+
+    written: list[Path] = []
+    measured: list[tuple[str, str, Path]] = []
+
+    def write(workload: str, folder: Path, *, device: str) -> bool:
+        (folder / "zoo").mkdir()
+        written.append(folder)
+        return True
+
+    def measure(kind: str, workload: str, contender: str, *, device: str, checkpoint: Path) -> dict:
+        assert kind == "generate" and checkpoint.is_dir()
+        measured.append((workload, contender, checkpoint))
+        return {"peak_mib": 20.0 if contender == "zoo" else 30.0, "process_mib": 5000.0}
+
+    monkeypatch.setattr(run, "write_checkpoint", write)
+    monkeypatch.setattr(run, "measure", measure)
+    assert run.main(["--only", "generate", "--match", "llama-3.2-1b", "--out", str(tmp_path)]) == 0
+    assert len(written) == 1 and not written[0].exists()  # one checkpoint for both batches, then removed
+    assert [(w[-7:], c) for w, c, _ in measured] == [
+        ("float32", "zoo"), ("float32", "hf"), ("float32", "zoo"), ("float32", "hf")
+    ]  # fmt: skip
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert all(row["rate"] is None and row["parameters"] == 1_235_814_400 for row in record["results"])
+    table = (tmp_path / "results.md").read_text()
+    assert (
+        "memory only" in table and "| llama-3.2-1b-shaped greedy, batch 8, float32 | hf | 30 MiB |" in table
+    )
+    assert "new tokens/s" not in table  # no timed rows in this run
+
+
+def test_a_memory_row_loads_the_written_checkpoint_and_measures_two_calls(
+    bench_modules: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`bench.memory`'s child, in this process on a tiny llama: the checkpoint it writes (zoo's and the
+    `zoo.to_hf` export) loads in both libraries, and each generates through the measured calls."""
+    pytest.importorskip("transformers")
+    from bench import memory
+    from bench.workloads import LLAMA_1B, GenerateWorkload
+
+    small = {
+        "d_model": 64, "num_layers": 2, "vocab_size": 512, "bos_token_id": 1, "eos_token_id": 2,
+        "ffn": {**LLAMA_1B["ffn"], "d_ff": 128}, "attention": {"num_heads": 4, "num_kv_heads": 2, "bias": False},
+    }  # fmt: skip
+    tiny = GenerateWorkload(
+        "tiny", "decoder", {**LLAMA_1B, **small}, batch=1, prompt=8, new_tokens=4, from_checkpoint=True
+    )
+    monkeypatch.setattr(memory, "_workload", lambda kind, name, device: tiny)
+    memory._write("tiny", "cpu", tmp_path)
+    assert (tmp_path / "zoo").is_dir() and (tmp_path / "hf" / "config.json").is_file()
+    for contender in ("zoo", "hf"):
+        result = memory._child("generate", "tiny", contender, "cpu", tmp_path)  # figures: in a child only
+        assert set(result) == {"peak_mib", "process_mib"} and result["process_mib"] > 0

@@ -4,12 +4,24 @@ way; training and saving see contiguous weights."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import zoo
 from zoo.generation import stream
-from zoo.generation.weight_layout import is_column_major, row_major, use_decoding_layout, wants_column_major
+from zoo.generation.weight_layout import (
+    COPY_BYTES,
+    is_column_major,
+    row_major,
+    use_decoding_layout,
+    wants_column_major,
+)
 
 
 def _layouts(model: torch.nn.Module) -> set[str]:
@@ -148,3 +160,100 @@ def test_lora_layers_decode_the_same_with_their_frozen_matrix_column_major(tiny,
     assert torch.equal(model.generate(ids, max_new_tokens=6, eos_token_id=[]), reference)
     names = _column_major_names(model)
     assert any(".qkv_proj." in n for n in names) and not any("lora_" in n for n in names)
+
+
+# One run per entry point that decodes single rows (each with its own freshly loaded model), in a fresh
+# process whose allocator gives freed memory back (as bench/memory.py runs): the peak of the resident set
+# over the loaded model, reset through /proc/self/clear_refs before the call.
+_ENTRY_POINTS = r"""
+import json, sys
+from pathlib import Path
+
+import torch
+
+import zoo
+from chat_support import chat_tokenizer
+from zoo.evaluation.generating import generate_until
+from zoo.generation import ChatSession
+from zoo.generation.weight_layout import is_column_major, row_major
+from zoo.serving.engine import Engine
+
+def kib(key):
+    line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith(key + ":"))
+    return int(line.split()[1])
+
+folder, tokenizer = Path(sys.argv[1]), chat_tokenizer()
+torch.manual_seed(0)
+spec = zoo.preset("llama-tiny").override(vocab_size=32768, d_model=512, num_layers=1, lm_head={"tied": True},
+                                         attention={"num_heads": 8, "num_kv_heads": 8})
+zoo.save(zoo.build(spec), folder)
+calls = {
+    "generate": lambda m: m.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2),
+    "zoo chat": lambda m: "".join(ChatSession(m, tokenizer, max_new_tokens=2, eos_token_id=[]).reply("hi")),
+    "zoo serve --max-batch 1": lambda m: Engine(m, None, max_batch=1),
+    "lm-eval generate_until": lambda m: generate_until(
+        m, tokenizer, [[5, 6, 7]], stops=[], max_new_tokens=2, eos_id=None, pad_id=0, settings={}),
+    "row_major": lambda m: row_major(m),
+}
+peaks = {}
+for name, call in calls.items():
+    model = zoo.load(folder)  # float32, memory-mapped from the file
+    with torch.no_grad():
+        for p in model.parameters():
+            p.sum()  # resident, as after any call
+    if name == "row_major":
+        with torch.no_grad():
+            model.generate(torch.tensor([[5]]), max_new_tokens=1)
+    table = model.embed.tokens.weight
+    expected = table.detach().clone()
+    loaded = kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    with torch.inference_mode():
+        call(model)
+    peaks[name] = (kib("VmHWM") - loaded) / 1024
+    assert is_column_major(table) == (name != "row_major") and torch.equal(table, expected), name
+    del model, table
+print(json.dumps(peaks))
+"""
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="Linux: the resident set's high-water mark"
+)
+def test_single_row_decoding_never_holds_a_second_copy_of_a_weight(tmp_path):
+    """`generate`, `zoo chat`'s session, the serving engine at --max-batch 1, lm-eval's generate_until and
+    `row_major` convert a float32 model memory-mapped from its checkpoint, whose tied 32768 x 512 table is
+    64 MiB: a plain copy (``W.t().contiguous()``) would hold a second one, and, for a memory-mapped file,
+    keep the file's pages resident beside it. None may peak more than half the table over the model."""
+    pytest.importorskip("fastapi")  # the engine lives beside the server
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _ENTRY_POINTS, str(tmp_path / "model")],
+        capture_output=True, text=True, env=env, cwd=root, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    peaks = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(peaks) == 5
+    assert all(peak < 32 for peak in peaks.values()), f"MiB over the loaded model: {peaks}"
+
+
+def test_a_matrix_shared_with_another_tensor_is_never_released_and_a_large_one_stays():
+    """A ``state_dict()`` kept by the caller refers to the weights: releasing their pages would wipe it. Such a
+    matrix is converted by a plain copy when small; over `COPY_BYTES` it stays as it is (a copy would be a
+    second one held for as long as the caller keeps theirs); `row_major` always converts (saving needs it)."""
+    spec = zoo.preset("llama-tiny").override(vocab_size=COPY_BYTES // (4 * 64) + 1, lm_head={"tied": True})
+    model = zoo.build(spec).eval()
+    kept = model.state_dict()
+    before = {name: tensor.clone() for name, tensor in kept.items()}
+    use_decoding_layout(model, rows=1)
+    table, qkv = "embed.tokens.weight", "decoder.layers.0.self_attn.qkv_proj.weight"
+    assert not is_column_major(model.get_parameter(table)) and is_column_major(model.get_parameter(qkv))
+    assert all(torch.equal(kept[name], before[name]) for name in kept)
+    kept_qkv = model.get_parameter(qkv).detach()  # a view of the column-major matrix
+    row_major(model)
+    assert model.get_parameter(qkv).is_contiguous() and torch.equal(kept_qkv, before[qkv])
