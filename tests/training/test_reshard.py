@@ -129,9 +129,9 @@ def max_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
 
 @pytest.fixture(scope="module")
 def runs(toy_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Four runs of the same 4 steps of 2 batches: straight on 1 process (grad_accum 2) and on 2 (grad_accum
+    """Five runs of the same 4 steps of 2 batches: straight on 1 process (grad_accum 2) and on 2 (grad_accum
     unset: 1); resumed at step 2 from the 2-process run's checkpoint on 1 process (grad_accum unset: derived,
-    2), and from the 1-process run's on 2 (grad_accum set to 1)."""
+    2), and from the 1-process run's on 2 (grad_accum set to 1; DDP, and FSDP2 unset)."""
     from zoo.io.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("reshard")
@@ -154,22 +154,28 @@ def runs(toy_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory)
             root / "one_to_two.json",
             root / "one" / checkpoint,
         )
+        torchrun(  # FSDP2 shards the weights and Adam's moments; the checkpoint holds them whole
+            config("one_to_two_fsdp", **{"distributed.strategy": "fsdp"}),
+            root / "one_to_two_fsdp.json",
+            root / "one" / checkpoint,
+        )
     finally:
         torch.set_num_threads(threads)
-    names = ("one", "two", "two_to_one", "one_to_two")
+    names = ("one", "two", "two_to_one", "one_to_two", "one_to_two_fsdp")
     return {
         "models": {
             "one": one.model,
             "two": zoo.load(root / "two"),
             "two_to_one": two_to_one.model,
             "one_to_two": zoo.load(root / "one_to_two"),
+            "one_to_two_fsdp": zoo.load(root / "one_to_two_fsdp"),
         },
         "batches": {name: merged(root / f"{name}.json") for name in names},
     }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("resumed", ["two_to_one", "one_to_two"])
+@pytest.mark.parametrize("resumed", ["two_to_one", "one_to_two", "one_to_two_fsdp"])
 def test_a_run_resumes_on_another_process_count_step_for_step(runs: dict[str, Any], resumed: str) -> None:
     batches, models = runs["batches"], runs["models"]
     # The same batches in the same order: straight on 1 or 2 processes, and after the resume.
