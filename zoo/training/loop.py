@@ -20,7 +20,10 @@ checkpoint is saved and `TrainingInterrupted` raised; a loss that is no longer f
 `TrainingDiverged` at the next record, validation or save, and its weights are never saved.
 
 Dividing by the whole step's token count makes one step the gradient of one big batch, whatever the
-split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches.
+split into micro-batches and processes: 2 processes x 1 batch == 1 process x 2 accumulated batches. Each
+forward's RNG (dropout) is seeded from its batch's place in the epoch, not from the process, so that holds
+with dropout too, and a run resumes on another number of processes step for step when the batches per step
+stay the same (`zoo.training.run.global_batch`: an unset grad_accum is derived, a mismatch refused).
 
 The loop prints nothing itself. It reports through a `Reporter` (`zoo.training.report.reporting`): callbacks,
 the progress bar among them, get a `TrainerState` snapshot on rank 0, and each record goes to
@@ -64,12 +67,16 @@ from zoo.training.report.records import Callback, TrainResult, check_callbacks, 
 from zoo.training.report.reporting import Interval, Reporter, check_sinks
 from zoo.training.report.sinks import MetricSink
 from zoo.training.run import rundir, runlock
+from zoo.training.run.checkpoints import read_trainer_state
+from zoo.training.run.global_batch import resumed_grad_accum
 from zoo.training.run.resume import CheckpointIO, is_own_checkpoint, resume_point, start_fresh
 from zoo.training.run.state import TrainerState
 from zoo.training.schedules import learning_rate
 from zoo.training.setup import Prepared, setup
 from zoo.training.tasks.base import Collate, Limits, Split, Units
 from zoo.training.threads import resolve_threads
+
+_FORWARD_STREAM = 1  # keeps the forward's seeds (`Trainer._forward_seed`) apart from other streams
 
 
 class Trainer:
@@ -130,10 +137,26 @@ class Trainer:
         # before the tokenizers are written, or (resumed) the checkpoint loaded before anything is written.
         self.resume_from = resume_point(out, resume, overwrite=overwrite)
         own = self.resume_from is not None and is_own_checkpoint(self.resume_from, out)
+        if self.resume_from is not None:
+            self._keep_global_batch(self.resume_from)
         init_from = self._resolve()
         self._build_model(init_from)
         self._build_step_parts(init_from)
         self._start(own)
+
+    def _keep_global_batch(self, path: Path) -> None:
+        """On another number of processes, the checkpoint's batches per step: ``batch.grad_accum`` set to
+        keep them when the config leaves it unset, else refused unless it does (`run.global_batch`)."""
+        batch = self.config.batch
+        grad_accum = resumed_grad_accum(
+            path,
+            read_trainer_state(path),
+            world_size=self.runtime.world_size,
+            grad_accum=batch.grad_accum,
+            given="grad_accum" in batch.model_fields_set,
+        )
+        if grad_accum != batch.grad_accum:
+            self.config = self.config.override(**{"batch.grad_accum": grad_accum})
 
     def _use_threads(self) -> None:
         """How many CPU threads torch computes with (`zoo.training.threads`): half the CPUs on a CPU run,
@@ -238,7 +261,8 @@ class Trainer:
         self.lr: float | None = None
         self.grad_norm: torch.Tensor | None = None  # on the device: read only when reported
         self._started = time.perf_counter()
-        torch.manual_seed(config.seed + 1 + runtime.rank)  # dropout: a different stream per process
+        # Each forward is seeded from its batch (`_forward_seed`); this stream is what else draws meanwhile.
+        torch.manual_seed(config.seed + 1 + runtime.rank)
         if self.resume_from is not None:
             saved = self.io.load(self.resume_from)  # weights, optimizer, loss scale and RNG restored in place
             self.step, self.elapsed_before = saved.step, saved.elapsed_s
@@ -342,7 +366,7 @@ class Trainer:
         with self.guard.signals():  # SIGINT / SIGTERM: finish the step, keep a checkpoint, stop
             while self.step < self.total_steps:
                 self._stop_if_signalled()
-                loss = self._train_step(self._next_batches())
+                loss = self._train_step(*self._next_batches())
                 self.step += 1
                 self.guard.after_step(self.step, loss, self.grad_norm)  # on the device: no sync
                 if self.step % self.config.log_every == 0 or self.step == self.total_steps:
@@ -390,10 +414,11 @@ class Trainer:
             step=self.step, model=self.model if weights else None, loss_scale=self.scaling.loss_scale
         )
 
-    def _next_batches(self) -> list[Batch]:
-        """This process's micro-batches for the next step: only these are read and collated."""
+    def _next_batches(self) -> tuple[list[Batch], list[int]]:
+        """This process's micro-batches for the next step (only these are read and collated), and their
+        indices in the epoch's order."""
         mine = self.order.next_group()[self.runtime.rank :: self.runtime.world_size]
-        return [self.collate(units, generator=self._batch_rng(i)) for i, units in mine]
+        return [self.collate(units, generator=self._batch_rng(i)) for i, units in mine], [i for i, _ in mine]
 
     def _batch_rng(self, batch_index: int) -> torch.Generator:
         # What a collator draws (MLM's masks) is a function of (seed, epoch, batch): a resumed run draws
@@ -402,8 +427,17 @@ class Trainer:
             self.config.seed * 1_000_003 + self.order.epoch * 10_007 + batch_index
         )
 
-    def _train_step(self, batches: list[Batch]) -> torch.Tensor:
-        """One optimizer step on this process's ``batches``; returns its summed loss (on the device)."""
+    def _forward_seed(self, batch_index: int) -> int:
+        """The global RNG's seed for batch ``batch_index``'s forward and backward (dropout): a function of
+        (seed, epoch, batch), so a batch draws the same masks on whichever process, after whichever resume
+        (`zoo.training.run.global_batch`); a stream apart from the collator's (`_batch_rng`)."""
+        entropy = (self.config.seed, self.order.epoch, batch_index, _FORWARD_STREAM)
+        return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+    def _train_step(self, batches: list[Batch], indices: list[int] | None = None) -> torch.Tensor:
+        """One optimizer step on this process's ``batches``; returns its summed loss (on the device).
+        ``indices``: the batches' places in the epoch's order, which seed each forward's RNG (None: the
+        global RNG runs on, as a bench timing bare steps leaves it)."""
         counts = [self.objective.count(b) for b in batches]  # target tokens, or DPO's pairs
         local = sum(counts)
         (step_count,) = dist_.all_reduce_sum([float(local)], self.runtime)
@@ -417,6 +451,8 @@ class Trainer:
         step_loss = torch.zeros((), device=self.runtime.device)
         for k, batch in enumerate(batches):
             last = k == len(batches) - 1
+            if indices is not None:
+                torch.manual_seed(self._forward_seed(indices[k]))
             with dist_.no_gradient_sync(self.wrapped, enabled=self.runtime.distributed and not last):
                 sums = self.objective(
                     self.wrapped, batch, device=self.runtime.device, autocast=self.autocast(), train=True

@@ -38,6 +38,7 @@ from zoo.spec import LoraSpec, ModelSpec
 from zoo.training import distributed as dist_
 from zoo.training.precision import LossScaling
 from zoo.training.run import checkpoints, rundir
+from zoo.training.run.global_batch import resumed_grad_accum
 from zoo.training.run.state import TrainerState, rng_state, set_rng_state
 from zoo.training.setup import Tokenizers, save_tokenizers
 
@@ -49,8 +50,8 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 class CheckpointIO:
     """Checkpoints of one run. ``scaling``: fp16's loss scale, saved and restored with the optimizer (None
     or a disabled one: nothing to save); ``sharded``: the model is FSDP-sharded over the processes;
-    ``keep_last``: how many checkpoints to keep; ``grad_accum`` is recorded, to warn when a resume changes
-    it. ``lora``: the model carries these adapters (see the module docstring); ``base_id``: where its base
+    ``keep_last``: how many checkpoints to keep; ``grad_accum`` is recorded with the process count, and a
+    resume must take as many batches a step (`zoo.training.run.global_batch`). ``lora``: the model carries these adapters (see the module docstring); ``base_id``: where its base
     came from (``model.init_from`` as given), recorded in the adapter files."""
 
     def __init__(
@@ -156,6 +157,8 @@ class CheckpointIO:
         (every process); returns the saved progress (step, epoch, position, elapsed_s, rng) for the caller to
         continue from."""
         saved = checkpoints.read_trainer_state(path)
+        # The same batches per step on any number of processes, or refused (the Trainer has set grad_accum).
+        resumed_grad_accum(path, saved, world_size=self.runtime.world_size, grad_accum=self.grad_accum)
         self._check_spec(path)
         self._check_lora(path, saved)
         if self.lora is not None:
@@ -173,13 +176,9 @@ class CheckpointIO:
             options=StateDictOptions(full_state_dict=True, strict=False),
         )
         self._load_scaler(path, saved)
+        # A checkpoint of more processes holds more RNG states than there are ranks now, of fewer, none for
+        # the new ranks: what they draw in training (dropout) is seeded per batch, not from these streams.
         rng = checkpoints.read_rng_state(path, self.runtime.rank)
-        if saved["world_size"] != self.runtime.world_size or saved["grad_accum"] != self.grad_accum:
-            log.warning(
-                "%s was written by %d process(es) with grad_accum %d; now %d and %d: training continues, "
-                "but not step for step as the original run would have",
-                path, saved["world_size"], saved["grad_accum"], self.runtime.world_size, self.grad_accum,
-            )  # fmt: skip
         if rng is not None:
             set_rng_state(rng, self.runtime.device)
         dist_.barrier(self.runtime)
