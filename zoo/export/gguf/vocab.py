@@ -98,13 +98,7 @@ def vocab_metadata(
     else:
         entries.append(Entry("tokenizer.ggml.scores", _scores(tokens, merges), "f32"))
         entries.append(Entry("tokenizer.ggml.add_space_prefix", True, "bool"))
-    keys = {
-        "bos": "bos_token_id",
-        "eos": "eos_token_id",
-        "unk": "unknown_token_id",
-        "pad": "padding_token_id",
-    }
-    entries += [Entry(f"tokenizer.ggml.{keys[n]}", v, "u32") for n, v in ids.items() if v is not None]
+    entries += special_entries(ids)
     entries += [
         Entry("tokenizer.ggml.add_bos_token", add_bos and ids["bos"] is not None, "bool"),
         Entry("tokenizer.ggml.add_eos_token", False, "bool"),
@@ -112,6 +106,17 @@ def vocab_metadata(
     if tokenizer.chat_template is not None:
         entries.append(Entry("tokenizer.chat_template", tokenizer.chat_template, "str"))
     return entries
+
+
+def special_entries(ids: dict[str, int | None]) -> list[Entry]:
+    """The bos / eos / unk / pad ids that are set (llama.cpp and transformers read them from here)."""
+    keys = {
+        "bos": "bos_token_id",
+        "eos": "eos_token_id",
+        "unk": "unknown_token_id",
+        "pad": "padding_token_id",
+    }
+    return [Entry(f"tokenizer.ggml.{keys[n]}", v, "u32") for n, v in ids.items() if v is not None]
 
 
 def _has(node: Any, kind: str) -> bool:

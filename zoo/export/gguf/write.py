@@ -19,7 +19,7 @@ from zoo._extras import install_hint
 from zoo.export.errors import ExportError
 from zoo.export.gguf.arches import ARCHES, BY_MODEL_TYPE, Arch, Config, refusals
 from zoo.export.gguf.tensors import GGUF_TYPES, GGUFType, plan, tensor_data
-from zoo.export.gguf.vocab import Entry, vocab_metadata
+from zoo.export.gguf.vocab import Entry, special_entries, vocab_metadata
 from zoo.io.atomic import write_atomic
 from zoo.io.outputs import GGUF_MODEL, check_output_file
 from zoo.io.tokenizer import Tokenizer
@@ -75,6 +75,7 @@ def export_gguf(
     *,
     tokenizer: Tokenizer | None = None,
     type: GGUFType = "f32",
+    model_type: str | None = None,
     overwrite: bool = False,
 ) -> GGUFExport:
     """Write ``model`` (a decoder of a family llama.cpp runs) to ``path`` as GGUF.
@@ -84,6 +85,9 @@ def export_gguf(
     ``tokenizer.ggml.model`` is ``none``: llama.cpp loads the weights but cannot tokenize text). A family
     llama.cpp cannot run, or an option of one it hard-codes otherwise, is refused by name. An existing file
     that is not GGUF is refused unless ``overwrite``; an earlier GGUF file is replaced.
+
+    ``model_type``: the Hugging Face family whose layout is written (default: the first that expresses the
+    model, as `zoo.to_hf` chooses; a plain Phi-3-shaped model is a llama one).
     """
     require_gguf()
     if type not in GGUF_TYPES:
@@ -97,23 +101,23 @@ def export_gguf(
     check_output_file(
         path, GGUF_MODEL, writer="zoo.export.export_gguf", overwrite=overwrite, option="--overwrite"
     )
-    from zoo.io.hf import NoFamilyError, to_hf_state
+    from zoo.io.hf import NoFamilyError, hf_config, to_hf_state
 
-    try:
-        config, tensors = to_hf_state(model)
+    try:  # the family and its refusals from the spec alone, before any weight is read
+        arch = llama_cpp_arch(hf_config(model.spec, model_type=model_type))
     except NoFamilyError as error:
         raise ExportError(f"GGUF export: {error.summary}") from error
-    arch = llama_cpp_arch(config)
+    config, tensors = to_hf_state(model, model_type=model_type)
     planned = plan(arch, config, tensors, type)
     entries = _metadata(arch, config, model, type)
-    if tokenizer is not None:
-        spec = model.spec
-        specials = {"bos": spec.bos_token_id, "eos": spec.eos_token_id, "pad": spec.pad_token_id}
+    spec = model.spec
+    specials = {"bos": spec.bos_token_id, "eos": spec.eos_token_id, "pad": spec.pad_token_id}
+    if tokenizer is not None:  # a decoder's prompt is [bos, *ids], as zoo generate feeds it
         entries += vocab_metadata(
             tokenizer, vocab_size=int(spec.vocab_size), add_bos=True, special_ids=specials
         )
     else:
-        entries.append(Entry("tokenizer.ggml.model", "none", "str"))
+        entries += [Entry("tokenizer.ggml.model", "none", "str"), *special_entries(specials)]
 
     def write(temp: Path) -> None:
         import numpy as np

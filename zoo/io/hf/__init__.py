@@ -78,6 +78,7 @@ __all__ = [
     "NoFamilyError",
     "family_mappings",
     "from_hf",
+    "hf_config",
     "to_hf",
     "to_hf_state",
 ]
@@ -458,6 +459,12 @@ def to_hf_state(model: ZooModel, *, model_type: str | None = None) -> tuple[dict
         dtype = str(floats.most_common(1)[0][0]).removeprefix("torch.")
         config |= {"torch_dtype": dtype, "dtype": dtype}  # transformers 4.x reads torch_dtype, 5.x dtype
     return config, tensors
+
+
+def hf_config(spec: ModelSpec, *, model_type: str | None = None) -> dict[str, Any]:
+    """The ``config.json`` dict `to_hf` writes for ``spec`` (the family chosen as `to_hf` chooses it), from
+    the spec alone: no weights are read. `NoFamilyError` when no family can express it."""
+    return _export_config(spec, model_type)[1]
 
 
 def _check_plain_weights(model: ZooModel) -> None:
