@@ -209,6 +209,8 @@ def test_cli_converts_a_saved_llama_tiny_that_transformers_loads(tmp_path, byte_
     argv = ["convert", "--to-gguf", str(tmp_path / "ck"), "--out", str(tmp_path / "other.gguf")]
     assert main(argv) != 0  # a file that is not GGUF is not replaced without --overwrite
     assert (tmp_path / "other.gguf").read_text() == "not a model"
+    assert main(["convert", "--to-gguf", "bert-tiny", "--out", str(tmp_path / "bert.gguf")]) == 2
+    assert not (tmp_path / "bert.gguf").exists()
 
 
 @pytest.mark.slow
@@ -225,3 +227,16 @@ def test_llama_cpp_greedy_tokens_equal_zoos(tmp_path, byte_level) -> None:
             break
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False)[0, len(prompt) :]
     assert got == expected.tolist()
+
+
+def test_without_the_gguf_package_the_error_names_the_extra(monkeypatch, tmp_path) -> None:
+    import importlib.util
+
+    from zoo.export import GGUFMissingError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a)
+    )
+    with pytest.raises(GGUFMissingError, match=r"pip install -e '\.\[gguf\]'"):
+        export_gguf(zoo.build("llama-tiny", device="meta"), tmp_path / "model.gguf")

@@ -173,7 +173,7 @@ def _splits(node: Any) -> list[str]:
 def _scores(tokens: list[str], merges: list[str]) -> list[float]:
     """SentencePiece scores that make llama.cpp merge in BPE's order: minus the rank of the merge that
     makes each token; a token no merge makes (a character, a special token) scores 0."""
-    rank = {}
+    rank: dict[str, int] = {}
     for r, merge in enumerate(merges):
         rank.setdefault(merge.replace(" ", ""), r)
     return [-float(rank[t] + 1) if t in rank else 0.0 for t in tokens]
