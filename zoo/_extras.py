@@ -12,6 +12,7 @@ PACKAGES = {
     "metrics": "prometheus-client",
     "eval": "lm-eval",
     "onnx": "onnx onnxscript onnxruntime",
+    "gguf": "gguf",
     "quant": "torchao",
     "data": "pyarrow",
     "hub": "huggingface_hub",

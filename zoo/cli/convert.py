@@ -7,6 +7,7 @@
     zoo convert --to-hf transformer-base --out hf_base/       # a preset, built with initial weights
     zoo convert --from-zoo runs/gpt2 --out runs/gpt2-bf16 --dtype bf16 --max-shard-size 500MB
     zoo convert --to-peft runs/finetune-lora --out hf_adapter/  # LoRA adapters in PEFT's format
+    zoo convert --to-gguf runs/llama --out llama.gguf --type q8_0   # one file for llama.cpp / Ollama
 
 A ``tokenizer.json`` beside the source checkpoint is carried over to the output (a training run's
 ``source_tokenizer.json`` is not: a transformers tokenizer folder holds one vocabulary). A zoo source that
@@ -16,7 +17,9 @@ which shows the export's layout before any training. ``--to-peft`` takes a LoRA 
 the adapter file names) and writes PEFT's ``adapter_config.json`` + ``adapter_model.safetensors`` for the
 transformers model ``--to-hf`` makes of that base. ``--out`` must be another folder than the source's
 (symbolic links resolved): written in place, the output's weights would replace the very files being
-converted.
+converted. ``--to-gguf`` writes one GGUF file (``--out FILE.gguf``, ``--type f32|f16|bf16|q8_0``) for a
+decoder of a family llama.cpp runs, with the tokenizer beside the checkpoint as its vocabulary
+(`zoo.export.export_gguf`, the gguf extra); any other family is refused by name.
 
 ``--out`` may be missing or empty, or hold an earlier output of the same kind (a Hugging Face export for
 ``--to-hf``, PEFT adapters for ``--to-peft``), which is replaced; a zoo checkpoint, a model of another kind
@@ -71,7 +74,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="LoRA adapters (a LoRA training run, or its adapter.safetensors) to export in PEFT's format, "
         "for the transformers model that --to-hf makes of their base",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    source.add_argument(
+        "--to-gguf",
+        metavar="DIR|PRESET",
+        help="zoo checkpoint or training run to write as one GGUF file (--out FILE.gguf) for llama.cpp / "
+        "Ollama: llama, mistral, mixtral, qwen2/3 (+ MoE), gemma 1/2/3, phi3 and gpt2 decoders",
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (--to-gguf: the file)")
+    parser.add_argument(
+        "--type",
+        choices=("f32", "f16", "bf16", "q8_0"),
+        default=None,
+        help="--to-gguf: how the matrices are stored (default f32; norms and biases stay f32)",
+    )
     parser.add_argument(
         "--base",
         metavar="DIR",
@@ -105,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
     dtype = torch_dtype(args.dtype)
     if args.base and not args.to_peft:
         raise ValueError("--base applies to --to-peft only")
+    if args.type and not args.to_gguf:
+        raise ValueError("--type applies to --to-gguf only (--dtype casts the weights of the other outputs)")
+    if args.to_gguf:
+        if args.max_shard_size:
+            raise ValueError("--max-shard-size applies to zoo output (--from-hf, --from-zoo), not --to-gguf")
+        return _to_gguf(args.to_gguf, Path(args.out).expanduser(), args.type or "f32", dtype, args.overwrite)
     if args.to_peft:
         return _to_peft(
             Path(args.to_peft).expanduser(), Path(args.out).expanduser(), args.base, dtype, args.overwrite
@@ -203,6 +224,49 @@ def _to_peft(given: Path, out: Path, base: str | None, dtype: Any, overwrite: bo
     )
     files = sorted(path.name for path in out.iterdir() if not path.name.startswith("."))
     console.print(f"[dim]{markup(', '.join(files))}[/]", highlight=False)
+    return 0
+
+
+def _to_gguf(given: str, out: Path, kind: str, dtype: Any, overwrite: bool) -> int:
+    """``zoo convert --to-gguf``: `zoo.load` (or a preset's initial weights), then `zoo.export.export_gguf`
+    with the tokenizer beside the checkpoint."""
+    import zoo
+    from zoo.cli import console
+    from zoo.export.gguf import export_gguf, require_gguf
+    from zoo.io.outputs import GGUF_MODEL, check_output_file
+    from zoo.io.tokenizer import Tokenizer
+
+    require_gguf()  # before anything loads
+    if not overwrite:
+        check_output_file(
+            out, GGUF_MODEL, writer="zoo convert --to-gguf", overwrite=False, option="--overwrite"
+        )
+    preset = preset_name(given)
+    source = Path(given).expanduser()
+    folder = source if source.is_dir() else source.parent
+    tokenizer_file = inside(folder, TOKENIZER_NAME)
+    tokenizer = Tokenizer.from_file(tokenizer_file) if preset is None and tokenizer_file.is_file() else None
+    if preset is not None:
+        import torch
+
+        torch.manual_seed(0)  # initial weights, the same every time
+        model = zoo.build(preset, dtype=dtype).eval()
+        console.print(f"[dim]built preset {markup(preset)} with random initial weights (seed 0)[/]")
+    else:
+        with kinds.expecting(given, kinds.CHECKPOINT, kinds.RUN, expected="a zoo checkpoint"):
+            model = zoo.load(source, dtype=dtype)
+    with writing(out):
+        written = export_gguf(model, out, tokenizer=tokenizer, type=kind, overwrite=overwrite)  # type: ignore[arg-type]
+    vocabulary = (
+        "with its tokenizer"
+        if written.vocabulary
+        else f"no {TOKENIZER_NAME} beside the checkpoint: no vocabulary (llama.cpp cannot tokenize text with it)"
+    )
+    console.print(
+        f"wrote [bold]{markup(out)}[/] (GGUF, llama.cpp architecture {written.arch}, {written.type}, "
+        f"{written.tensors} tensors, {written.bytes:,} bytes), {markup(vocabulary)}",
+        highlight=False,
+    )
     return 0
 
 

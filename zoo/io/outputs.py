@@ -215,8 +215,18 @@ def _is_onnx_model(path: Path) -> bool:
     return i + 1 < len(head) and head[i + 1] in (0x12, 0x42)
 
 
+def _is_gguf(path: Path) -> bool:
+    """A GGUF file: it opens with the magic ``GGUF``."""
+    try:
+        with path.open("rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 TORCH_PROGRAM = FileOutput("a torch.export program", _is_torch_program)
 ONNX_MODEL = FileOutput("an ONNX model", _is_onnx_model)
+GGUF_MODEL = FileOutput("a GGUF model", _is_gguf)
 
 
 def check_output_file(

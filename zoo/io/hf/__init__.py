@@ -72,7 +72,16 @@ from zoo.spec import ModelSpec
 from zoo.spec.errors import short_repr
 from zoo.spec.presets import format_validation_error
 
-__all__ = ["FamilyMapping", "HFError", "NoFamilyError", "family_mappings", "from_hf", "to_hf"]
+__all__ = [
+    "FamilyMapping",
+    "HFError",
+    "NoFamilyError",
+    "family_mappings",
+    "from_hf",
+    "hf_config",
+    "to_hf",
+    "to_hf_state",
+]
 
 FAMILY_MODULES: tuple[str, ...] = (
     "gpt2",
@@ -417,6 +426,24 @@ def to_hf(
     >>> zoo.to_hf(zoo.from_hf("gpt2_dir"), "export/")
     """
     check_output_dir(out_dir, HF_CHECKPOINT, writer="zoo.to_hf", overwrite=overwrite)
+    spec = model.spec
+    config, tensors = to_hf_state(model, model_type=model_type)
+    out = Path(out_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out, _OWN_FILES)  # what killed exports left
+    # The weights switch in one rename: model.safetensors is read before any index (here and in transformers).
+    write_atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
+    write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _remove_previous_shards(out)
+    if tokenizer is not None:
+        add_bos, add_eos = MODEL_FRAMING[spec.family]
+        tokenizer.save_pretrained(out, model_max_length=spec.max_positions, add_bos=add_bos, add_eos=add_eos)
+    return out
+
+
+def to_hf_state(model: ZooModel, *, model_type: str | None = None) -> tuple[dict[str, Any], StateDict]:
+    """The ``config.json`` dict and the state dict (on the CPU) that `to_hf` writes, in memory: what another
+    format's writer starts from (`zoo.export.gguf`). The family is chosen as `to_hf` chooses it."""
     _check_plain_weights(model)
     spec = model.spec
     mapping, config = _export_config(spec, model_type)
@@ -431,17 +458,13 @@ def to_hf(
     if floats:
         dtype = str(floats.most_common(1)[0][0]).removeprefix("torch.")
         config |= {"torch_dtype": dtype, "dtype": dtype}  # transformers 4.x reads torch_dtype, 5.x dtype
-    out = Path(out_dir).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(out, _OWN_FILES)  # what killed exports left
-    # The weights switch in one rename: model.safetensors is read before any index (here and in transformers).
-    write_atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
-    write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
-    _remove_previous_shards(out)
-    if tokenizer is not None:
-        add_bos, add_eos = MODEL_FRAMING[spec.family]
-        tokenizer.save_pretrained(out, model_max_length=spec.max_positions, add_bos=add_bos, add_eos=add_eos)
-    return out
+    return config, tensors
+
+
+def hf_config(spec: ModelSpec, *, model_type: str | None = None) -> dict[str, Any]:
+    """The ``config.json`` dict `to_hf` writes for ``spec`` (the family chosen as `to_hf` chooses it), from
+    the spec alone: no weights are read. `NoFamilyError` when no family can express it."""
+    return _export_config(spec, model_type)[1]
 
 
 def _check_plain_weights(model: ZooModel) -> None:
