@@ -115,7 +115,8 @@ class Grammar:
 
 
 def _one_line(reason: object) -> str:
-    return " ".join(str(reason).split())
+    """The engine's reason on one line, without its state dump."""
+    return " ".join(str(reason).split("<state>")[0].split())
 
 
 class Vocabulary:
