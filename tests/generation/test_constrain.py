@@ -61,7 +61,10 @@ def test_enum_regex_and_choice(setup) -> None:  # type: ignore[no-untyped-def]
     }
     cases = [
         (Grammar.json_schema(enum), lambda t: json.loads(t) in ({"a": 1}, {"a": 2})),
-        (Grammar.regex(r"[0-9]{2,3}(cat|dog)"), lambda t: re.fullmatch(r"[0-9]{2,3}(cat|dog)", t) is not None),
+        (
+            Grammar.regex(r"[0-9]{2,3}(cat|dog)"),
+            lambda t: re.fullmatch(r"[0-9]{2,3}(cat|dog)", t) is not None,
+        ),
         (Grammar.choice(["cat", "dog", "mat 7"]), lambda t: t in ("cat", "dog", "mat 7")),
     ]
     for grammar, holds in cases:
@@ -120,7 +123,7 @@ def test_constrain_leaves_free_rows_untouched(setup) -> None:  # type: ignore[no
 
 
 def test_refusals_are_one_line() -> None:
-    with pytest.raises(GrammarError, match="cannot be compiled: .*objectx"):
+    with pytest.raises(GrammarError, match=r"cannot be compiled: .*objectx"):
         Grammar.json_schema({"type": "objectx"})
     with pytest.raises(GrammarError, match="not valid JSON"):
         Grammar.json_schema("{nope")
