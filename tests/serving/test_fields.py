@@ -57,7 +57,14 @@ REFUSED = [  # (endpoint, fields, the param named)
     ("chat", {"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
     ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ("chat", {"echo": True}, "echo"),  # a completions field
-    ("chat", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("chat", {"response_format": {"type": "xml"}}, "response_format.type"),
+    (
+        "chat",
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": 3}}},
+        "response_format.json_schema.schema",
+    ),
+    ("chat", {"response_format": {"type": "json_object"}, "guided_regex": "a+"}, "guided_regex"),
+    ("completions", {"guided_choice": []}, "guided_choice"),
     ("chat", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
     ("chat", {"tool_choice": "auto"}, "tool_choice"),
     ("chat", {"parallel_tool_calls": False}, "parallel_tool_calls"),

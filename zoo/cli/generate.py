@@ -45,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument(
         "--no-bos", action="store_true", help="do not start the prompt with the bos token (default: add it)"
     )
+    generate.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        default=None,
+        help="structured output: the text is JSON this JSON Schema file validates (needs the grammar extra)",
+    )
     search_options(generate, default_new_tokens=32)
     generate.set_defaults(run=run_generate)
 
@@ -74,12 +80,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    schema = _json_schema(args.json_schema) if args.json_schema is not None else None
     model, tokenizer = _load(args, family="decoder", other="translate")
     add_bos = not args.no_bos and tokenizer.bos_id is not None
     prompt = tokenizer.encode(args.prompt, add_bos=add_bos, add_eos=False)
     if not prompt:
         raise ValueError("--prompt is empty after tokenization; give some text to continue")
-    return _run(model, tokenizer, prompt, args, echo=args.prompt)
+    grammar = {} if schema is None else {"json_schema": schema, "tokenizer": tokenizer}
+    return _run(model, tokenizer, prompt, args, echo=args.prompt, grammar=grammar)
+
+
+def _json_schema(path: str) -> Any:
+    """The JSON schema in file ``path``, checked by generate (`zoo.generation.constrain`)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"--json-schema {path}: cannot read it ({error.strerror or error})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"--json-schema {path}: not a JSON file ({error})") from None
 
 
 def run_translate(args: argparse.Namespace) -> int:
@@ -146,6 +167,7 @@ def _run(
     *,
     echo: str | None,
     decoder_prompt: list[int] | None = None,
+    grammar: dict[str, Any] | None = None,
 ) -> int:
     """Generate from one input and print it: ``echo`` (the prompt's text) first, in bold.
 
@@ -157,7 +179,7 @@ def _run(
     from zoo.cli import console, err_console
     from zoo.generation import TextStream, generate, stream
 
-    settings = search_settings(args, tokenizer)
+    settings = search_settings(args, tokenizer) | (grammar or {})  # --json-schema: generate's keywords
     device = next(model.parameters()).device  # where "auto" put the model
     input_ids = torch.tensor([ids], device=device)
     if model.spec.family == "decoder":  # the output is the prompt, then the new tokens

@@ -34,6 +34,7 @@ from zoo.generation.config import (
     token_ids,
     validated,
 )
+from zoo.generation.constrain import Constraint, Grammar, constrain, vocabulary
 from zoo.generation.graphs import CudaGraphStep
 from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
@@ -73,6 +74,7 @@ class Run:
     bad_words: BadWords | None = None
     forced_bos: torch.Tensor | None = None  # (1,)
     forced_eos: torch.Tensor | None = None  # (E,)
+    constraints: list[Constraint] | None = None  # one per row: the grammar its text follows
 
     def session(self) -> Session:
         return Session(
@@ -119,6 +121,9 @@ def generate(
     generator: torch.Generator | None = ...,
     streamer: Streamer | None = ...,
     compile: Compile = ...,
+    json_schema: Mapping[str, Any] | str | None = ...,
+    grammar: Grammar | None = ...,
+    tokenizer: Any = ...,
     return_scores: Literal[False] = ...,
     **overrides: Any,
 ) -> torch.Tensor: ...
@@ -134,6 +139,9 @@ def generate(
     generator: torch.Generator | None = ...,
     streamer: Streamer | None = ...,
     compile: Compile = ...,
+    json_schema: Mapping[str, Any] | str | None = ...,
+    grammar: Grammar | None = ...,
+    tokenizer: Any = ...,
     return_scores: Literal[True],
     **overrides: Any,
 ) -> GenerationOutput: ...
@@ -148,6 +156,9 @@ def generate(
     generator: torch.Generator | None = None,
     streamer: Streamer | None = None,
     compile: Compile = False,
+    json_schema: Mapping[str, Any] | str | None = None,
+    grammar: Grammar | None = None,
+    tokenizer: Any = None,
     return_scores: bool = False,
     **overrides: Any,
 ) -> torch.Tensor | GenerationOutput:
@@ -171,6 +182,12 @@ def generate(
         compile: True runs the decode step through ``torch.compile`` (`compiled_decode_step`);
             ``"cuda-graphs"`` captures the per-token step as a CUDA graph once per run and replays it
             (`zoo.generation.graphs`; on CPU the same static-shape step runs uncaptured).
+        json_schema: structured output: every row's new text is JSON that this JSON Schema (a dict, or its
+            JSON text) validates, at any temperature (`zoo.generation.constrain`; the ``grammar`` extra);
+            needs ``tokenizer`` and an end-of-sequence token, which ends a row where its text is complete.
+            Greedy search and sampling. A row cut by ``max_new_tokens`` may be incomplete.
+        grammar: the same with any `zoo.generation.constrain.Grammar` (a regex, a choice, a Lark grammar).
+        tokenizer: the model's tokenizer, whose tokens a grammar reads as text.
         return_scores: return a `GenerationOutput` (sequences and beam scores) instead of the ids alone.
 
     The model runs in eval mode (dropout off) under ``torch.no_grad``; its previous mode is restored.
@@ -185,6 +202,8 @@ def generate(
         compile=compile,
         decoder_input_ids=decoder_input_ids,
         decoder_attention_mask=decoder_attention_mask,
+        grammar=resolve_grammar(json_schema, grammar, tokenizer),
+        tokenizer=tokenizer,
     )
     if streamer is not None and run.config.num_beams > 1:
         raise ValueError("generate: streamer works with greedy search and sampling, not with num_beams > 1")
@@ -218,6 +237,9 @@ def stream(
     decoder_attention_mask: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     compile: Compile = False,
+    json_schema: Mapping[str, Any] | str | None = None,
+    grammar: Grammar | None = None,
+    tokenizer: Any = None,
     **overrides: Any,
 ) -> Iterator[torch.Tensor]:
     """Like `generate` (same arguments, no beam search), but yield each step's new tokens (B,) as they come.
@@ -237,6 +259,8 @@ def stream(
         compile,
         decoder_input_ids=decoder_input_ids,
         decoder_attention_mask=decoder_attention_mask,
+        grammar=resolve_grammar(json_schema, grammar, tokenizer),
+        tokenizer=tokenizer,
     )
     return iterate(run)
 
@@ -252,6 +276,8 @@ def prepare_stream(
     *,
     decoder_input_ids: torch.Tensor | None = None,
     decoder_attention_mask: torch.Tensor | None = None,
+    grammar: Grammar | None = None,
+    tokenizer: Any = None,
 ) -> Run:
     """`prepare` for `stream` and `zoo.generation.stream_text`: greedy search or sampling only."""
     if overrides.pop("streamer", None) is not None:
@@ -268,6 +294,8 @@ def prepare_stream(
         compile=compile,
         decoder_input_ids=decoder_input_ids,
         decoder_attention_mask=decoder_attention_mask,
+        grammar=grammar,
+        tokenizer=tokenizer,
     )
     if run.config.num_beams != 1:
         raise ValueError("stream: beam search (num_beams > 1) has no stream; call generate")
@@ -296,6 +324,8 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
     )  # sampling checks before it draws
     for step in range(config.max_new_tokens):
         scores = session.logits().float()  # (B, V); float32 also makes argmax 4x faster than on bfloat16
+        if run.constraints is not None:  # -inf where a row's grammar forbids the token
+            scores = constrain(scores, run.constraints)
         if config.sampling:  # sampling from NaN fails inside torch (a device assert on CUDA): check first
             check_finite(scores, step)
         if processors.active:
@@ -317,6 +347,9 @@ def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
             check_finite(scores.new_full((1,), math.nan), step)  # raises, naming the step
         session.append(tokens)
         processors.observe(tokens)
+        if run.constraints is not None:
+            for constraint, token in zip(run.constraints, tokens.tolist()):
+                constraint.advance(token)  # a row that has ended (its pad tokens) ignores it
         yield tokens
         if not going:
             return
@@ -333,6 +366,8 @@ def prepare(
     compile: Compile,
     decoder_input_ids: torch.Tensor | None = None,
     decoder_attention_mask: torch.Tensor | None = None,
+    grammar: Grammar | None = None,
+    tokenizer: Any = None,
 ) -> Run:
     """Validate the settings, resolve the model's defaults, and check the prompt, before any compute."""
     config = validated(config, overrides)
@@ -381,6 +416,19 @@ def prepare(
     if config.seed is not None:
         generator = torch.Generator(device=device).manual_seed(config.seed)
     rows = input_ids.shape[0] * config.rows_per_input
+    constraints = None
+    if grammar is not None:
+        if config.num_beams > 1:
+            raise ValueError(
+                "generate: json_schema (a grammar) works with greedy search and sampling, not beams"
+            )
+        if not eos:
+            raise ValueError(
+                "generate: json_schema (a grammar) needs an end-of-sequence token to end a row where its text is "
+                "complete: the model has none; give eos_token_id="
+            )
+        vocab_of = vocabulary(tokenizer, vocab)
+        constraints = [Constraint(grammar, vocab_of, stop=eos) for _ in range(rows)]
     if not model.training:  # a training loop's sample leaves the weights as training wants them
         use_decoding_layout(model, rows=rows)
     return Run(
@@ -398,7 +446,23 @@ def prepare(
         else None,
         forced_bos=_ids_tensor(forced_bos, device),
         forced_eos=_ids_tensor(forced_eos, device),
+        constraints=constraints,
     )
+
+
+def resolve_grammar(
+    json_schema: Mapping[str, Any] | str | None, grammar: Grammar | None, tokenizer: Any
+) -> Grammar | None:
+    """The grammar a call asks for (``json_schema`` or ``grammar``, not both), checked before any compute."""
+    if json_schema is not None and grammar is not None:
+        raise ValueError("generate: give json_schema or grammar, not both")
+    if json_schema is not None:
+        grammar = Grammar.json_schema(json_schema)
+    if grammar is not None and tokenizer is None:
+        raise ValueError(
+            "generate: json_schema (a grammar) needs tokenizer=, to read the model's tokens as text"
+        )
+    return grammar
 
 
 def _decode_step(model: GenerativeModel, *, rows: int, compile: Compile) -> StepFn:

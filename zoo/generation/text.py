@@ -19,13 +19,14 @@ byte-level, WordPiece without BERT's "cleanup" pass, which may rewrite already e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import torch
 
 from zoo.generation.config import GenerationConfig
-from zoo.generation.generate import Compile, iterate, prepare_stream
+from zoo.generation.constrain import Grammar
+from zoo.generation.generate import Compile, iterate, prepare_stream, resolve_grammar
 from zoo.generation.protocol import GenerativeModel
 
 __all__ = ["TextStream", "stream_text"]
@@ -119,6 +120,8 @@ def stream_text(
     skip_special_tokens: bool = True,
     generator: torch.Generator | None = None,
     compile: Compile = False,
+    json_schema: Mapping[str, Any] | str | None = None,
+    grammar: Grammar | None = None,
     **overrides: Any,
 ) -> Iterator[list[str]]:
     """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (B * n with
@@ -127,7 +130,7 @@ def stream_text(
 
     A decoder's prompt, or an encoder-decoder's decoder prompt (the real tokens of each row), is context, so
     a continuation keeps its first space. Arguments are checked when `stream_text` is called, as `stream`
-    does.
+    does. ``json_schema`` / ``grammar``: structured output, as `zoo.generation.generate` (with this tokenizer).
 
     >>> for pieces in stream_text(model, tokenizer, prompt, max_new_tokens=40):
     ...     print(pieces[0], end="", flush=True)
@@ -142,6 +145,8 @@ def stream_text(
         compile,
         decoder_input_ids=decoder_input_ids,
         decoder_attention_mask=decoder_attention_mask,
+        grammar=resolve_grammar(json_schema, grammar, tokenizer),
+        tokenizer=tokenizer,
     )
     eos = set(run.eos.tolist()) if run.eos is not None else set()
     if run.model.continues_input:  # the prompt is the beginning of the text

@@ -52,6 +52,7 @@ from zoo.serving.requests import (
     TokenLogprob,
     valid_text,
 )
+from zoo.serving.structured import grammar_of
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -383,6 +384,7 @@ async def completions(request: Any) -> Any:
     state = _state(request)
     body = await read_body(state, request)
     sampling = Sampling(body, "completions")
+    sampling.grammar = grammar_of(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
@@ -408,6 +410,7 @@ async def chat_completions(request: Any) -> Any:
     state = _state(request)
     body = await read_body(state, request)
     sampling = Sampling(body, "chat")
+    sampling.grammar = grammar_of(body)
     messages = check_messages(body.get("messages"), state.chat_template)
     if state.engine.seq2seq:
         prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])

@@ -3,9 +3,9 @@
 
 Nothing is ignored (`check_fields`): every field of a body is one zoo acts on, one it accepts as a label
 (``user``, ``safety_identifier``), or a 400 naming it: an unknown key (``max_tokns``: "did you mean
-max_tokens?"), or an OpenAI field zoo does not support yet (``response_format``, ``tools``,
-...), unless it is null or the value that asks for nothing (``echo: false``, ``response_format: {type:
-text}``). Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
+max_tokens?"), or an OpenAI field zoo does not support yet (``tools``, ...), unless it is null or
+the value that asks for nothing (``echo: false``). Structured output (``response_format`` and vLLM's
+``guided_*``) is read by `zoo.serving.structured` into ``Sampling.grammar``. Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from zoo.generation.constrain import Grammar
 from zoo.serving.requests import MAX_LOGPROBS, Completion, Event, valid_text
 
 
@@ -58,6 +59,11 @@ SHARED = (
     "repetition_penalty",
     "stop_token_ids",
     "ignore_eos",
+    # structured output (`zoo.serving.structured`): OpenAI's, and vLLM's extensions
+    "response_format",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
 )
 ACTED: dict[Endpoint, tuple[str, ...]] = {
     "completions": ("prompt", *SHARED, "best_of", "logprobs", "echo"),
@@ -69,7 +75,6 @@ LABELS = ("user", "safety_identifier")  # accepted strings that only label the r
 NOT_YET: dict[Endpoint, dict[str, tuple[Any, ...]]] = {
     "completions": {"suffix": (), "min_tokens": (0,)},
     "chat": {
-        "response_format": ({"type": "text"},),
         "tools": (),
         "tool_choice": (),
         "parallel_tool_calls": (),
@@ -262,6 +267,7 @@ class Sampling:
         self.stop = _stop(body)
         self.stream = _boolean(body, "stream")
         self.include_usage = _stream_options(body.get("stream_options"), stream=self.stream)
+        self.grammar: Grammar | None = None  # set by the handler (`zoo.serving.structured.grammar_of`)
         if self.echo and self.stream:  # the prompt's text and log-probabilities come with the finished text
             raise bad("echo is not supported with stream: true", "echo")
 
@@ -295,6 +301,7 @@ class Sampling:
                 ignore_eos=self.ignore_eos,
                 logprobs=self.logprobs,
                 echo=self.echo,
+                grammar=self.grammar,
             )
             for i in range(self.n)
         ]

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from zoo.generation.constrain import Grammar
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -103,7 +105,12 @@ class Completion:
     ``logprobs``: report each generated token's log-probability with that many alternatives (0 to 20;
     None: none), the model's own (a log-softmax of its logits, before any processor or temperature, as
     vLLM reports by default); ``echo``: with ``logprobs``, the prompt's too (`Done.prompt_logprobs`), and
-    ``max_tokens`` may be 0 (score the prompt only)."""
+    ``max_tokens`` may be 0 (score the prompt only).
+
+    ``grammar``: the text must follow it (structured output, `zoo.generation.constrain`): each step's
+    tokens are masked to those it allows, the stop tokens (eos unless ``ignore_eos``, ``stop_token_ids``)
+    where it accepts the text; the text ends ("stop") as soon as it is complete. At ``max_tokens`` it ends
+    ("length") where it is, possibly incomplete, as OpenAI's does."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -123,6 +130,7 @@ class Completion:
     ignore_eos: bool = False
     logprobs: int | None = None
     echo: bool = False
+    grammar: Grammar | None = None
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
