@@ -311,9 +311,8 @@ class Engine:
         if request.temperature > 0:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
-        return _Job(
-            request, room, generator, TextStream(self.tokenizer, prompt_ids=context), StopText(request.stop)
-        )
+        text = TextStream(self.tokenizer, prompt_ids=context, skip_special_tokens=request.skip_special_tokens)
+        return _Job(request, room, generator, text, StopText(request.stop))
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.waiting if j.request.cancelled]:
