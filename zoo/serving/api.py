@@ -420,6 +420,10 @@ async def chat_completions(request: Any) -> Any:
     body = await read_body(state, request)
     sampling = Sampling(body, "chat")
     tools = read_tools(body, state.tool_format)
+    if tools is not None and tools.forced:  # enforced through the grammar engine, which is not here yet
+        raise bad(
+            'tool_choice "required" or a named function is not supported by zoo serve yet', "tool_choice"
+        )
     messages = check_messages(body.get("messages"), state.chat_template, state.tool_format)
     if state.engine.seq2seq:
         prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])
