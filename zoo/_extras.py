@@ -10,6 +10,7 @@ from __future__ import annotations
 PACKAGES = {
     "serve": "fastapi uvicorn",
     "metrics": "prometheus-client",
+    "grammar": "llguidance",
     "eval": "lm-eval",
     "onnx": "onnx onnxscript onnxruntime",
     "quant": "torchao",

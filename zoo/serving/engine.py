@@ -20,7 +20,9 @@ log-softmax and top-k over the rows that ask); one that asks for its prompt's (`
 prefill run through the model's forward, which keeps every position's logits, chunk by chunk; with
 ``max_tokens`` 0 it finishes there, without taking a slot's turn.
 
-A request finishes on an end-of-sequence token, a stop string, ``max_tokens``, or when its sequence would
+A request held to a grammar (structured output, ``Completion.grammar``) has its row's logits masked to the
+tokens the grammar allows, in the same step (`zoo.serving.sampling`), and finishes ("stop") as soon as its
+text is complete. A request finishes on an end-of-sequence token, a stop string, ``max_tokens``, or when its sequence would
 outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests are token-equal to
 ``model.generate`` of each prompt alone: a slot's keys, mask and positions are those of a left-padded row.
 
@@ -43,6 +45,7 @@ import torch
 from zoo.generation import KVCache, TextStream, stream
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
+from zoo.generation.constrain import Constraint, GrammarError, Vocabulary, vocabulary
 from zoo.generation.session import StepFn, decode_step
 from zoo.generation.weight_layout import use_decoding_layout
 from zoo.serving.logprobs import score
@@ -80,6 +83,7 @@ class _Job:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token (a request that asks)
     sent: int = 0  # the log-probabilities already emitted in a Delta
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
+    constraint: Constraint | None = None  # the request's grammar, as it stands
 
     @property
     def scores_prompt(self) -> bool:
@@ -205,9 +209,15 @@ class Engine:
                 ("ignore_eos", request.ignore_eos, False),
                 ("logprobs", request.logprobs, None),
                 ("echo", request.echo, False),
+                ("response_format", request.grammar, None),
             ):
                 if value != off:
                     raise RequestError(f"{name} is not supported for encoder-decoder models", param=name)
+        if request.grammar is not None:
+            try:
+                self.vocabulary()  # built once, here rather than in the engine's step
+            except GrammarError as error:
+                raise RequestError(str(error), param="response_format") from None
         most = self.model.spec.max_positions if self.seq2seq else self.limit - 1
         if len(request.prompt) > most:
             raise PromptTooLong(
@@ -215,6 +225,10 @@ class Engine:
                 + ("" if self.seq2seq else " (to leave room for one new token)"),
                 param="prompt",
             )
+
+    def vocabulary(self) -> Vocabulary:
+        """The tokenizer's tokens as the grammar engine reads them (built on first use, then cached)."""
+        return vocabulary(self.tokenizer, self.model.spec.vocab_size)
 
     def submit(self, requests: Sequence[Completion]) -> None:
         """Queue ``requests`` together (all or none): `QueueFull` when they do not fit; `RequestError` for a
@@ -290,10 +304,15 @@ class Engine:
         except queue.Empty:
             return
         while request is not None:
-            job = self._job(request)
-            if self.seq2seq:
+            try:
+                job = self._job(request)
+            except GrammarError as error:  # the grammar and this tokenizer: that request alone fails
+                request.emit(Failed(str(error)))
+                self._retire()
+                job = None
+            if job is not None and self.seq2seq:
                 self._run_seq2seq(job)
-            else:
+            elif job is not None:
                 self.waiting.append(job)
             try:
                 request = self._inbox.get_nowait()
@@ -312,7 +331,11 @@ class Engine:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
         text = TextStream(self.tokenizer, prompt_ids=context, skip_special_tokens=request.skip_special_tokens)
-        return _Job(request, room, generator, text, StopText(request.stop))
+        job = _Job(request, room, generator, text, StopText(request.stop))
+        if request.grammar is not None:
+            stop = [*request.stop_token_ids, *(() if request.ignore_eos else self.eos)]
+            job.constraint = Constraint(request.grammar, self.vocabulary(), stop=stop)
+        return job
 
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.waiting if j.request.cancelled]:
@@ -418,7 +441,7 @@ class Engine:
         """The group's first tokens; the ones not finished by it take their slots at the cursor."""
         jobs = run.jobs
         for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
-            self.sampling.set(job.slot, job.request)
+            self.sampling.set(job.slot, job.request, job.constraint)
         chosen = self.sampling.choose(
             logits, run.slots, [j.request for j in jobs], [j.generator for j in jobs]
         )
@@ -525,7 +548,13 @@ class Engine:
             job.logprobs.append(logprob)
         request = job.request  # an end token is not detokenised: the text ends here
         ended = (token in self.eos and not request.ignore_eos) or token in request.stop_token_ids
-        piece, stopped = job.stop.add(job.text.flush() if ended else job.text.push(token))
+        # the grammar's text is whole with this token: it ends here too (no end token needed)
+        complete = not ended and job.constraint is not None and job.constraint.done
+        text = job.text.flush() if ended else job.text.push(token)
+        if complete:
+            text += job.text.flush()
+            ended = True
+        piece, stopped = job.stop.add(text)
         full = len(job.tokens) >= job.room
         if full and not (stopped or ended):
             more, stopped = job.stop.add(job.text.flush())

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from zoo.generation.constrain import Grammar
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -105,7 +107,12 @@ class Completion:
     vLLM reports by default); ``echo``: with ``logprobs``, the prompt's too (`Done.prompt_logprobs`), and
     ``max_tokens`` may be 0 (score the prompt only). ``skip_special_tokens``: special tokens the model
     writes are left out of the text (vLLM's; False for an answer read for tool calls, whose format may start
-    with one: Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``)."""
+    with one: Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``).
+
+    ``grammar``: the text must follow it (structured output, `zoo.generation.constrain`): each step's
+    tokens are masked to those it allows, the stop tokens (eos unless ``ignore_eos``, ``stop_token_ids``)
+    where it accepts the text; the text ends ("stop") as soon as it is complete. At ``max_tokens`` it ends
+    ("length") where it is, possibly incomplete, as OpenAI's does."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -126,6 +133,7 @@ class Completion:
     logprobs: int | None = None
     echo: bool = False
     skip_special_tokens: bool = True
+    grammar: Grammar | None = None
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:

@@ -8,7 +8,7 @@ repetition penalty), the generated tokens' counts (presence and frequency penalt
 step runs, on all R rows at once, the processors any of its requests enables, in transformers' order where
 `zoo.generation.sampling` has them (the same functions ``generate`` uses):
 
-    repetition penalty -> presence / frequency penalties -> logit_bias      (every row, greedy too)
+    repetition penalty -> presence / frequency penalties -> logit_bias -> grammar mask (every row, greedy too)
     -> argmax for greedy rows; for sampled rows: / temperature -> top-k -> top-p -> min-p -> draw
 
 A neutral setting (penalty 1 or 0, bias 0, top_k 0, top_p 1, min_p 0) leaves its row unchanged, so rows
@@ -18,6 +18,10 @@ Sampled rows draw by inverse transform: one uniform number per row from that row
 short loop over the sampled rows only: the draw must come from each request's own generator, so that a
 seeded request samples the same text whatever runs beside it), then one batched ``searchsorted`` over the
 rows' cumulative probabilities.
+
+A row held to a grammar (structured output) has its `TokenConstraint`: its mask, filled on the CPU for the
+rows that have one (`zoo.generation.constrain`), sets -inf where the grammar forbids a token, and the token
+chosen advances it. Rows without one are untouched.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
+from zoo.generation.constrain import TokenConstraint, constrain
 from zoo.generation.sampling import min_p_filter, repetition_penalty, top_k_filter, top_p_filter
 from zoo.serving.requests import Completion
 
@@ -45,10 +50,13 @@ class RowSampling:
         self.seen: torch.Tensor | None = None  # (B, V) bool: prompt and generated tokens
         self.counts: torch.Tensor | None = None  # (B, V) float: generated tokens
         self.bias: torch.Tensor | None = None  # (B, V) float
+        self.constraints: list[TokenConstraint | None] = [None] * rows  # each row's grammar, if any
 
-    def set(self, row: int, request: Completion) -> None:
-        """Row ``row`` now samples for ``request``: its settings, and its state started from its prompt."""
+    def set(self, row: int, request: Completion, constraint: TokenConstraint | None = None) -> None:
+        """Row ``row`` now samples for ``request``: its settings, and its state started from its prompt;
+        ``constraint``: the grammar its tokens must follow (None: free)."""
         r = request
+        self.constraints[row] = constraint
         for tensor, value in (
             (self.temperature, max(r.temperature, 1e-6)),
             (self.top_p, r.top_p),
@@ -97,6 +105,11 @@ class RowSampling:
             drawn = torch.searchsorted(cdf, (uniform.to(cdf.device) * cdf[:, -1])[:, None]).squeeze(1)
             tokens = tokens.index_put((picked,), drawn.clamp(max=scores.shape[-1] - 1))
         self.observe(rows, tokens, [r for r in requests if r is not None])
+        held = self._held(rows, requests)
+        if any(c is not None for c in held):
+            for constraint, token in zip(held, tokens.tolist()):
+                if constraint is not None:
+                    constraint.advance(token)
         return tokens
 
     def penalize(
@@ -115,7 +128,21 @@ class RowSampling:
         if any(r.logit_bias for r in live):
             assert self.bias is not None
             scores = scores + self.bias[rows]
+        held = self._held(rows, requests)
+        if any(c is not None for c in held):
+            scores = constrain(scores, held)
         return scores
+
+    def _held(
+        self, rows: torch.Tensor, requests: Sequence[Completion | None]
+    ) -> list[TokenConstraint | None]:
+        """The constraint of each of the R ``rows`` whose request is live (None: free, or idle)."""
+        if not any(c is not None for c in self.constraints):
+            return [None] * len(requests)
+        return [
+            self.constraints[row] if request is not None else None
+            for row, request in zip(rows.tolist(), requests)
+        ]
 
     def warp(
         self, scores: torch.Tensor, rows: torch.Tensor, requests: Sequence[Completion | None]
