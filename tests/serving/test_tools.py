@@ -432,3 +432,116 @@ def test_the_served_prompt_with_tools_is_the_templates(qwen: Server, base: str, 
         temperature=0,
     )
     assert out.usage is not None and out.usage.prompt_tokens == len(expected)
+
+
+# ---- forced calls: the grammar engine holds the answer to a call whose arguments validate ----
+
+jsonschema = pytest.importorskip("jsonschema")
+pytest.importorskip("llguidance")
+
+BOUNDED = {  # bounded strings and numbers: a random model's call ends well within max_tokens
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 8},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
+PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in (BOUNDED, CLOCK)}
+
+
+@pytest.fixture(scope="module", params=["qwen2.5", "llama-3.1", "mistral-v0.3"])
+def forcing(
+    request: pytest.FixtureRequest, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A random tiny decoder served with each format's template."""
+    root = tmp_path_factory.mktemp(request.param)
+    tokenizer = zoo.load_tokenizer(write_folder(root / "tokenizer", base, request.param))
+    model = tiny_decoder(tokenizer.vocab_size, max_positions=1024)
+    engine = Engine(model, tokenizer, max_batch=4, max_queue=16, max_length=1024)
+    with Server(engine, tokenizer, model_name=MODEL) as running:
+        yield running
+
+
+def _validates(calls: Any, names: set[str]) -> None:
+    assert calls
+    for call in calls:
+        assert call.type == "function" and call.function.name in names and call.id
+        jsonschema.validate(json.loads(call.function.arguments), PARAMETERS[call.function.name])
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "get_time"}}], ids=["required", "named"]
+)
+def test_a_forced_call_returns_tool_calls_whose_arguments_validate(forcing: Server, choice: Any) -> None:
+    names = {"get_weather", "get_time"} if choice == "required" else {"get_time"}
+    client = _client(forcing)
+    for temperature, seed in ((0.0, None), (1.0, 1), (1.0, 2), (2.0, 3)):
+        out = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[BOUNDED, CLOCK],
+            tool_choice=choice,
+            max_tokens=200,
+            temperature=temperature,
+            seed=seed,
+        )
+        assert out.choices[0].finish_reason == "tool_calls", out.choices[0]
+        assert out.choices[0].message.content is None
+        _validates(out.choices[0].message.tool_calls, names)
+
+
+def test_a_forced_call_streams_as_delta_tool_calls(forcing: Server) -> None:
+    chunks = list(
+        _client(forcing).chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[BOUNDED, CLOCK],
+            tool_choice="required",
+            max_tokens=200,
+            temperature=1.0,
+            seed=5,
+            stream=True,
+        )
+    )
+    calls = [call for c in chunks if c.choices for call in c.choices[0].delta.tool_calls or ()]
+    _validates(calls, {"get_weather", "get_time"})
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_a_forced_call_round_trips_in_the_next_turn(forcing: Server) -> None:
+    """The call as the client got it (its id included: Mistral's template checks it) and the tool's result
+    are taken back, and the template renders them into the next prompt."""
+    client = _client(forcing)
+    tools: Any = [BOUNDED, CLOCK]
+    out = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=tools, tool_choice="required", max_tokens=200, temperature=0
+    )
+    message = out.choices[0].message
+    assert message.tool_calls
+    result = {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": '{"temperature": 21}'}
+    history: Any = [*ASK, message.model_dump(exclude_none=True), result]
+    later = client.chat.completions.create(model=MODEL, messages=history, tools=tools, max_tokens=2)
+    assert out.usage is not None and later.usage is not None
+    assert later.usage.prompt_tokens > out.usage.prompt_tokens + out.usage.completion_tokens

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from zoo._extras import install_hint
 from zoo.generation.chat import end_of_turn_ids
+from zoo.generation.constrain import Grammar, GrammarMissing
 from zoo.serving.bodies import HTTPError, Sampling, bad
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
@@ -52,7 +53,15 @@ from zoo.serving.requests import (
     TokenLogprob,
     valid_text,
 )
-from zoo.serving.tools import CallStream, ToolFormat, Tools, read_calls, read_tools, tool_format
+from zoo.serving.tools import (
+    CallStream,
+    ToolFormat,
+    Tools,
+    forced_grammar,
+    read_calls,
+    read_tools,
+    tool_format,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -420,10 +429,12 @@ async def chat_completions(request: Any) -> Any:
     body = await read_body(state, request)
     sampling = Sampling(body, "chat")
     tools = read_tools(body, state.tool_format)
-    if tools is not None and tools.forced:  # enforced through the grammar engine, which is not here yet
-        raise bad(
-            'tool_choice "required" or a named function is not supported by zoo serve yet', "tool_choice"
-        )
+    grammar = None
+    if tools is not None and tools.forced:
+        try:
+            grammar = await asyncio.to_thread(forced_grammar, tools)
+        except GrammarMissing as error:
+            raise HTTPError(501, str(error), kind="server_error", param="tool_choice") from None
     messages = check_messages(body.get("messages"), state.chat_template, state.tool_format)
     if state.engine.seq2seq:
         prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])
@@ -432,7 +443,7 @@ async def chat_completions(request: Any) -> Any:
         prompt = await asyncio.to_thread(render_chat, state.tokenizer, messages, schemas)
     if tools is not None and tools.forced and tools.format.opener:
         prompt += state.tokenizer.encode(tools.format.opener, add_bos=False, add_eos=False)
-    return await respond(state, request, sampling, prompt, chat=True, tools=tools)
+    return await respond(state, request, sampling, prompt, chat=True, tools=tools, grammar=grammar)
 
 
 # ---- answering ----
@@ -447,10 +458,11 @@ async def respond(
     chat: bool,
     prompt_text: str | None = None,
     tools: Tools | None = None,
+    grammar: Grammar | None = None,
 ) -> Any:
     """Submit the request's ``n`` completions and answer with them: one JSON body once all are done, or
     server-sent events as they come. ``prompt_text``: a completion's prompt as given (None: token ids);
-    ``tools``: a chat answer is read for tool calls."""
+    ``tools``: a chat answer is read for tool calls; ``grammar``: every choice's text must follow it."""
     relay = Relay(request)
     requests = sampling.completions(
         prompt,
@@ -459,6 +471,7 @@ async def respond(
         stop_token_ids=state.turn_ends if chat else (),
         continues_prompt=not chat,  # a chat answer is a message of its own: no space before it
         skip_special_tokens=tools is None or not tools.reads,  # a call may start with one
+        grammar=grammar,
     )
     _submit(state.engine, requests, chat=chat)
     # A streaming response listens for the disconnect itself (Starlette cancels it); a plain one writes
@@ -636,6 +649,7 @@ async def _sse(
     offset = len(shape.echoed()) if shape.top is not None and not chat else 0
     offsets = dict.fromkeys(range(len(relay.requests)), offset)
     calls = {i: CallStream(shape.tools) for i in range(len(relay.requests))} if shape.tools else {}
+    finish: str | None
     if chat:
         for i in range(len(relay.requests)):
             yield _event({**chunk, "choices": [_chat_choice(i, {"role": "assistant", "content": ""}, None)]})

@@ -14,6 +14,7 @@ import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from zoo.generation.constrain import Grammar
 from zoo.serving.requests import MAX_LOGPROBS, Completion, Event, valid_text
 
 
@@ -280,6 +281,7 @@ class Sampling:
         stop_token_ids: Sequence[int] = (),
         continues_prompt: bool = True,
         skip_special_tokens: bool = True,
+        grammar: Grammar | None = None,
     ) -> list[Completion]:
         """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
         return [
@@ -303,6 +305,7 @@ class Sampling:
                 logprobs=self.logprobs,
                 echo=self.echo,
                 skip_special_tokens=skip_special_tokens,
+                grammar=grammar,
             )
             for i in range(self.n)
         ]

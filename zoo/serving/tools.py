@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zoo.generation.constrain import Grammar, GrammarError
 from zoo.serving.requests import RequestError
 
 # A call's JSON object and the text before it: (content, [object, ...]) or None (no call in the text).
@@ -300,6 +301,15 @@ def forced_schema(tools: Tools) -> dict[str, Any]:
     ]
     call = calls[0] if len(calls) == 1 else {"anyOf": calls}
     return tools.format.schema(call, tools.parallel)
+
+
+def forced_grammar(tools: Tools) -> Grammar:
+    """`forced_schema` compiled for the grammar engine; a schema it cannot compile is a `RequestError`
+    naming ``tools`` (`zoo.generation.constrain.GrammarMissing` without the ``grammar`` extra)."""
+    try:
+        return Grammar.json_schema(forced_schema(tools))
+    except GrammarError as error:
+        raise RequestError(f"the tools' parameters cannot be enforced: {error}", param="tools") from None
 
 
 # ---- the answer ----
