@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from zoo._extras import install_hint
 from zoo.generation.chat import end_of_turn_ids
+from zoo.generation.constrain import GrammarMissing
 from zoo.serving.bodies import HTTPError, Sampling, bad
 from zoo.serving.chat import check_messages, render_chat
 from zoo.serving.engine import Engine
@@ -53,6 +54,15 @@ from zoo.serving.requests import (
     valid_text,
 )
 from zoo.serving.structured import grammar_of
+from zoo.serving.tools import (
+    CallStream,
+    ToolFormat,
+    Tools,
+    forced_grammar,
+    read_calls,
+    read_tools,
+    tool_format,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -143,6 +153,8 @@ class AppState:
     # The chat template's source (the tokenizer's, else zoo's default): message keys it reads are passed on.
     chat_template: str | None
     eos: int | None  # the tokenizer's: an encoder-decoder's source ends with it
+    # The format the template writes tool calls in (`zoo.serving.tools`); None: it renders no tools.
+    tool_format: ToolFormat | None = None
 
 
 def create_app(
@@ -176,6 +188,7 @@ def create_app(
         bos=getattr(tokenizer, "bos_id", None),
         eos=getattr(tokenizer, "eos_id", None),
         chat_template=None if engine.seq2seq else _template_source(tokenizer),
+        tool_format=None if engine.seq2seq else tool_format(_template_source(tokenizer, tools=True)),
     )
     add_error_handlers(app)
     app.state.metrics = make_metrics(engine.load)
@@ -208,8 +221,14 @@ def add_monitoring(app: Any, health_route: Callable[[Any], Any]) -> None:
         app.add_middleware(CountRequests, metrics=app.state.metrics)
 
 
-def _template_source(tokenizer: Any) -> str | None:
-    source = getattr(tokenizer, "chat_template", None) or getattr(tokenizer, "default_chat_template", None)
+def _template_source(tokenizer: Any, *, tools: bool = False) -> str | None:
+    """The chat template's source; ``tools``: the one rendered when tools are given (a ``tool_use`` one)."""
+    named = getattr(tokenizer, "chat_templates", {}) if tools else {}
+    source = (
+        (named.get("tool_use") if isinstance(named, dict) else None)
+        or getattr(tokenizer, "chat_template", None)
+        or getattr(tokenizer, "default_chat_template", None)
+    )
     return source if isinstance(source, str) else None
 
 
@@ -406,17 +425,33 @@ async def completions(request: Any) -> Any:
 
 
 async def chat_completions(request: Any) -> Any:
-    """POST /v1/chat/completions: messages through the chat template (a source: the last one's content)."""
+    """POST /v1/chat/completions: messages (and tools) through the chat template (a source: the last one's
+    content). A forced tool call's prompt ends with its format's opener (`zoo.serving.tools`)."""
     state = _state(request)
     body = await read_body(state, request)
     sampling = Sampling(body, "chat")
     sampling.grammar = grammar_of(body)
-    messages = check_messages(body.get("messages"), state.chat_template)
+    tools = read_tools(body, state.tool_format)
+    if tools is not None and tools.forced:
+        if sampling.grammar is not None:
+            raise bad(
+                "a forced tool call has its own grammar (the call's JSON): give tool_choice or "
+                "response_format (guided_*), not both",
+                "tool_choice",
+            )
+        try:
+            sampling.grammar = await asyncio.to_thread(forced_grammar, tools)
+        except GrammarMissing as error:
+            raise HTTPError(501, str(error), kind="server_error", param="tool_choice") from None
+    messages = check_messages(body.get("messages"), state.chat_template, state.tool_format)
     if state.engine.seq2seq:
         prompt = await asyncio.to_thread(encode, state, messages[-1]["content"])
     else:
-        prompt = await asyncio.to_thread(render_chat, state.tokenizer, messages)
-    return await respond(state, request, sampling, prompt, chat=True)
+        schemas = tools.schemas if tools is not None else None
+        prompt = await asyncio.to_thread(render_chat, state.tokenizer, messages, schemas)
+    if tools is not None and tools.forced and tools.format.opener:
+        prompt += state.tokenizer.encode(tools.format.opener, add_bos=False, add_eos=False)
+    return await respond(state, request, sampling, prompt, chat=True, tools=tools)
 
 
 # ---- answering ----
@@ -430,9 +465,11 @@ async def respond(
     *,
     chat: bool,
     prompt_text: str | None = None,
+    tools: Tools | None = None,
 ) -> Any:
     """Submit the request's ``n`` completions and answer with them: one JSON body once all are done, or
-    server-sent events as they come. ``prompt_text``: a completion's prompt as given (None: token ids)."""
+    server-sent events as they come. ``prompt_text``: a completion's prompt as given (None: token ids);
+    ``tools``: a chat answer is read for tool calls; ``sampling.grammar``: every choice's text follows it."""
     relay = Relay(request)
     requests = sampling.completions(
         prompt,
@@ -440,6 +477,7 @@ async def respond(
         relay.emit,
         stop_token_ids=state.turn_ends if chat else (),
         continues_prompt=not chat,  # a chat answer is a message of its own: no space before it
+        skip_special_tokens=tools is None or not tools.reads,  # a call may start with one
     )
     _submit(state.engine, requests, chat=chat)
     # A streaming response listens for the disconnect itself (Starlette cancels it); a plain one writes
@@ -451,7 +489,7 @@ async def respond(
         "created": int(time.time()),
         "model": state.model_name,
     }
-    shape = Shape(state.tokenizer, sampling, prompt, prompt_text, chat=chat)
+    shape = Shape(state.tokenizer, sampling, prompt, prompt_text, chat=chat, tools=tools)
     if not sampling.stream:
         return _json(await _answer(relay, head, len(prompt), shape))
     from starlette.responses import StreamingResponse
@@ -545,10 +583,18 @@ class Shape:
     when asked for (`zoo.serving.logprobs`) and, for ``echo``, the prompt's text before the completion."""
 
     def __init__(
-        self, tokenizer: Any, sampling: Sampling, prompt: list[int], prompt_text: str | None, *, chat: bool
+        self,
+        tokenizer: Any,
+        sampling: Sampling,
+        prompt: list[int],
+        prompt_text: str | None,
+        *,
+        chat: bool,
+        tools: Tools | None = None,
     ) -> None:
         self.tokenizer, self.chat, self.top, self.echo = tokenizer, chat, sampling.logprobs, sampling.echo
         self.prompt, self.prompt_text = prompt, prompt_text
+        self.tools = tools if tools is not None and tools.reads else None  # read the answer for calls
 
     def echoed(self) -> str:
         """The prompt's text: as given, or its token ids decoded."""
@@ -566,14 +612,16 @@ class Shape:
     def choice(self, index: int, done: Done) -> dict[str, Any]:
         """A finished choice of a whole (not streamed) response."""
         if self.chat:
-            message = {"role": "assistant", "content": done.text}
+            message: dict[str, Any] = {"role": "assistant", "content": done.text}
+            finish: str = done.finish_reason
+            found = (
+                None if self.tools is None else read_calls(done.text, self.tools, forced=self.tools.forced)
+            )
+            if found is not None:
+                message = {"role": "assistant", "content": found[0], "tool_calls": found[1]}
+                finish = "tool_calls"
             logprobs = self.logprobs(done.logprobs)
-            return {
-                "index": index,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": done.finish_reason,
-            }
+            return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         text, entries, offset = done.text, done.logprobs, 0
         if self.echo:
             text, entries = self.echoed() + text, done.prompt_logprobs + entries
@@ -606,14 +654,17 @@ async def _sse(
     sent: dict[int, int] = {}  # log-probabilities streamed, per choice
     offset = len(shape.echoed()) if shape.top is not None and not chat else 0
     offsets = dict.fromkeys(range(len(relay.requests)), offset)
+    calls = {i: CallStream(shape.tools) for i in range(len(relay.requests))} if shape.tools else {}
+    finish: str | None
     if chat:
         for i in range(len(relay.requests)):
             yield _event({**chunk, "choices": [_chat_choice(i, {"role": "assistant", "content": ""}, None)]})
     try:
         async for index, event in relay.results():
             if isinstance(event, Delta):
-                text, entries, finish, delta = event.text, event.logprobs, None, {"content": event.text}
+                text, entries, finish = event.text, event.logprobs, None
                 sent[index] = sent.get(index, 0) + len(entries)
+                delta: dict[str, Any] = {"content": calls[index].push(text) if calls else text}
             else:
                 assert isinstance(event, Done)
                 done.append(event)
@@ -623,6 +674,12 @@ async def _sse(
                     event.finish_reason,
                     {},
                 )
+                if calls:  # the text held back, as content or as the calls it holds
+                    rest, found = calls[index].finish()
+                    if found is not None:
+                        delta, finish = {"tool_calls": _call_deltas(found)}, "tool_calls"
+                    elif rest:
+                        delta = {"content": rest}
             logprobs = shape.logprobs(entries, offsets[index]) if entries else None
             if logprobs is not None and not chat:
                 offsets[index] += sum(len(t) for t in logprobs["tokens"])
@@ -655,8 +712,13 @@ def _text_choice(
     return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
 
+def _call_deltas(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls as a stream's ``delta.tool_calls``: each whole, with its index."""
+    return [{"index": i, **call} for i, call in enumerate(calls)]
+
+
 def _chat_choice(
-    index: int, delta: dict[str, str], finish: str | None, logprobs: dict[str, Any] | None = None
+    index: int, delta: dict[str, Any], finish: str | None, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 

@@ -3,9 +3,10 @@
 
 Nothing is ignored (`check_fields`): every field of a body is one zoo acts on, one it accepts as a label
 (``user``, ``safety_identifier``), or a 400 naming it: an unknown key (``max_tokns``: "did you mean
-max_tokens?"), or an OpenAI field zoo does not support yet (``tools``, ...), unless it is null or
-the value that asks for nothing (``echo: false``). Structured output (``response_format`` and vLLM's
-``guided_*``) is read by `zoo.serving.structured` into ``Sampling.grammar``. Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
+max_tokens?"), or an OpenAI field zoo does not support yet (``functions``, ...), unless it is null or the
+value that asks for nothing (``echo: false``). Structured output (``response_format`` and vLLM's
+``guided_*``) is read by `zoo.serving.structured` into ``Sampling.grammar``, tools by `zoo.serving.tools`.
+Booleans must be JSON booleans (``1`` or ``"true"`` is a 400). docs/serving.md has the table.
 """
 
 from __future__ import annotations
@@ -67,7 +68,16 @@ SHARED = (
 )
 ACTED: dict[Endpoint, tuple[str, ...]] = {
     "completions": ("prompt", *SHARED, "best_of", "logprobs", "echo"),
-    "chat": ("messages", *SHARED, "max_completion_tokens", "logprobs", "top_logprobs"),
+    "chat": (
+        "messages",
+        *SHARED,
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+        "tools",  # these three: zoo.serving.tools
+        "tool_choice",
+        "parallel_tool_calls",
+    ),
 }
 LABELS = ("user", "safety_identifier")  # accepted strings that only label the request: nothing to act on
 
@@ -75,9 +85,6 @@ LABELS = ("user", "safety_identifier")  # accepted strings that only label the r
 NOT_YET: dict[Endpoint, dict[str, tuple[Any, ...]]] = {
     "completions": {"suffix": (), "min_tokens": (0,)},
     "chat": {
-        "tools": (),
-        "tool_choice": (),
-        "parallel_tool_calls": (),
         "functions": (),
         "function_call": (),
         "metadata": (),
@@ -279,6 +286,7 @@ class Sampling:
         *,
         stop_token_ids: Sequence[int] = (),
         continues_prompt: bool = True,
+        skip_special_tokens: bool = True,
     ) -> list[Completion]:
         """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
         return [
@@ -301,6 +309,7 @@ class Sampling:
                 ignore_eos=self.ignore_eos,
                 logprobs=self.logprobs,
                 echo=self.echo,
+                skip_special_tokens=skip_special_tokens,
                 grammar=self.grammar,
             )
             for i in range(self.n)

@@ -5,10 +5,13 @@ The messages are rendered with the tokenizer's template, the assistant's turn op
 `task: chat` fine-tunes with. The answer ends at the model's eos or at the token the template closes an
 assistant turn with (`zoo.generation.chat.end_of_turn_ids`: ``<|im_end|>``, ``<|eot_id|>``, ...).
 
-A message's other keys are never dropped unseen: ``name`` and ``tool_call_id`` reach the template when it
-reads them (``message.name`` / ``message['name']`` in its source), else they are a 400 when set; the keys
-of features zoo does not support yet (``tool_calls``, ``refusal``, ``audio``, ``function_call``) are a 400
-when set; any other key is a 400 naming it.
+A message's other keys are never dropped unseen: ``name`` reaches the template when it reads it
+(``message.name`` / ``message['name']`` in its source), else it is a 400 when set. An assistant's
+``tool_calls`` reach a template that renders tool calls (`zoo.serving.tools`), their arguments parsed from
+OpenAI's JSON string to the object templates read (an empty content beside them: Qwen 3's template reads
+every assistant content); a ``tool`` message's ``tool_call_id`` must name one of those calls, and reaches the
+template (Mistral's writes it). The keys of features zoo does not support yet (``refusal``, ``audio``,
+``function_call``) are a 400 when set; any other key is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zoo.serving.requests import RequestError, valid_text
+from zoo.serving.tools import ToolFormat, call_ids, check_tool_calls
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -38,8 +42,8 @@ def message_text(content: Any, index: int) -> str:
     )
 
 
-PASSED = ("name", "tool_call_id")  # handed to a template that reads them
-NOT_YET = ("tool_calls", "refusal", "audio", "function_call")
+PASSED = ("name",)  # handed to a template that reads it
+NOT_YET = ("refusal", "audio", "function_call")
 
 
 def template_reads(template: str | None, key: str) -> bool:
@@ -50,24 +54,52 @@ def template_reads(template: str | None, key: str) -> bool:
     )
 
 
-def check_messages(messages: Any, template: str | None = None) -> list[dict[str, str]]:
-    """The messages as ``[{"role", "content"}]`` (plus ``name`` / ``tool_call_id`` where ``template``, the
-    chat template's source, reads them), or `RequestError` naming the bad one, or a key that would not be
-    acted on."""
+def check_messages(
+    messages: Any, template: str | None = None, tools: ToolFormat | None = None
+) -> list[dict[str, Any]]:
+    """The messages as ``[{"role", "content"}]`` (plus ``name`` where ``template``, the chat template's
+    source, reads it, and the tool calls and their results where it renders them in format ``tools``), or
+    `RequestError` naming the bad one, or a key that would not be acted on."""
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list of {role, content} objects", param="messages")
-    checked = []
+    checked: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise RequestError(
                 f"messages[{i}].role must be one of {', '.join(ROLES)}", param=f"messages[{i}].role"
             )
-        kept = {"role": message["role"], "content": message_text(message.get("content"), i)}
+        role = message["role"]
+        calls = role == "assistant" and message.get("tool_calls") is not None
+        content = message.get("content")
+        kept: dict[str, Any] = {
+            "role": role,
+            "content": "" if calls and content is None else message_text(content, i),
+        }
         for key, value in message.items():
             where = f"messages[{i}].{key}"
             if key in ("role", "content") or value is None:
                 continue
-            if key in PASSED and template_reads(template, key):
+            if key in ("tool_calls", "tool_call_id") and role != (
+                "assistant" if key == "tool_calls" else "tool"
+            ):
+                raise RequestError(
+                    f"{where} is only for {'an assistant' if key == 'tool_calls' else 'a tool'} message",
+                    param=where,
+                )
+            if key == "tool_calls":
+                if tools is None:
+                    raise RequestError(
+                        f"{where}: this model's chat template renders no tool calls", param=where
+                    )
+                kept[key] = check_tool_calls(value, where)
+            elif key == "tool_call_id":
+                if not isinstance(value, str) or value not in call_ids(checked):
+                    raise RequestError(
+                        f"{where} must name a tool call of an earlier assistant message, got {value!r}",
+                        param=where,
+                    )
+                kept[key] = value
+            elif key in PASSED and template_reads(template, key):
                 if not isinstance(value, str):
                     raise RequestError(f"{where} must be a string", param=where)
                 kept[key] = valid_text(value, where)
@@ -81,12 +113,16 @@ def check_messages(messages: Any, template: str | None = None) -> list[dict[str,
     return checked
 
 
-def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
-    """The prompt's token ids: the messages rendered by the tokenizer's chat template (which writes any bos
-    token itself); a template that refuses the conversation (Gemma's has no system role) is a `RequestError`
-    naming ``messages``."""
+def render_chat(
+    tokenizer: Any, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+) -> list[int]:
+    """The prompt's token ids: the messages (and ``tools``, the functions' schemas) rendered by the
+    tokenizer's chat template (which writes any bos token itself); a template that refuses the conversation
+    (Gemma's has no system role) is a `RequestError` naming ``messages``."""
     try:
-        ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, **({"tools": tools} if tools else {})
+        )
     except ValueError as error:  # ChatTemplateError: the template's own message
         raise RequestError(f"the chat template refused the messages: {error}", param="messages") from None
     return list(ids)

@@ -330,9 +330,8 @@ class Engine:
         if request.temperature > 0:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
-        job = _Job(
-            request, room, generator, TextStream(self.tokenizer, prompt_ids=context), StopText(request.stop)
-        )
+        text = TextStream(self.tokenizer, prompt_ids=context, skip_special_tokens=request.skip_special_tokens)
+        job = _Job(request, room, generator, text, StopText(request.stop))
         if request.grammar is not None:
             stop = [*request.stop_token_ids, *(() if request.ignore_eos else self.eos)]
             job.constraint = Constraint(request.grammar, self.vocabulary(), stop=stop)

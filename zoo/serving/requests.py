@@ -105,7 +105,9 @@ class Completion:
     ``logprobs``: report each generated token's log-probability with that many alternatives (0 to 20;
     None: none), the model's own (a log-softmax of its logits, before any processor or temperature, as
     vLLM reports by default); ``echo``: with ``logprobs``, the prompt's too (`Done.prompt_logprobs`), and
-    ``max_tokens`` may be 0 (score the prompt only).
+    ``max_tokens`` may be 0 (score the prompt only). ``skip_special_tokens``: special tokens the model
+    writes are left out of the text (vLLM's; False for an answer read for tool calls, whose format may start
+    with one: Mistral's ``[TOOL_CALLS]``, Llama's ``<|python_tag|>``).
 
     ``grammar``: the text must follow it (structured output, `zoo.generation.constrain`): each step's
     tokens are masked to those it allows, the stop tokens (eos unless ``ignore_eos``, ``stop_token_ids``)
@@ -130,6 +132,7 @@ class Completion:
     ignore_eos: bool = False
     logprobs: int | None = None
     echo: bool = False
+    skip_special_tokens: bool = True
     grammar: Grammar | None = None
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
