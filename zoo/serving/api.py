@@ -177,7 +177,7 @@ def create_app(
         chat_template=None if engine.seq2seq else _template_source(tokenizer),
     )
     add_error_handlers(app)
-    app.state.metrics = make_metrics(engine.load)
+    app.state.metrics = make_metrics(engine.load, engine.prefix_stats)
     # Plain Starlette routes: each handler reads its own body, so errors keep OpenAI's shape (FastAPI's
     # body models would answer 422 in theirs), and no annotation needs resolving.
     app.add_route("/v1/models", models, methods=["GET"])
