@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 import zoo
+import zoo.serving.server
 from tests.generation.conftest import DECODERS, build_tiny
 from tests.serving.conftest import tiny_decoder
 from tests.serving.test_engine import Collect, Digits, _alone, _prompts, moves  # noqa: F401
@@ -239,3 +241,32 @@ def test_a_cancelled_prefill_keeps_true_keys_and_a_failed_one_keeps_none(
         assert list(_run_one(engine, other, 5).token_ids) == _alone(model, other, 5)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("512K", 512 * 1024), ("1G", 2**30), ("0", None), ("3000", 3000)]
+)
+def test_zoo_serve_prefix_cache_bytes_reaches_the_engine(
+    saved: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: int | None
+) -> None:
+    from zoo.cli import main
+
+    seen: list[Engine] = []
+    monkeypatch.setattr(zoo.serving.server, "serve", lambda engine, *a, **k: seen.append(engine))
+    monkeypatch.delenv("ZOO_API_KEY", raising=False)
+    assert main(["serve", str(saved), "--port", "0", "--prefix-cache-bytes", text]) == 0
+    stats = seen[0].prefix_stats()
+    assert (stats.max_bytes if stats is not None else None) == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "lots", "1X", ""])
+def test_a_bad_prefix_cache_size_is_a_usage_error(
+    saved: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    from zoo.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", str(saved), "--port", "0", "--prefix-cache-bytes", text])
+    assert (
+        stopped.value.code == 2 and f"invalid size {text!r} (expected bytes >= 0" in capsys.readouterr().err
+    )
