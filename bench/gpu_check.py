@@ -147,7 +147,18 @@ def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase, Phas
     bench = [py, "-m", "bench", "--device", device, "--gpu-check", "--out", str(work / "bench")]
     if fake():
         bench += ["--tiny"]
-    serve = [py, "-m", "bench.serve", "--device", device, "--out", str(work / "serve")]
+    # the prefix-cache row (two more servers) is the CPU bench's: left out to keep this check's time
+    serve = [
+        py,
+        "-m",
+        "bench.serve",
+        "--device",
+        device,
+        "--out",
+        str(work / "serve"),
+        "--prefix-rounds",
+        "0",
+    ]
     if fake():
         serve += ["--clients", "2", "--requests", "1", "--new-tokens", "4", "--layers", "1", "--width", "64"]
         serve += ["--no-transformers"]

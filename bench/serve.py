@@ -15,6 +15,13 @@ completion tokens of every request (``usage``) over the level's wall time; time 
 sending a request to its first chunk of text. Every server runs on ``--device`` in ``--dtype``. Writes
 serve.json and serve.md to bench/results/local/, or --out DIR, after every level (a run stopped by a time
 limit keeps the levels it finished); --update writes the tracked bench/results/.
+
+The prefix-cache row (``--prefix-rounds``, ``--prefix-only`` for it alone): a chat whose system prompt is
+~900 tokens (``--prefix-words``), asked one question (cold: nothing of it cached) then another (warm: the
+system prompt's blocks cached), ``--prefix-rounds`` times with a new system prompt each round, cold and warm
+interleaved; the time to first token of each (streamed, one client, nothing else running), medians and their
+ratio, on a server with the prefix cache (the default 1G) and one with ``--prefix-cache-bytes 0``. The
+model is the one above with 2048 positions. Written to serve-prefix.json and serve-prefix.md.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -69,7 +77,7 @@ WORDS = [
 ]
 
 
-def make_model(folder: Path, *, layers: int, width: int) -> None:
+def make_model(folder: Path, *, layers: int, width: int, positions: int = 512) -> None:
     import torch
 
     import zoo
@@ -83,7 +91,7 @@ def make_model(folder: Path, *, layers: int, width: int) -> None:
         num_layers=layers,
         d_model=width,
         vocab_size=tok.vocab_size,
-        max_positions=512,
+        max_positions=positions,
         eos_token_id=None,  # random weights: every request runs to max_tokens
         pad_token_id=ids["pad"],
         bos_token_id=ids["bos"],
@@ -103,7 +111,9 @@ def export_hf(folder: Path, out: Path) -> Path:
     return out
 
 
-def start_server(folder: Path, max_batch: int, device: str, dtype: str) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    folder: Path, max_batch: int, device: str, dtype: str, *extra: str
+) -> tuple[subprocess.Popen[str], str]:
     command = [
         sys.executable,
         "-m",
@@ -115,7 +125,7 @@ def start_server(folder: Path, max_batch: int, device: str, dtype: str) -> tuple
         "--max-batch",
         str(max_batch),
     ]
-    command += ["--max-queue", "256", "--model-name", "bench", "--device", device, "--dtype", dtype]
+    command += ["--max-queue", "256", "--model-name", "bench", "--device", device, "--dtype", dtype, *extra]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -218,6 +228,101 @@ def run_level(
     }
 
 
+def chat_ttft(client: Any, system: str, question: str, new_tokens: int) -> tuple[float, int]:
+    """(seconds from sending to the first text, prompt tokens) of one streamed greedy chat."""
+    sent, first, prompt_tokens = time.perf_counter(), None, 0
+    for chunk in client.chat.completions.create(
+        model="bench",
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+        max_tokens=new_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter() - sent
+        if chunk.usage is not None:
+            prompt_tokens = chunk.usage.prompt_tokens
+    return (first if first is not None else time.perf_counter() - sent), prompt_tokens
+
+
+def run_prefix(url: str, rounds: int, words: int, new_tokens: int) -> dict[str, Any]:
+    """Cold and warm time to first token of a chat with a long system prompt, ``rounds`` times interleaved
+    (a new system prompt each round: its first question is cold, its second warm)."""
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, timeout=600)
+    chat_ttft(client, "a warm-up", "hello", 2)  # the server's first request pays its own start-up
+    cold: list[float] = []
+    warm: list[float] = []
+    tokens: list[int] = []
+    for r in range(rounds):
+        pick = random.Random(r)
+        system = " ".join(pick.choice(WORDS) for _ in range(words))
+        seconds, used = chat_ttft(client, system, "which word comes first?", new_tokens)
+        cold.append(seconds)
+        tokens.append(used)
+        warm.append(chat_ttft(client, system, "and which word comes last?", new_tokens)[0])
+    return {
+        "rounds": rounds,
+        "prompt_tokens": statistics.median(tokens),
+        "ttft_cold_s": statistics.median(cold),
+        "ttft_warm_s": statistics.median(warm),
+        "warm_vs_cold": statistics.median(warm) / statistics.median(cold),
+        "cold_s": cold,
+        "warm_s": warm,
+    }
+
+
+def prefix_markdown(record: dict[str, Any]) -> str:
+    m = record["machine"]
+    lines = [
+        f"Measured on {m.get('gpu') or m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}; "
+        "a chat with a long system prompt, one client, cold (first question) and warm (second question) "
+        "interleaved, medians.",
+        "",
+        "| server | rounds | prompt tokens | TTFT cold | TTFT warm | warm / cold |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in record["results"]:
+        lines.append(
+            f"| {r['server']} | {r['rounds']} | {r['prompt_tokens']:,.0f} | {r['ttft_cold_s'] * 1000:,.0f} ms | "
+            f"{r['ttft_warm_s'] * 1000:,.0f} ms | {r['warm_vs_cold']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def bench_prefix(args: argparse.Namespace, out: Path) -> None:
+    """The prefix-cache row: servers with and without the cache, on a model with room for the prompt."""
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "machine": report.machine(args.device),
+        "model": f"llama-shaped, {args.layers} layers, d_model {args.width}, {args.dtype}, 2048 positions",
+        "results": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "model"
+        make_model(folder, layers=args.layers, width=args.width, positions=2048)
+        for name, size in (("zoo, prefix cache 1G", "1G"), ("zoo, --prefix-cache-bytes 0", "0")):
+            process, url = start_server(
+                folder, 8, args.device, args.dtype, "--max-length", "1536", "--prefix-cache-bytes", size
+            )
+            try:
+                row = {"server": name, **run_prefix(url, args.prefix_rounds, args.prefix_words, 8)}
+            finally:
+                process.terminate()
+                process.wait(timeout=60)
+            record["results"].append(row)
+            print(
+                f"{name:28s} {row['prompt_tokens']:5.0f} prompt tokens  TTFT cold {row['ttft_cold_s'] * 1000:6.0f} ms"
+                f"  warm {row['ttft_warm_s'] * 1000:6.0f} ms  {row['warm_vs_cold']:.2f}x",
+                flush=True,
+            )
+    record["elapsed_s"] = time.perf_counter() - started
+    (out / "serve-prefix.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "serve-prefix.md").write_text(prefix_markdown(record))
+
+
 def markdown(record: dict[str, Any]) -> str:
     m = record["machine"]
     lines = [
@@ -265,9 +370,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-transformers", action="store_true", help="leave out transformers serve --continuous-batching"
     )
+    parser.add_argument(
+        "--prefix-rounds",
+        type=int,
+        default=5,
+        help="cold/warm pairs of the prefix-cache row (0: leave it out)",
+    )
+    parser.add_argument(
+        "--prefix-words", type=int, default=880, help="words of its system prompt (~900 tokens)"
+    )
+    parser.add_argument("--prefix-only", action="store_true", help="run the prefix-cache row alone")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.prefix_only:
+        out = report.output_dir(args)
+        out.mkdir(parents=True, exist_ok=True)
+        bench_prefix(args, out)
+        print(f"wrote {out}/serve-prefix.json and serve-prefix.md")
+        return 0
     record: dict[str, Any] = {
         "machine": report.machine(args.device),
         "model": f"llama-shaped, {args.layers} layers, d_model {args.width}, {args.dtype}",
@@ -323,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
                 process.wait(timeout=60)
     write(record, out, started)
     print(f"\n{markdown(record)}\nwrote {out}/serve.json and serve.md in {record['elapsed_s']:.0f} s")
+    if args.prefix_rounds > 0:
+        bench_prefix(args, out)
     return 0
 
 

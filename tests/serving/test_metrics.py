@@ -157,3 +157,32 @@ def test_a_generative_server_answers_embeddings_with_a_400_saying_why(fresh: Ser
         _client(fresh).embeddings.create(model=MODEL_NAME, input="the cat")
     assert error.value.status_code == 400
     assert "is a generative model: /v1/embeddings is served for an embedding model" in str(error.value)
+
+
+def test_prefix_cache_hits_and_misses_are_counted_in_tokens(fresh: Server) -> None:
+    """Two chats with one long system prompt: the second reads its blocks (hits); every prompt token is a
+    hit or a miss; the bytes held and the bound are there."""
+    client = _client(fresh)
+    system = " ".join(f"the cat number {i} sat on the mat" for i in range(6))
+    usage = []
+    for question in ("the dog", "the mat"):
+        out = client.chat.completions.create(
+            model=MODEL_NAME,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=2,
+            temperature=0,
+        )
+        assert out.usage is not None
+        usage.append(out.usage.prompt_tokens)
+    samples = scrape(fresh)
+    hits = samples[("zoo_prefix_cache_hit_tokens_total", ())]
+    assert hits >= 32 and hits % 16 == 0  # whole blocks of the system prompt
+    assert hits + samples[("zoo_prefix_cache_miss_tokens_total", ())] == sum(usage)
+    assert 0 < samples[("zoo_prefix_cache_bytes", ())] <= samples[("zoo_prefix_cache_max_bytes", ())] == 2**30
+
+
+def test_without_a_prefix_cache_its_series_are_absent(pretrained: zoo.Pretrained) -> None:
+    engine = Engine(pretrained.model, pretrained.tokenizer, max_batch=2, max_length=96, prefix_cache_bytes=0)
+    with Server(engine, pretrained.tokenizer, model_name=MODEL_NAME) as server:
+        _client(server).completions.create(model=MODEL_NAME, prompt="the", max_tokens=2)
+        assert not any(name.startswith("zoo_prefix_cache") for name, _ in scrape(server))

@@ -120,6 +120,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+BYTE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def byte_size(text: str) -> int:
+    """The ``type`` of a size in bytes: an int, or one with a binary suffix (``512M``, ``1G``, ``1GiB``:
+    powers of 1024), e.g. ``--prefix-cache-bytes``; 0 is allowed (off)."""
+    cleaned = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (cleaned[:-1], cleaned[-1]) if cleaned[-1:] in ("K", "M", "G", "T") else (cleaned, "")
+    try:
+        value = float(number) * BYTE_UNITS[unit]
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 2**63 or value != value:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r} (expected bytes >= 0: an int, or with K, M, G or T, e.g. 512M, 1G)"
+        )
+    return int(value)
+
+
 def utf8_text(text: str) -> str:
     """The ``type`` of a text argument: bytes that are not UTF-8 (Python keeps them as lone surrogates)
     are argparse's error here, not the tokenizer's TypeError later."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from zoo.cli.options import (
     add_device_option,
     add_dtype_option,
+    byte_size,
     non_negative_int,
     port,
     positive_int,
@@ -78,6 +79,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="larger request bodies are refused (413) unread (default: 1 MiB + 64 bytes per position)",
     )
+    serve.add_argument(
+        "--prefix-cache-bytes",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the most the prefix cache holds: keys/values of prompt blocks reused by later prompts that "
+        "begin with them (bytes, or 512M, 1G; default: 1G; 0: off)",
+    )
     serve.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     add_device_option(serve)
     add_dtype_option(serve, default=None, help="cast the weights (default: as saved)")
@@ -119,6 +128,10 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ValueError(
                 "--compile compiles the decode step of a generative model; this is an embedding model"
             )
+        if args.prefix_cache_bytes is not None:
+            raise ValueError(
+                "--prefix-cache-bytes keeps a generative model's prompt keys/values; this is an embedding model"
+            )
         engine = EmbeddingEngine(embedder, batch_size=args.max_batch or 32, max_queue=args.max_queue)
     else:
         check_finite(loaded.model, where=args.model)
@@ -129,6 +142,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             max_length=args.max_length,
             compile=args.compile,
+            **({} if args.prefix_cache_bytes is None else {"prefix_cache_bytes": args.prefix_cache_bytes}),
         )
     name = args.model_name or Path(args.model).resolve().name
 

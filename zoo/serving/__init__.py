@@ -4,8 +4,9 @@
     engine.submit([Completion(prompt=ids, max_tokens=20, emit=callback)])
     app = create_app(engine, tokenizer, model_name="tiny")       # FastAPI (the `serve` extra), lazily
 
-`zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.api`
-speaks HTTP, `zoo.serving.tools` reads and forces tool calls, `zoo.serving.server` runs it (docs/serving.md).
+`zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.prefix`
+keeps shared prompt prefixes' keys/values, `zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
+forces tool calls, `zoo.serving.server` runs it (docs/serving.md).
 """
 
 from zoo.serving.engine import Engine

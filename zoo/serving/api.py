@@ -191,7 +191,7 @@ def create_app(
         tool_format=None if engine.seq2seq else tool_format(_template_source(tokenizer, tools=True)),
     )
     add_error_handlers(app)
-    app.state.metrics = make_metrics(engine.load)
+    app.state.metrics = make_metrics(engine.load, engine.prefix_stats)
     # Plain Starlette routes: each handler reads its own body, so errors keep OpenAI's shape (FastAPI's
     # body models would answer 422 in theirs), and no annotation needs resolving.
     app.add_route("/v1/models", models, methods=["GET"])

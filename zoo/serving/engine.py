@@ -15,6 +15,10 @@ Each turn of the engine's loop:
     3. decode: ONE forward of the next token of every busy slot, then each request's own sampling,
        detokenisation and stop checks; a finished request leaves its slot at once.
 
+A prompt that begins with blocks another prompt prefilled before reads their keys/values from the prefix
+cache (`zoo.serving.prefix`) into its group's cache and prefills only the rest; after its last chunk, a
+group's full prompt blocks are kept there. A request that scores its prompt (``echo``) reads nothing.
+
 A request that asks for log-probabilities gets them from the same step (`zoo.serving.logprobs`: one
 log-softmax and top-k over the rows that ask); one that asks for its prompt's (``echo``) has its group's
 prefill run through the model's forward, which keeps every position's logits, chunk by chunk; with
@@ -49,6 +53,7 @@ from zoo.generation.constrain import Constraint, GrammarError, Vocabulary, vocab
 from zoo.generation.session import StepFn, decode_step
 from zoo.generation.weight_layout import use_decoding_layout
 from zoo.serving.logprobs import score
+from zoo.serving.prefix import DEFAULT_BYTES, PrefixCache, PrefixStats, block_keys
 from zoo.serving.requests import (
     Completion,
     Delta,
@@ -84,6 +89,7 @@ class _Job:
     sent: int = 0  # the log-probabilities already emitted in a Delta
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
     constraint: Constraint | None = None  # the request's grammar, as it stands
+    blocks: list[bytes] | None = None  # its prompt's prefix-cache block keys, once asked for
 
     @property
     def scores_prompt(self) -> bool:
@@ -126,14 +132,18 @@ class Engine:
         max_length: int | None = None,
         prefill_tokens: int = 512,
         compile: bool = False,
+        prefix_cache_bytes: int = DEFAULT_BYTES,
     ) -> None:
         """``max_length``: the longest sequence (prompt + new tokens) a slot holds, default and at most the
-        model's ``max_positions``; ``prefill_tokens``: the padded prompt tokens one prefill chunk runs."""
+        model's ``max_positions``; ``prefill_tokens``: the padded prompt tokens one prefill chunk runs;
+        ``prefix_cache_bytes``: the most the prefix cache holds (0: none; an encoder-decoder has none)."""
         self.model = check_model(model)
         model.eval()
         spec = self.model.spec
-        if max_batch < 1 or max_queue < 0 or prefill_tokens < 1:
-            raise ValueError("max_batch and prefill_tokens must be >= 1, max_queue >= 0")
+        if max_batch < 1 or max_queue < 0 or prefill_tokens < 1 or prefix_cache_bytes < 0:
+            raise ValueError(
+                "max_batch and prefill_tokens must be >= 1, max_queue and prefix_cache_bytes >= 0"
+            )
         self.seq2seq = not self.model.continues_input
         self.limit = min(spec.max_positions, max_length or spec.max_positions)
         if self.limit < 2:
@@ -148,6 +158,8 @@ class Engine:
         self._in_flight = 0  # submitted and not yet finished: the queue bound counts these
         self._closing = False
         self._thread: threading.Thread | None = None
+        # an encoder-decoder prefills nothing here (one `stream` a request): nothing to reuse
+        self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes and not self.seq2seq else None
         if not self.seq2seq:
             self._setup_slots(compile)
 
@@ -266,6 +278,10 @@ class Engine:
             return min(held, 1), max(held - 1, 0), 1
         running = int(self.live.sum())
         return running, max(held - running, 0), self.max_batch
+
+    def prefix_stats(self) -> PrefixStats | None:
+        """The prefix cache's counters (`/metrics`), or None without one."""
+        return None if self.prefix is None else self.prefix.stats()
 
     def close(self) -> None:
         """Stop: requests still running or waiting get `Failed` ("the server is shutting down")."""
@@ -396,14 +412,17 @@ class Engine:
         free = [i for i, job in enumerate(self.slots) if job is None]
         if not free or not self.waiting:
             return None
+        # a group runs the columns from the first one any row must compute: `rest` wide, k rows (<= the
+        # chunk's padded tokens); without cached prefixes every prompt is all rest, and T = rest
         group = [self.waiting.popleft()]
-        longest = group[0].prompt_length
+        longest, rest = group[0].prompt_length, self._uncached(group[0])
         while self.waiting and len(group) < len(free):
-            longest_next = max(longest, self.waiting[0].prompt_length)
-            if longest_next * (len(group) + 1) > self.prefill_tokens:
+            rest_next = max(rest, self._uncached(self.waiting[0]))
+            if rest_next * (len(group) + 1) > self.prefill_tokens:
                 break
-            group.append(self.waiting.popleft())
-            longest = longest_next
+            job = self.waiting.popleft()
+            group.append(job)
+            longest, rest = max(longest, job.prompt_length), rest_next
         k, T = len(group), longest
         ids = torch.zeros(k, T, dtype=torch.long)
         mask = torch.zeros(k, T, dtype=torch.bool)
@@ -427,6 +446,10 @@ class Engine:
             dtype=self.cache.buffer.dtype,
             device=self.device,
         )
+        if rest < T:
+            self._read_prefixes(group, cache, T - rest)
+        if self.prefix is not None:
+            self.prefix.miss_tokens += sum(min(job.prompt_length, rest) for job in group)
         return _Prefill(
             jobs=group,
             slots=torch.tensor(slots, device=self.device),
@@ -435,11 +458,39 @@ class Engine:
             positions=(mask.long().cumsum(dim=1) - 1).clamp(min=0),  # (k, T) left pads skipped
             cache=cache,
             chunk=max(1, self.prefill_tokens // k),
+            done=T - rest,
         )
+
+    def _uncached(self, job: _Job) -> int:
+        """The prompt tokens ``job`` must prefill: those after its longest cached block prefix (at least
+        one, for the first token's logits); all of them for a request that scores its prompt (``echo``)."""
+        if self.prefix is None or job.scores_prompt:
+            return job.prompt_length
+        if job.blocks is None:
+            job.blocks = block_keys(job.request.prompt, self.prefix.block)
+        return job.prompt_length - self.prefix.match(job.blocks, most=job.prompt_length - 1)
+
+    def _read_prefixes(self, group: list[_Job], cache: KVCache, start: int) -> None:
+        """Fill columns [0, start) of the group's cache (T columns, rows left-padded): each row's cached
+        prompt tokens there, zeros in its pads (masked, but 0 * NaN would still be NaN); start the cache's
+        cursor at ``start``, where the first chunk begins."""
+        assert self.prefix is not None
+        T = cache.max_length
+        cache.buffer[:, :, :, :, :start].zero_()  # (N, 2, k, K, start, D)
+        for row, job in enumerate(group):
+            first = T - job.prompt_length  # the row's first prompt column
+            reused = start - first  # its prompt tokens before the group's first computed column
+            if reused > 0:
+                assert job.blocks is not None  # matched in `_uncached`
+                cache.buffer[:, :, row, :, first:start] = self.prefix.read(job.blocks, reused)
+                self.prefix.hit_tokens += reused
+        cache.length = start
 
     def _join(self, run: _Prefill, logits: torch.Tensor) -> None:
         """The group's first tokens; the ones not finished by it take their slots at the cursor."""
         jobs = run.jobs
+        if self.prefix is not None:
+            self._keep_prefixes(run)
         for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
             self.sampling.set(job.slot, job.request, job.constraint)
         chosen = self.sampling.choose(
@@ -481,6 +532,18 @@ class Engine:
         self.next_ids[rows] = torch.tensor([first[r] for r in staying], device=self.device)
         self.positions[rows] = torch.tensor([jobs[r].prompt_length for r in staying], device=self.device)
         self.live[rows] = True
+
+    def _keep_prefixes(self, run: _Prefill) -> None:
+        """Keep the full prompt blocks of a finished prefill in the prefix cache (complete whatever became
+        of the requests since: a cancelled one's keys are still its prompt's)."""
+        assert self.prefix is not None
+        T = run.ids.shape[1]
+        for row, job in enumerate(run.jobs):
+            if job.blocks is None:
+                job.blocks = block_keys(job.request.prompt, self.prefix.block)
+            if job.blocks:
+                first = T - job.prompt_length
+                self.prefix.insert(job.blocks, run.cache.buffer[:, :, row, :, first:])  # (N, 2, K, P, D)
 
     # decode
 

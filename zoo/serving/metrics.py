@@ -13,6 +13,11 @@ server is not refused for lacking its monitoring, and a scraper gets a line that
     zoo_batch_slots, zoo_batch_occupancy       the slots (--max-batch), and running / slots
     zoo_time_to_first_token_seconds            submit -> a choice's first event (text, or its end)
     zoo_time_per_output_token_seconds          a finished choice's (end - first) / (tokens - 1)
+    zoo_prefix_cache_hit_tokens_total          prompt tokens whose keys/values the prefix cache gave
+    zoo_prefix_cache_miss_tokens_total         prompt tokens prefilled while it was on
+    zoo_prefix_cache_bytes / _max_bytes        what it holds now, and its bound (--prefix-cache-bytes)
+
+The prefix cache's series are there when the server has one (`zoo.serving.prefix`).
 
 The times are taken where the HTTP handler reads the engine's events: what a client waits, not the kernel.
 """
@@ -21,10 +26,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zoo._extras import install_hint
 from zoo.serving.requests import Completion, Delta, Done, Event
+
+if TYPE_CHECKING:
+    from zoo.serving.prefix import PrefixStats
 
 ROUTES = (
     "/v1/models",
@@ -59,12 +67,15 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 
 # (running, waiting, slots): read from the server when scraped; slots None where there are none.
 Load = Callable[[], tuple[int, int, int | None]]
+# The prefix cache's counters, read when scraped; None where there is none.
+Prefix = Callable[[], "PrefixStats | None"]
 
 
 class ServingMetrics:
-    """One app's counters and histograms, in its own registry; ``load`` gives the gauges when scraped."""
+    """One app's counters and histograms, in its own registry; ``load`` gives the gauges when scraped, and
+    ``prefix`` the prefix cache's series."""
 
-    def __init__(self, load: Load) -> None:
+    def __init__(self, load: Load, prefix: Prefix | None = None) -> None:
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry()
@@ -100,6 +111,8 @@ class ServingMetrics:
             slots.set_function(lambda: load()[2] or 0)
             occupancy = prom.Gauge("zoo_batch_occupancy", "slots in use / slots", registry=r)
             occupancy.set_function(lambda: load()[0] / (load()[2] or 1))
+        if prefix is not None and prefix() is not None:
+            r.register(PrefixCacheCollector(prefix))
 
     def text(self) -> bytes:
         """The registry in Prometheus' text format."""
@@ -115,6 +128,41 @@ class ServingMetrics:
         if requests:
             self.prompt_tokens.inc(len(requests[0].prompt))
         return Timing(self)
+
+
+class PrefixCacheCollector:
+    """The prefix cache's counters as Prometheus series, read from the engine when scraped (the engine
+    counts them on its own thread; a Counter would need incrementing from there)."""
+
+    def __init__(self, prefix: Prefix) -> None:
+        self.prefix = prefix
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self.prefix()
+        hits, misses, held, bound = (
+            (0, 0, 0, 0)
+            if stats is None
+            else (stats.hit_tokens, stats.miss_tokens, stats.bytes, stats.max_bytes)
+        )
+        yield CounterMetricFamily(
+            "zoo_prefix_cache_hit_tokens",
+            "prompt tokens whose keys/values came from the prefix cache",
+            value=hits,
+        )
+        yield CounterMetricFamily(
+            "zoo_prefix_cache_miss_tokens",
+            "prompt tokens prefilled while the prefix cache was on",
+            value=misses,
+        )
+        yield GaugeMetricFamily("zoo_prefix_cache_bytes", "bytes the prefix cache holds", value=held)
+        yield GaugeMetricFamily(
+            "zoo_prefix_cache_max_bytes", "the prefix cache's bound (--prefix-cache-bytes)", value=bound
+        )
+
+    def describe(self) -> Any:
+        return self.collect()
 
 
 class Timing:
@@ -138,13 +186,13 @@ class Timing:
                 self.metrics.tpot.observe((now - self.first[index]) / (len(event.token_ids) - 1))
 
 
-def make_metrics(load: Load) -> ServingMetrics | None:
+def make_metrics(load: Load, prefix: Prefix | None = None) -> ServingMetrics | None:
     """An app's metrics, or None without prometheus-client (then ``/metrics`` is a 501)."""
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
         return None
-    return ServingMetrics(load)
+    return ServingMetrics(load, prefix)
 
 
 class CountRequests:
