@@ -126,3 +126,56 @@ def test_a_free_row_beside_constrained_ones_is_unchanged() -> None:
     assert mixed["free"].token_ids == alone.token_ids
     for name in ("json0", "json1"):
         jsonschema.validate(json.loads(mixed[name].text), PERSON)
+
+
+def test_a_grammar_failing_mid_answer_fails_its_request_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grammar error inside the batched step (the engine cannot advance a row) fails that request only:
+    the free request and the healthy constrained one beside it finish as they would alone."""
+    from zoo.generation import constrain as module
+    from zoo.generation.constrain import GrammarError
+    from zoo.serving.requests import Failed
+
+    tokenizer = byte_level_tokenizer()
+    model = decoder_for(tokenizer)
+    prompt = tokenizer.encode("the cat sat", add_eos=False)
+    good, broken = Grammar.json_schema(PERSON), Grammar.json_schema(PERSON)
+    init, advance = module.Constraint.__init__, module.Constraint.advance
+
+    def tagged_init(self: Any, grammar: Grammar, *args: Any, **kwargs: Any) -> None:
+        init(self, grammar, *args, **kwargs)
+        self.steps, self.broken = 0, grammar is broken
+
+    def failing_advance(self: Any, token: int) -> None:
+        self.steps += 1
+        if self.broken and self.steps == 3:
+            raise GrammarError("structured output: token 7: the test's grammar broke")
+        advance(self, token)
+
+    monkeypatch.setattr(module.Constraint, "__init__", tagged_init)
+    monkeypatch.setattr(module.Constraint, "advance", failing_advance)
+    engine = Engine(model, tokenizer, max_batch=4, max_length=128).start()
+    events: dict[str, Event] = {}
+    left = threading.Semaphore(0)
+
+    def emit(name: str) -> Any:
+        def on(event: Event) -> None:
+            if isinstance(event, Done | Failed):
+                events[name] = event
+                left.release()
+
+        return on
+
+    free = {"max_tokens": 24, "ignore_eos": True}
+    engine.submit(
+        [
+            Completion(prompt=prompt, emit=emit("good"), max_tokens=100, grammar=good),
+            Completion(prompt=prompt, emit=emit("broken"), max_tokens=100, grammar=broken),
+            Completion(prompt=prompt, emit=emit("free"), **free),
+        ]
+    )
+    for _ in range(3):
+        assert left.acquire(timeout=60)
+    engine.close()
+    assert isinstance(events["broken"], Failed) and "the test's grammar broke" in events["broken"].message
+    assert isinstance(events["good"], Done) and isinstance(events["free"], Done)
+    jsonschema.validate(json.loads(events["good"].text), PERSON)

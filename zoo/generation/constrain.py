@@ -273,12 +273,18 @@ def _bit(bit: int) -> int:
 _SHIFTS: dict[torch.device, torch.Tensor] = {}
 
 
-def constrain(scores: torch.Tensor, constraints: Sequence[TokenConstraint | None]) -> torch.Tensor:
+def constrain(
+    scores: torch.Tensor,
+    constraints: Sequence[TokenConstraint | None],
+    failures: dict[int, str] | None = None,
+) -> torch.Tensor:
     """scores (R, V) -> scores (R, V) with -inf where a row's constraint forbids the token; a row whose
     constraint is None is untouched (the same values). A new tensor: ``scores`` is not changed.
 
     The bitmasks of the k constrained rows are filled on the CPU (a loop over those rows: the engine's work
-    per request), unpacked on the scores' device in one step."""
+    per request), unpacked on the scores' device in one step. A row whose grammar fails (no token may
+    continue it) raises `GrammarError`, or, given ``failures``, is recorded there (row -> message) and left
+    unmasked: a server fails that request alone, not the batch beside it."""
     picked = [i for i, c in enumerate(constraints) if c is not None]
     if not picked:
         return scores
@@ -288,7 +294,13 @@ def constrain(scores: torch.Tensor, constraints: Sequence[TokenConstraint | None
     for row, i in enumerate(picked):
         constraint = constraints[i]
         assert constraint is not None
-        constraint.fill(bits[row])
+        try:
+            constraint.fill(bits[row])
+        except GrammarError as error:
+            if failures is None:
+                raise
+            failures[i] = str(error)
+            bits[row] = -1  # every token: the row's choice is thrown away with its request
     device = scores.device
     if device not in _SHIFTS:
         _SHIFTS[device] = torch.arange(32, dtype=torch.int32, device=device)
@@ -296,8 +308,12 @@ def constrain(scores: torch.Tensor, constraints: Sequence[TokenConstraint | None
     allowed = unpacked.flatten(1)[:, :V].bool()  # (k, V)
     empty = ~allowed.any(dim=1)  # (k,)
     if bool(empty.any()):
-        row = picked[int(empty.nonzero()[0])]
-        raise GrammarError(f"structured output: no token may continue row {row} (and it has no stop token)")
+        rows = [picked[k] for k in empty.nonzero().flatten().tolist()]
+        message = "structured output: no token may continue the text (and it has no stop token)"
+        if failures is None:
+            raise GrammarError(f"{message}: row {rows[0]}")
+        failures.update(dict.fromkeys(rows, message))
+        allowed[empty] = True
     index = torch.tensor(picked, device=device)
     every = torch.ones(R, V, dtype=torch.bool, device=device)
     every[index] = allowed

@@ -498,10 +498,13 @@ class Engine:
         )
         entries = self._logprobs(logits, chosen, jobs)
         first = chosen.tolist()
+        failures = self.sampling.failures
         staying = []
         for row, job in enumerate(jobs):
             if job.request.cancelled:
                 self._retire()
+            elif row in failures:  # its grammar failed: this request alone
+                self._fail(job, failures[row])
             elif job.room == 0:  # max_tokens 0 (echo): the prompt is scored, nothing is generated
                 self._finish(job, "length")
             elif not self._add(job, first[row], entries[row]):
@@ -580,10 +583,14 @@ class Engine:
         self.next_ids[:rows] = tokens
         entries = self._logprobs(logits, tokens, running)
         chosen = tokens.tolist()
+        failures = self.sampling.failures
         for i in busy:
             job = self.slots[i]
             assert job is not None
-            if self._add(job, chosen[i], entries[i]):
+            if i in failures:  # its grammar failed: this request alone
+                self._fail(job, failures[i])
+                self._release(job)
+            elif self._add(job, chosen[i], entries[i]):
                 self._release(job)
 
     def _logprobs(
@@ -650,6 +657,12 @@ class Engine:
                 tuple(job.prompt_logprobs),
             )
         )
+        self._retire()
+
+    def _fail(self, job: _Job, message: str) -> None:
+        """End ``job`` with `Failed` (a client that left hears nothing)."""
+        if not job.request.cancelled:
+            job.request.emit(Failed(message))
         self._retire()
 
     def _release(self, job: _Job) -> None:

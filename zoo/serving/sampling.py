@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from zoo.generation.constrain import TokenConstraint, constrain
+from zoo.generation.constrain import GrammarError, TokenConstraint, constrain
 from zoo.generation.sampling import min_p_filter, repetition_penalty, top_k_filter, top_p_filter
 from zoo.serving.requests import Completion
 
@@ -51,6 +51,8 @@ class RowSampling:
         self.counts: torch.Tensor | None = None  # (B, V) float: generated tokens
         self.bias: torch.Tensor | None = None  # (B, V) float
         self.constraints: list[TokenConstraint | None] = [None] * rows  # each row's grammar, if any
+        # The last `choose`'s rows (0..R-1) whose grammar failed, with why: their requests fail alone.
+        self.failures: dict[int, str] = {}
 
     def set(self, row: int, request: Completion, constraint: TokenConstraint | None = None) -> None:
         """Row ``row`` now samples for ``request``: its settings, and its state started from its prompt;
@@ -93,7 +95,9 @@ class RowSampling:
         generators: Sequence[torch.Generator | None],
     ) -> torch.Tensor:
         """logits (R, V) of ``rows`` (R,), the request of each (None: an idle row) and its generator (None:
-        greedy or idle) -> tokens (R,). The tokens are recorded for the penalties (`observe`)."""
+        greedy or idle) -> tokens (R,). The tokens are recorded for the penalties (`observe`); a row whose
+        grammar failed is in `failures` (its token is meaningless)."""
+        self.failures = {}
         scores = self.penalize(logits, rows, requests)  # (R, V)
         tokens = scores.argmax(dim=-1)  # (R,)
         drawing = [(i, g) for i, g in enumerate(generators) if g is not None]
@@ -107,9 +111,12 @@ class RowSampling:
         self.observe(rows, tokens, [r for r in requests if r is not None])
         held = self._held(rows, requests)
         if any(c is not None for c in held):
-            for constraint, token in zip(held, tokens.tolist()):
-                if constraint is not None:
-                    constraint.advance(token)
+            for i, (constraint, token) in enumerate(zip(held, tokens.tolist())):
+                if constraint is not None and i not in self.failures:
+                    try:
+                        constraint.advance(token)
+                    except GrammarError as error:
+                        self.failures[i] = str(error)
         return tokens
 
     def penalize(
@@ -130,7 +137,7 @@ class RowSampling:
             scores = scores + self.bias[rows]
         held = self._held(rows, requests)
         if any(c is not None for c in held):
-            scores = constrain(scores, held)
+            scores = constrain(scores, held, self.failures)
         return scores
 
     def _held(
