@@ -12,9 +12,9 @@ private file mapping that was never written, a later read faults the same bytes 
 releasing changes no value, only what is resident.
 
     with MappedFiles(files) as source:
-        tensors = source.read_all()          # {name: view of the mapping}, nothing copied
-        fused = torch.cat([q, k, v])         # the copy ...
-        source.release(q); ...               # ... and the sources' pages given back
+        q, k, v = (source.get(file, name) for name in names)   # views of the mapping: nothing copied
+        fused = torch.cat([q, k, v])                            # the copy ...
+        release_unless_shared([q, k, v], fused)                 # ... and its sources' pages given back
 
 Only tensors inside a mapping this object opened (and holds open) are released; anything else (a tensor the
 caller made, a mapping another load made and a model may have written to) is left alone. Where the mapping
@@ -36,7 +36,7 @@ from types import TracebackType
 import torch
 from safetensors import safe_open
 
-__all__ = ["MappedFiles", "release"]
+__all__ = ["MappedFiles", "release", "release_unless_shared"]
 
 # Linux: drop the range from the resident set; a private file page never written reads back from the file.
 _MADV_DONTNEED = 4
@@ -48,7 +48,7 @@ class MappedFiles:
     their tensors until the block ends and closes them; otherwise call the method and `close`."""
 
     def __init__(self, files: Iterable[Path]) -> None:
-        self.files = list(files)
+        self.files = list(files)  # opened on first use
         self._handles: dict[Path, object] = {}
         self._ranges: list[tuple[int, int]] = []  # [start, end) of each mapping these handles hold open
         self._located: set[Path] = set()
@@ -89,6 +89,7 @@ class MappedFiles:
         return tensor
 
     def names(self, file: Path) -> list[str]:
+        """The tensor names ``file`` holds, as its header lists them."""
         return list(self.handle(file).keys())  # type: ignore[attr-defined]
 
     def release(self, tensor: torch.Tensor) -> None:
