@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import zoo
+import zoo.io.checkpoint.mapped
 import zoo.io.hf
 from zoo.io.checkpoint import limits
 from zoo.io.hf import HFError
@@ -149,8 +150,9 @@ def test_an_index_naming_a_file_outside_the_folder_is_refused_before_anything_is
 
         return read
 
-    for reader in ("read_header", "safe_open"):  # the two ways zoo.io.hf opens a weights file
-        monkeypatch.setattr(zoo.io.hf, reader, recording(getattr(zoo.io.hf, reader)))
+    # the two ways zoo.io.hf opens a weights file: its headers, and the mapping its tensors are read from
+    for module, reader in ((zoo.io.hf, "read_header"), (zoo.io.checkpoint.mapped, "safe_open")):
+        monkeypatch.setattr(module, reader, recording(getattr(module, reader)))
     with pytest.raises(HFError, match="not a plain file name in this folder"):
         zoo.from_hf(folder)
     assert opened == []

@@ -2,9 +2,11 @@
 
 Loading reads only safetensors (never pickle). Before reading any tensor data it checks every header, the
 spec, every name, shape and dtype, and that the spec asks for no more than the file holds (limits.py). It
-builds the model on the ``meta`` device, reads each tensor straight onto the target device (cast to
-``dtype`` if floating point) and assigns it, so no second full copy is made; then it recomputes the fixed
-tables (sinusoids, rotary angles, ALiBi slopes) on the target device.
+builds the model on the ``meta`` device and assigns each tensor as read: on the CPU in the stored dtype a view
+of the file's memory mapping (nothing copied; the pages become resident as the weights are used), otherwise
+cast or moved one tensor at a time, its source's pages given back at once (`zoo.io.checkpoint.mapped`), so
+no second full copy is ever held; then it recomputes the fixed tables (sinusoids, rotary angles, ALiBi
+slopes) on the target device.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors import safe_open
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
 from zoo.io.checkpoint.discovery import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
+from zoo.io.checkpoint.mapped import MappedFiles
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.models import ZooModel, build_model
@@ -151,25 +153,33 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
 def _read_tensors(
     checkpoint: Checkpoint, names: list[str], *, device: torch.device, dtype: torch.dtype | None
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) read straight onto ``device``, floating point cast to ``dtype``, file by file."""
+    """Yield (name, tensor) on ``device``, floating point cast to ``dtype``, file by file: on the CPU in the
+    stored dtype a view of the file's mapping (no copy), otherwise a copy made one tensor at a time whose
+    source's pages are given back at once (`zoo.io.checkpoint.mapped`)."""
     by_file: dict[Path, list[str]] = {}
     for name in names:
         stored = checkpoint.aliases.get(name, name)
         by_file.setdefault(checkpoint.tensors[stored][0], []).append(name)
-    for file, file_names in by_file.items():
-        try:
-            with safe_open(str(file), framework="pt", device=str(device)) as f:
+    source = MappedFiles(by_file)
+    try:
+        for file, file_names in by_file.items():
+            try:
                 read: dict[str, torch.Tensor] = {}
                 for name in file_names:
                     stored = checkpoint.aliases.get(name, name)
                     if stored not in read:
-                        tensor = f.get_tensor(stored)
-                        read[stored] = tensor.to(dtype) if dtype and tensor.is_floating_point() else tensor
+                        tensor = source.get(file, stored)  # a view of the file's mapping: nothing copied
+                        cast = dtype if dtype and tensor.is_floating_point() else tensor.dtype
+                        read[stored] = tensor.to(device=device, dtype=cast)
+                        if read[stored].data_ptr() != tensor.data_ptr():  # a copy: the source's pages go
+                            source.release(tensor)
                     yield name, read[stored]
-        except Exception as error:  # safetensors raises its own (Rust) error type for bad files
-            if isinstance(error, CheckpointError):
-                raise
-            raise CheckpointError(f"{file}: cannot read tensors: {error}") from None
+            except Exception as error:  # safetensors raises its own (Rust) error type for bad files
+                if isinstance(error, CheckpointError):
+                    raise
+                raise CheckpointError(f"{file}: cannot read tensors: {error}") from None
+    finally:
+        source.close()
 
 
 def _place_quantized(

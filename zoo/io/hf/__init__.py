@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 from pydantic import ValidationError
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from zoo.devices import default_device, path_argument, resolve_device, resolve_dtype
@@ -40,6 +40,7 @@ from zoo.io.atomic import fsync_dir, remove_quietly, remove_stale_temps, write_a
 from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
+from zoo.io.checkpoint.mapped import MappedFiles, release_unless_shared
 from zoo.io.hf.common import (
     FamilyMapping,
     HFError,
@@ -210,16 +211,17 @@ def read_headers(files: list[Path]) -> dict[str, TensorInfo]:
     return infos
 
 
-def read_tensors(files: list[Path]) -> StateDict:
-    """Every tensor of the given safetensors files, on the CPU; a name in two files is an error."""
+def read_tensors(files: list[Path], source: MappedFiles | None = None) -> StateDict:
+    """Every tensor of the given safetensors files on the CPU, each a view of its file's memory mapping
+    (nothing is copied; ``source``: the `MappedFiles` to read them through); a name in two files is an error."""
+    source = source or MappedFiles(files)
     tensors: StateDict = {}
     for file in files:
         try:
-            with safe_open(str(file), framework="pt", device="cpu") as handle:
-                for name in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    if name in tensors:
-                        raise HFError(f"{file}: tensor {name} also appears in another shard")
-                    tensors[name] = handle.get_tensor(name)
+            for name in source.names(file):
+                if name in tensors:
+                    raise HFError(f"{file}: tensor {name} also appears in another shard")
+                tensors[name] = source.get(file, name)
         except SafetensorError as error:
             raise HFError(f"{file}: not a readable safetensors file: {error}") from None
     return tensors
@@ -263,11 +265,15 @@ def from_hf(
         model = build_model(spec, device="meta", init=False, dtype=cast or stored.most_common(1)[0][0])
         setattr(model, "name_or_path", os.fspath(path))  # noqa: B010
         return model.eval()
-    hf_tensors = read_tensors(files)
-    with _naming_errors(root):
-        tensors = mapping.hf_to_zoo(hf_tensors, spec)
-    model = build_model(spec, device="meta", init=False)
-    load_strict(model, tensors, source=str(root), device=target, dtype=cast)
+    # Read in place: a tensor the mapping renames is the model's weight as it lies in the file; one it fuses,
+    # transposes, casts or moves is copied one at a time, and its source's pages given back (`mapped`).
+    with MappedFiles(files) as source:
+        hf_tensors = read_tensors(files, source)
+        with _naming_errors(root):
+            tensors = mapping.hf_to_zoo(hf_tensors, spec)
+        del hf_tensors
+        model = build_model(spec, device="meta", init=False)
+        load_strict(model, tensors, source=str(root), device=target, dtype=cast)
     setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
     return model.eval()
 
@@ -307,7 +313,8 @@ def load_strict(
     model: ZooModel, tensors: StateDict, *, source: str, device: torch.device, dtype: torch.dtype | None
 ) -> None:
     """Load ``tensors`` into a (meta-built) model: names and shapes must match exactly; then make the fixed
-    tables (rotary angles, sinusoids) on ``device``."""
+    tables (rotary angles, sinusoids) on ``device``. ``tensors`` is emptied as they are placed, so that a
+    cast or a move drops each source (a fused copy, say) before the next: never two copies of the weights."""
     expected = model.state_dict()
     problems = [f"missing {n}" for n in expected if n not in tensors]
     problems += [f"unexpected {n}" for n in tensors if n not in expected]
@@ -329,9 +336,12 @@ def load_strict(
 
     def place(tensor: torch.Tensor) -> torch.Tensor:
         cast = dtype is not None and tensor.is_floating_point()
-        return tensor.to(device=device, dtype=dtype if cast else tensor.dtype)
+        placed = tensor.to(device=device, dtype=dtype if cast else tensor.dtype)
+        release_unless_shared([tensor], placed)  # a copy: the source's file pages go (`mapped`)
+        return placed
 
-    model.load_state_dict({n: place(t) for n, t in tensors.items()}, strict=True, assign=True)
+    placed = {name: place(tensors.pop(name)) for name in list(tensors)}
+    model.load_state_dict(placed, strict=True, assign=True)
     materialize_buffers(model, device)  # non-persistent buffers are not in the file: give them real storage
     model.reset_buffers()
 

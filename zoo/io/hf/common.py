@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from zoo.io.checkpoint.mapped import release, release_unless_shared
 from zoo.spec import ModelSpec
 from zoo.spec.errors import short_repr
 
@@ -464,6 +465,7 @@ def rules_to_zoo(
                 )
             tensor = tensor.reshape(rule.shape)
         out[rule.zoo] = tensor.t().contiguous() if rule.transpose else tensor
+        release_unless_shared(parts, out[rule.zoo])  # fused or transposed: the file's pages of the parts go
         used.update(rule.hf)
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -493,7 +495,9 @@ def check_tied_copies(
     for name in found:
         target = converted[tied[name]]
         copy = tensors[name]
-        if copy.shape != target.shape or not torch.equal(copy.to(target.dtype), target):
+        equal = copy.shape == target.shape and torch.equal(copy.to(target.dtype), target)
+        release(copy)  # read once, never used: its file pages go (`zoo.io.checkpoint.mapped`)
+        if not equal:
             raise HFError(
                 f"{name} differs from {sources.get(tied[name], tied[name])}, but config.json ties them "
                 "(tie_word_embeddings); transformers then keeps the stored one as its own head: set "
