@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.blocks import Attention, MoEFeedForward, RouterOutput, build_ffn, build_norm
+from zoo.blocks import Attention, MoEFeedForward, RouterOutput, build_attention, build_ffn, build_norm
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.flex import BlockMask
 from zoo.spec import AttentionSpec, FeedForwardSpec, NormSpec
@@ -75,7 +75,7 @@ class Layer(nn.Module):
         self.parallel = norm.residual == "parallel"
         sandwich = norm.placement == "sandwich"
         unit_offset = norm.unit_offset
-        self.self_attn = Attention(attention, d_model=d_model, qk_unit_offset=unit_offset)
+        self.self_attn = build_attention(attention, d_model=d_model, qk_unit_offset=unit_offset)
         self.self_attn_norm = build_norm(norm, dim=d_model) if attention_norm else nn.Identity()
         self.self_attn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
         self.cross_attn = (

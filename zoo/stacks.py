@@ -147,7 +147,7 @@ class Stack(nn.Module):
             spec.position,
             max_positions=max_positions,
             dim=embed_dim,
-            head_dim=spec.attention.resolved_head_dim(d_model),
+            head_dim=spec.attention.rotary_head_dim(d_model),
             num_heads=spec.attention.num_heads,
             causal=spec.causal,
             num_layers=spec.num_layers,

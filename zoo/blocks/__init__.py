@@ -3,6 +3,7 @@
 from zoo.blocks.attention import Attention, KVSlot
 from zoo.blocks.embedding import TokenEmbedding
 from zoo.blocks.ffn import ACTIVATIONS, FeedForward
+from zoo.blocks.mla import LatentAttention, build_attention
 from zoo.blocks.moe import MoEFeedForward, RouterOutput, build_ffn, layer_ffn
 from zoo.blocks.norm import RMSNorm, build_norm
 from zoo.blocks.position import build_positions, sinusoidal_table
@@ -12,10 +13,12 @@ __all__ = [
     "Attention",
     "FeedForward",
     "KVSlot",
+    "LatentAttention",
     "MoEFeedForward",
     "RMSNorm",
     "RouterOutput",
     "TokenEmbedding",
+    "build_attention",
     "build_ffn",
     "build_norm",
     "build_positions",

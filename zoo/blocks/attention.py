@@ -79,6 +79,8 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads = spec.num_heads, spec.kv_heads
         self.head_dim = spec.resolved_head_dim(d_model)
+        # what one layer's KV cache slot holds per token: keys and values of (cache_heads, cache_dim) each
+        self.cache_heads, self.cache_dim = self.num_kv_heads, self.head_dim
         self.cross = cross
         self.scale = spec.resolved_scale(d_model)
         self.softcap = spec.softcap
@@ -183,44 +185,82 @@ class Attention(nn.Module):
     def _sdpa(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> torch.Tensor:
-        if mask is not None and mask.dtype != torch.bool:
-            mask = additive_as(mask, q.dtype)  # under autocast q is narrower than the mask: stay finite
-        mode = gqa_mode(
-            device_type=q.device.type,
-            masked=mask is not None,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
+        return sdpa(
+            q, k, v, mask, is_causal, scale=self.scale, dropout=self.dropout if self.training else 0.0
         )
-        if mode == "expand":
-            groups = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
-        return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
-            scale=self.scale,
-            enable_gqa=mode == "enable_gqa",
-        )  # (B, H, T, D)
 
     def _eager(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.num_kv_heads != self.num_heads:
-            groups = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, D)
-        scores = (q @ k.transpose(-2, -1)).float() * self.scale  # (B, H, T, S)
-        if self.softcap is not None:
-            scores = torch.tanh(scores / self.softcap) * self.softcap
-        if is_causal and mask is None:
-            mask = causal_mask(*scores.shape[-2:], device=q.device)
-        if mask is not None:
-            if mask.dtype == torch.bool:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            else:
-                scores = scores + mask.float()
-        weights = scores.softmax(dim=-1)
-        dropped = F.dropout(weights, p=self.dropout, training=self.training)
-        return dropped.to(v.dtype) @ v, weights  # (B, H, T, D), (B, H, T, S)
+        return eager_attention(
+            q,
+            k,
+            v,
+            mask,
+            is_causal,
+            scale=self.scale,
+            softcap=self.softcap,
+            dropout=self.dropout,
+            training=self.training,
+        )
+
+
+def sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    *,
+    scale: float,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """q (B, H, T, D), k (B, K, S, D), v (B, K, S, Dv), K dividing H -> (B, H, T, Dv) through SDPA's fused
+    kernels (`gqa_mode` says how K < H heads go to them); ``dropout``: the rate to apply now."""
+    if mask is not None and mask.dtype != torch.bool:
+        mask = additive_as(mask, q.dtype)  # under autocast q is narrower than the mask: stay finite
+    H, K = q.shape[1], k.shape[1]
+    mode = gqa_mode(device_type=q.device.type, masked=mask is not None, num_heads=H, num_kv_heads=K)
+    if mode == "expand":
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask,
+        dropout_p=dropout,
+        is_causal=is_causal and mask is None,
+        scale=scale,
+        enable_gqa=mode == "enable_gqa",
+    )  # (B, H, T, Dv)
+
+
+def eager_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The math path of `sdpa`, with Gemma 2's soft-cap: ((B, H, T, Dv) output, (B, H, T, S) weights)."""
+    H, K = q.shape[1], k.shape[1]
+    if K != H:
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
+    scores = (q @ k.transpose(-2, -1)).float() * scale  # (B, H, T, S)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if is_causal and mask is None:
+        mask = causal_mask(*scores.shape[-2:], device=q.device)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask.float()
+    weights = scores.softmax(dim=-1)
+    dropped = F.dropout(weights, p=dropout, training=training)
+    return dropped.to(v.dtype) @ v, weights  # (B, H, T, Dv), (B, H, T, S)

@@ -121,7 +121,15 @@ class MoEFeedForward(nn.Module):
         self.num_experts, self.top_k = spec.num_experts, spec.top_k
         self.normalize_top_k = spec.normalize_top_k
         self.jitter = spec.jitter
+        self.sigmoid, self.routed_scale = spec.scoring == "sigmoid", spec.routed_scale
+        self.num_groups, self.top_groups = spec.num_groups, spec.active_groups
+        self.bias_update_rate = spec.bias_update_rate
         self.router = nn.Linear(d_model, spec.num_experts, bias=False)
+        self.score_bias: torch.Tensor | None
+        if spec.score_bias:  # a buffer: set by its update rule (or the checkpoint), never by gradients
+            self.register_buffer("score_bias", torch.zeros(spec.num_experts))
+        else:
+            self.score_bias = None
         self.experts = Experts(
             num_experts=spec.num_experts, d_model=d_model, d_ff=spec.d_ff, activation=spec.activation
         )
@@ -142,12 +150,45 @@ class MoEFeedForward(nn.Module):
             self.shared.init_weights(residual_std=residual_std)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x (N, C) -> (probs (N, E) float32, top-k weights (N, k) in x's dtype, experts (N, k))."""
-        probs = F.softmax(self.router(x).float(), dim=-1)  # float32 as in transformers' routers
-        weights, experts = probs.topk(self.top_k, dim=-1)  # (N, k) each
+        """x (N, C) -> (probs (N, E) float32, top-k weights (N, k) in x's dtype, experts (N, k)).
+
+        ``probs`` are the softmax, or the sigmoid scores each token's sum divides (what a balancing loss
+        reads); the weights are the chosen experts' softmax probabilities or sigmoid scores."""
+        logits = self.router(x).float()  # (N, E), float32 as in transformers' routers
+        if not self.sigmoid and self.score_bias is None and self.num_groups == 1:
+            probs = F.softmax(logits, dim=-1)
+            weights, experts = probs.topk(self.top_k, dim=-1)  # (N, k) each
+        else:
+            scores = torch.sigmoid(logits) if self.sigmoid else F.softmax(logits, dim=-1)  # (N, E)
+            experts = self._choose(scores)  # (N, k)
+            weights = scores.gather(1, experts)  # (N, k)
+            probs = scores / scores.sum(dim=-1, keepdim=True) if self.sigmoid else scores
         if self.normalize_top_k:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + (1e-20 if self.sigmoid else 0.0))
+        if self.routed_scale != 1.0:
+            weights = weights * self.routed_scale
         return probs, weights.to(x.dtype), experts
+
+    def _choose(self, scores: torch.Tensor) -> torch.Tensor:
+        """(N, E) scores -> (N, k) experts: the best biased scores within each token's ``top_groups`` groups,
+        a group ranked by the sum of its two best (DeepSeek-V3's ``noaux_tc``)."""
+        choice = scores + self.score_bias if self.score_bias is not None else scores  # (N, E)
+        if self.top_groups < self.num_groups:
+            N, G = choice.shape[0], self.num_groups
+            grouped = choice.view(N, G, -1)  # (N, G, E / G)
+            group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+            groups = group_scores.topk(self.top_groups, dim=-1).indices  # (N, top_groups)
+            keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, groups, True)  # (N, G)
+            choice = grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).view(N, -1)  # (N, E)
+        return choice.topk(self.top_k, dim=-1).indices
+
+    @torch.no_grad()
+    def _update_bias(self, experts: torch.Tensor) -> None:
+        """Aux-loss-free balancing (DeepSeek-V3, section 2.1.2): each expert's bias moves by the rate toward
+        balance, up when it took fewer (token, expert) pairs than the mean, down when more."""
+        assert self.score_bias is not None
+        load = torch.bincount(experts.reshape(-1), minlength=self.num_experts).float()  # (E,)
+        self.score_bias.add_(self.bias_update_rate * torch.sign(load.mean() - load))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, RouterOutput]:
         B, T, C = x.shape
@@ -155,6 +196,8 @@ class MoEFeedForward(nn.Module):
         if self.training and self.jitter > 0:  # Mixtral's router_jitter_noise: routing and experts see it
             flat = flat * torch.empty_like(flat).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
         probs, weights, experts = self.route(flat)
+        if self.training and self.bias_update_rate > 0:
+            self._update_bias(experts)
         out = self._dispatch(flat, weights, experts)  # (N, C)
         if self.shared is not None:
             shared = self.shared(flat)  # (N, C)

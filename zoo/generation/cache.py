@@ -230,12 +230,12 @@ class KVCache:
         """
         first = cast("Layer", stack.layers[0])  # nn.ModuleList types its items as Module; these are Layers
         attention = first.self_attn
-        weight = attention.qkv_proj.weight
+        weight = attention.out_proj.weight
         return cls(
             num_layers=stack.num_layers,
             batch_size=batch_size,
-            num_kv_heads=attention.num_kv_heads,
-            head_dim=attention.head_dim,
+            num_kv_heads=attention.cache_heads,  # latent attention: one "head" of half its latent + rope key
+            head_dim=attention.cache_dim,
             max_length=max_length,
             cross_attention=first.cross_attn is not None,
             dtype=dtype or cache_dtype(weight.dtype, weight.device),

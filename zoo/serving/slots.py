@@ -66,9 +66,9 @@ class SlotCache:
             stack.num_layers,
             2,
             slots,
-            attention.num_kv_heads,
+            attention.cache_heads,
             length,
-            attention.head_dim,
+            attention.cache_dim,
             dtype=cache_dtype(weight.dtype, weight.device),
             device=weight.device,
         )  # (N, 2, B, K, L, D)

@@ -6,6 +6,7 @@ from typing import Any
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
+    LatentAttentionSpec,
     EmbeddingSpec,
     FeedForwardSpec,
     FFNSpec,
@@ -57,6 +58,7 @@ __all__ = [
     "AlibiPositions",
     "AttentionPattern",
     "AttentionSpec",
+    "LatentAttentionSpec",
     "BlockSparsePattern",
     "CausalPattern",
     "ClassifierSpec",

@@ -45,8 +45,42 @@ class Spec(CleanModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+class LatentAttentionSpec(Spec):
+    """Multi-head latent attention (MLA; DeepSeek-V2, arXiv 2405.04434, section 2.1; DeepSeek-V3, Kimi K2).
+
+    Keys and values come from one compressed latent per token, ``c = norm(W_dkv x)`` of width
+    ``kv_lora_rank``, expanded per head by ``kv_b_proj`` into the no-rope key (``head_dim`` wide) and the
+    value (``v_head_dim``); rotary positions ride on ``rope_head_dim`` extra dims, a query part per head and
+    one key part shared by all heads. Queries come from x directly, or through a low-rank bottleneck with its
+    own norm (``q_lora_rank``). A head's query and key are ``head_dim + rope_head_dim`` wide, and the logits
+    are scaled by that width's ``**-0.5`` unless ``scale`` says otherwise. The KV cache holds the latent and
+    the rotated shared key only: ``kv_lora_rank + rope_head_dim`` numbers per token and layer, against
+    ``2 · kv_heads · head_dim`` for (grouped-query) attention.
+    """
+
+    q_lora_rank: PositiveInt | None = Field(
+        None, description="Width of the query bottleneck (with its RMSNorm); default: none, one q projection."
+    )
+    kv_lora_rank: PositiveInt = Field(512, description="Width of the cached key/value latent.")
+    rope_head_dim: PositiveInt = Field(
+        64,
+        description="Rotary dims per head, beside head_dim (qk_rope_head_dim); their key is shared by all heads.",
+    )
+    v_head_dim: PositiveInt | None = Field(None, description="Width of one value head; default: head_dim.")
+    norm_eps: Epsilon = Field(
+        1e-6, description="Epsilon of the latent RMSNorms (kv and, with q_lora_rank, q)."
+    )
+
+    @model_validator(mode="after")
+    def _even_rope(self) -> LatentAttentionSpec:
+        if self.rope_head_dim % 2:
+            raise ValueError(f"rope_head_dim ({self.rope_head_dim}) must be even: rotary dims come in pairs")
+        return self
+
+
 class AttentionSpec(Spec):
-    """Multi-head attention (MHA), grouped-query (GQA, ``num_kv_heads < num_heads``) or multi-query (1)."""
+    """Multi-head attention (MHA), grouped-query (GQA, ``num_kv_heads < num_heads``) or multi-query (1); with
+    ``latent``, multi-head latent attention (`LatentAttentionSpec`), whose ``head_dim`` is the no-rope part."""
 
     num_heads: PositiveInt = 8
     num_kv_heads: PositiveInt | None = Field(
@@ -75,6 +109,24 @@ class AttentionSpec(Spec):
         description="Soft-cap the scaled logits to (-softcap, softcap) as softcap * tanh(logits / softcap), "
         "before the mask (Gemma 2's attn_logit_softcapping); takes flex_attention or the math path, not SDPA.",
     )
+    latent: LatentAttentionSpec | None = Field(
+        None,
+        description="Multi-head latent attention (DeepSeek-V2/V3): keys and values from a cached low-rank "
+        "latent, rotary on separate dims; self-attention only, with no kv head groups and no qk_norm.",
+    )
+
+    @model_validator(mode="after")
+    def _latent_options(self) -> AttentionSpec:
+        if self.latent is None:
+            return self
+        if self.num_kv_heads not in (None, self.num_heads):
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must be unset or num_heads ({self.num_heads}) with latent: "
+                "every head expands its own key and value from the one shared latent"
+            )
+        if self.qk_norm:
+            raise ValueError("qk_norm cannot go with latent: latent attention normalises its latents instead")
+        return self
 
     @model_validator(mode="after")
     def _scale_needs_scaled(self) -> AttentionSpec:
@@ -88,7 +140,7 @@ class AttentionSpec(Spec):
         """What the q·k logits are multiplied by: ``scale``, else 1/sqrt(head_dim) when scaled, else 1."""
         if not self.scaled:
             return 1.0
-        return self.scale if self.scale is not None else self.resolved_head_dim(d_model) ** -0.5
+        return self.scale if self.scale is not None else self.qk_head_dim(d_model) ** -0.5
 
     @property
     def kv_heads(self) -> int:
@@ -99,7 +151,23 @@ class AttentionSpec(Spec):
         return self.bias if self.out_bias is None else self.out_bias
 
     def resolved_head_dim(self, d_model: int) -> int:
+        """Width of one head (with ``latent``: its query/key dims without rotary)."""
         return self.head_dim or d_model // self.num_heads
+
+    def qk_head_dim(self, d_model: int) -> int:
+        """Width of one head's query and key: head_dim, plus latent attention's rotary dims."""
+        rope = self.latent.rope_head_dim if self.latent is not None else 0
+        return self.resolved_head_dim(d_model) + rope
+
+    def rotary_head_dim(self, d_model: int) -> int:
+        """The dims rotary positions act on per head: all of head_dim, or latent attention's rope dims."""
+        return self.latent.rope_head_dim if self.latent is not None else self.resolved_head_dim(d_model)
+
+    def cache_width(self, d_model: int) -> int:
+        """Numbers one layer caches per token: k and v of every kv head, or the latent and the rope key."""
+        if self.latent is not None:
+            return self.latent.kv_lora_rank + self.latent.rope_head_dim
+        return 2 * self.kv_heads * self.resolved_head_dim(d_model)
 
 
 class FFNSpec(Spec):
@@ -118,9 +186,13 @@ class FFNSpec(Spec):
 
 
 class MoESpec(Spec):
-    """Mixture-of-Experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE): a linear router
-    scores ``num_experts`` SwiGLU experts per token, the ``top_k`` best run and their outputs are summed,
-    weighted by the router's softmax probabilities.
+    """Mixture-of-Experts feed-forward (Shazeer et al. 2017; Switch, Mixtral, Qwen-MoE, DeepSeek-V3): a linear
+    router scores ``num_experts`` SwiGLU experts per token, the ``top_k`` best run and their outputs are
+    summed, weighted by the router's softmax probabilities (or sigmoid scores, ``scoring``).
+
+    DeepSeek-V3's routing (arXiv 2412.19437, section 2.1.2): ``scoring: sigmoid``, a ``score_bias`` that
+    chooses experts without weighing them (balanced during training by ``bias_update_rate``), experts in
+    ``num_groups`` groups of which a token uses the ``top_groups`` best, weights times ``routed_scale``.
 
     Layer ``i`` of a stack is sparse when ``(i + 1) % sparse_step == 0`` and ``i`` is not in
     ``dense_layers``; the other layers run one dense gated FFN of width ``dense_d_ff`` (transformers'
@@ -157,12 +229,61 @@ class MoESpec(Spec):
     dense_d_ff: PositiveInt | None = Field(
         None, description="Hidden width of the dense layers' gated FFN; needed when a layer is dense."
     )
+    scoring: Literal["softmax", "sigmoid"] = Field(
+        "softmax",
+        description="Router scores: a softmax over the experts (Mixtral, Qwen), or each expert's sigmoid "
+        "(DeepSeek-V3, GLM-4 MoE); the chosen experts' scores weigh their outputs.",
+    )
+    score_bias: bool = Field(
+        False,
+        description="DeepSeek-V3's aux-loss-free balancing: a per-expert bias (e_score_correction_bias, a "
+        "buffer) added to the scores to choose the experts, never to weigh them.",
+    )
+    bias_update_rate: Annotated[float, Field(ge=0.0)] = Field(
+        0.0,
+        description="Training only, with score_bias: after each training forward, every expert's bias moves "
+        "by this rate toward balance, +rate when it took fewer than the mean of the tokens, -rate when more "
+        "(DeepSeek-V3's gamma, 0.001); 0: the bias stays as loaded.",
+    )
+    num_groups: PositiveInt = Field(
+        1, description="Group-limited routing (n_group): experts split into this many equal groups."
+    )
+    top_groups: PositiveInt | None = Field(
+        None,
+        description="Groups a token may route into (topk_group), those whose two best (biased) scores sum "
+        "highest; default: every group.",
+    )
+    routed_scale: PositiveFloat = Field(
+        1.0, description="The routed experts' weights are multiplied by this (routed_scaling_factor)."
+    )
 
     @model_validator(mode="after")
     def _check_routing(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) must be at most num_experts ({self.num_experts})")
+        if self.num_experts % self.num_groups:
+            raise ValueError(
+                f"num_experts ({self.num_experts}) must be divisible by num_groups ({self.num_groups})"
+            )
+        groups = self.active_groups
+        if groups > self.num_groups:
+            raise ValueError(f"top_groups ({groups}) must be at most num_groups ({self.num_groups})")
+        if self.num_groups > 1 and self.num_experts // self.num_groups < 2:
+            raise ValueError(
+                f"num_groups ({self.num_groups}) leaves one expert a group: a group's score is its two best"
+            )
+        if groups * (self.num_experts // self.num_groups) < self.top_k:
+            raise ValueError(
+                f"top_k ({self.top_k}) is more than the experts of top_groups ({groups}) groups hold"
+            )
+        if self.bias_update_rate > 0 and not self.score_bias:
+            raise ValueError(f"bias_update_rate ({self.bias_update_rate}) needs score_bias: true")
         return self
+
+    @property
+    def active_groups(self) -> int:
+        """Groups a token routes into: ``top_groups``, else every group."""
+        return self.top_groups if self.top_groups is not None else self.num_groups
 
     # What every expert is, read where any FFN spec is (costs, the dense families' export checks, which
     # refuse an MoE spec by its kind before they look): gated, bias-free, no dropout inside.

@@ -309,6 +309,8 @@ class _ModelSpecBase(Spec):
             if spec is None:
                 continue
             path = stack.sources[field]
+            if field == "cross_attention" and spec.latent is not None:
+                raise ValueError(f"{path}.latent: latent attention is self-attention only")
             if spec.head_dim is None and self.d_model % spec.num_heads:
                 raise ValueError(
                     f"d_model ({self.d_model}) must be divisible by {path}.num_heads ({spec.num_heads}); "
@@ -319,11 +321,16 @@ class _ModelSpecBase(Spec):
                     f"{path}.num_heads ({spec.num_heads}) must be divisible by {path}.num_kv_heads ({spec.kv_heads})"
                 )
         position, position_path = stack.position, stack.sources["position"]
-        head_dim = stack.attention.resolved_head_dim(self.d_model)
+        head_dim = stack.attention.rotary_head_dim(self.d_model)
         if position.kind == "rotary" and head_dim % 2:
             raise ValueError(
                 f"{position_path}: rotary positions need an even head_dim, got {head_dim} "
                 f"({stack.sources['attention']}.head_dim)"
+            )
+        if stack.attention.latent is not None and position.kind not in ("rotary", "none"):
+            raise ValueError(
+                f"{stack.sources['attention']}.latent: latent attention takes rotary positions (or none), "
+                f"not {position.kind!r}"
             )
         if position.kind == "rotary":
             _check_rotary(position, head_dim=head_dim, path=position_path)

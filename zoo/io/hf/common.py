@@ -161,7 +161,17 @@ class TypedConfig(dict[str, Any]):
     naming the key (`zoo.io.jsonfile`).
     """
 
-    NULLABLE = frozenset({"sliding_window", "num_key_value_heads", "head_dim", "rope_scaling"})
+    NULLABLE = frozenset(
+        {
+            "sliding_window",
+            "num_key_value_heads",
+            "head_dim",
+            "rope_scaling",
+            "q_lora_rank",
+            "n_group",
+            "topk_group",
+        }
+    )
     # Widths and counts: 0 or less is refused, naming the key, whatever the default. transformers fails on
     # most (an empty projection, a division by zero), and a family must not read 0 as "absent" (GPT-2's
     # ``n_inner or 4 * n_embd``, T5's ``num_decoder_layers or num_layers``).
@@ -174,6 +184,8 @@ class TypedConfig(dict[str, Any]):
         "decoder_layers", "num_hidden_groups", "inner_group_num", "max_position_embeddings", "n_positions",
         "type_vocab_size", "num_local_experts", "num_experts", "num_experts_per_tok", "sliding_window_pattern",
         "global_attn_every_n_layers", "relative_attention_num_buckets", "relative_attention_max_distance",
+        "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
+        "n_group", "topk_group",
     })  # fmt: skip
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -349,6 +361,8 @@ class Rule:
         ([q of all heads; k; v]): rows are regrouped both ways, (G, P, n) <-> (P, G, n).
     shape: the zoo tensor's shape when the concatenated rows are viewed as more dimensions (stacked
         experts: E × (gate, up) parts of (F, C) become one (E, 2F, C) tensor); export flattens it back.
+    rows: a row permutation, zoo's row i being HF's row ``rows[i]`` (DeepSeek's interleaved rotary dims
+        read into zoo's rotate-half layout); export applies the inverse.
     """
 
     zoo: str
@@ -357,6 +371,7 @@ class Rule:
     sizes: tuple[int, ...] | None = None
     interleave: tuple[int, int] | None = None
     shape: tuple[int, ...] | None = None
+    rows: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.hf) > 1 and (self.sizes is None or len(self.sizes) != len(self.hf)):
@@ -458,6 +473,12 @@ def rules_to_zoo(
             tensor = parts[0]
         if rule.interleave is not None:  # HF (groups, parts, n) rows -> zoo (parts, groups, n)
             tensor = regroup(tensor, *rule.interleave)
+        if rule.rows is not None:
+            if len(rule.rows) != tensor.shape[0]:
+                raise HFError(
+                    f"{rule.hf[0]} has {tensor.shape[0]} rows, expected {len(rule.rows)} for {rule.zoo}"
+                )
+            tensor = tensor[torch.tensor(rule.rows)]
         if rule.shape is not None:
             if tensor.numel() != math.prod(rule.shape):
                 raise HFError(
@@ -525,6 +546,8 @@ def rules_to_hf(rules: Iterable[Rule], tensors: StateDict) -> StateDict:
         if rule.interleave is not None:  # zoo (parts, groups, n) rows -> HF (groups, parts, n)
             groups, count = rule.interleave
             tensor = regroup(tensor, count, groups)
+        if rule.rows is not None:  # zoo row i is HF row rows[i]: HF row rows[i] gets it back
+            tensor = tensor[torch.tensor(rule.rows).argsort()]
         if rule.shape is not None:  # stacked: back to the rows of the parts
             tensor = tensor.reshape(-1, tensor.shape[-1])
         if rule.sizes is not None:

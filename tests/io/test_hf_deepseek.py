@@ -1,0 +1,153 @@
+"""Hugging Face interop for DeepSeek-V3 (``deepseek_v3``): multi-head latent attention and its MoE routing.
+
+Each case is a small random transformers model with every parameter drawn or perturbed (routers and their
+``e_score_correction_bias`` included, so the group-limited choice differs token to token) and options away
+from their defaults: with and without the q bottleneck, attention biases, interleaved rope or not, several
+shared experts, dense first layers, group-limited routing, renormalised top-k or not. Batches are
+left-padded, as in `test_hf_moe`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hf_decoder_parity as parity
+import pytest
+import torch
+from hf_decoder_parity import assert_greedy_generate_matches, export_and_reload, liven
+
+import zoo
+from zoo.io.hf import HFError
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+V = 128
+SIZES = dict(
+    num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=4,
+    vocab_size=V, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    moe_intermediate_size=16, qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=10, kv_lora_rank=20,
+)  # fmt: skip
+CASES: dict[str, dict[str, Any]] = {
+    "q-lora-groups": dict(q_lora_rank=24, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+                          first_k_dense_replace=1, n_shared_experts=2, routed_scaling_factor=2.5),
+    "no-q-lora-bias": dict(q_lora_rank=None, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                           n_group=1, topk_group=1, first_k_dense_replace=0, norm_topk_prob=False,
+                           routed_scaling_factor=1.5, tie_word_embeddings=True,
+                           rms_norm_eps=1e-5),
+}  # fmt: skip
+
+
+def hf_model(**options: Any) -> torch.nn.Module:
+    config = transformers.DeepseekV3Config(**{**SIZES, **options})
+    model = liven(transformers.DeepseekV3ForCausalLM(config))
+    with torch.no_grad():  # buffers are not parameters: liven leaves the routing bias at zero
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    hf = hf_model(**CASES[request.param])
+    path = tmp_path_factory.mktemp(request.param)
+    hf.save_pretrained(path, safe_serialization=True)
+    return request.param, hf, path, zoo.from_hf(path)
+
+
+def test_from_hf_logits_match_on_a_left_padded_batch(case) -> None:
+    _, hf, _, model = case
+    parity.assert_logits_match(model, hf)
+
+
+def test_import_reads_latent_attention_and_routing_into_the_spec(case) -> None:
+    name, _, _, model = case
+    dumped = model.spec.model_dump()
+    latent, ffn = dumped["attention"]["latent"], dumped["ffn"]
+    assert latent == {"q_lora_rank": 24 if name == "q-lora-groups" else None, "kv_lora_rank": 20,
+                      "rope_head_dim": 8, "v_head_dim": 10, "norm_eps": 1e-6}  # fmt: skip
+    assert dumped["attention"]["head_dim"] == 12
+    expected = {
+        "q-lora-groups": {"num_groups": 4, "top_groups": 2, "shared_d_ff": 32, "dense_layers": [0],
+                          "routed_scale": 2.5, "normalize_top_k": True},
+        "no-q-lora-bias": {"num_groups": 1, "top_groups": 1, "shared_d_ff": 16, "dense_layers": [],
+                           "routed_scale": 1.5, "normalize_top_k": False},
+    }[name]  # fmt: skip
+    assert {k: ffn[k] for k in expected} == expected
+    assert ffn["scoring"] == "sigmoid" and ffn["score_bias"]
+
+
+def test_greedy_generate_matches_transformers_on_left_padded_prompts(case) -> None:
+    _, hf, _, model = case
+    assert_greedy_generate_matches(hf, model, [30, 21, 9])
+
+
+def test_to_hf_loads_in_transformers_with_no_missing_keys_and_same_logits(case, tmp_path) -> None:
+    _, hf, path, model = case
+    parity.assert_logits_match(model, export_and_reload(model, hf, path, tmp_path))
+
+
+def test_absorbed_decode_equals_the_plain_path(case) -> None:
+    _, _, _, model = case
+    ids, mask, _ = parity.left_padded([20, 13])
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).logits
+        for layer in model.decoder.layers:
+            layer.self_attn.absorb = "always"
+        try:
+            absorbed = model(ids, attention_mask=mask).logits
+        finally:
+            for layer in model.decoder.layers:
+                layer.self_attn.absorb = "decode"
+    real = mask.bool()
+    torch.testing.assert_close(absorbed[real], plain[real], atol=1e-4, rtol=1e-4)
+
+
+# -- refusals ----------------------------------------------------------------------------------------------
+
+
+def test_yarn_is_refused_naming_the_rope_type(tmp_path) -> None:
+    hf = hf_model(q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
+    hf.config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                 "original_max_position_embeddings": 16}  # fmt: skip
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(HFError, match=r"rope_type='yarn' is not supported"):
+        zoo.from_hf(tmp_path)
+
+
+def test_rotate_half_rope_rows_are_refused(tmp_path) -> None:
+    hf = hf_model(q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
+    hf.config.rope_interleave = False
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(HFError, match=r"rope_interleave=False is not supported"):
+        zoo.from_hf(tmp_path)
+
+
+def test_kv_head_groups_are_refused(tmp_path) -> None:
+    hf = hf_model(q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
+    hf.config.num_key_value_heads = 2
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(HFError, match=r"num_key_value_heads=2 with num_attention_heads=4"):
+        zoo.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"ffn.scoring": "softmax"}, r"deepseek_v3 cannot express ffn\.scoring='softmax'"),
+        ({"ffn.score_bias": False}, r"deepseek_v3 cannot express ffn\.score_bias=False"),
+        ({"ffn.shared_gate": True}, r"deepseek_v3 cannot express ffn\.shared_gate=True"),
+        ({"ffn.shared_d_ff": 24}, r"deepseek_v3 cannot express ffn\.shared_d_ff=24"),
+        ({"ffn.dense_layers": [1]}, r"deepseek_v3 cannot express ffn\.dense_layers=\[1\]"),
+        (
+            {"attention.latent.norm_eps": 1e-5},
+            r"deepseek_v3 cannot express attention\.latent\.norm_eps=1e-05",
+        ),
+        ({"attention.latent": None}, r"deepseek_v3 cannot express attention\.latent=None"),
+    ],
+)
+def test_an_export_that_would_drop_an_option_is_refused(tmp_path, overrides, message) -> None:
+    spec = zoo.preset("deepseek-tiny").override(**overrides)
+    with pytest.raises(HFError, match=message):
+        zoo.to_hf(zoo.build(spec), tmp_path, model_type="deepseek_v3")

@@ -1,0 +1,318 @@
+"""DeepSeek-V3 (``model_type: deepseek_v3``; also Kimi K2's checkpoints): ``DeepseekV3ForCausalLM`` and
+``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``.
+
+Llama's layer (pre-norm RMSNorm, SwiGLU) with two blocks of its own, both spec options:
+
+    attention   multi-head latent attention (`zoo.blocks.mla`, ``attention.latent``)
+                q_lora_rank (null: one q_proj), kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim (zoo's
+                head_dim), v_head_dim; attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj
+    ffn         Mixture-of-Experts with DeepSeek-V3's routing (``ffn.scoring: sigmoid``, ``score_bias``,
+                ``num_groups`` / ``top_groups``, ``routed_scale``), a shared expert of n_shared_experts x
+                moe_intermediate_size, the first first_k_dense_replace layers dense (intermediate_size)
+
+    HF (model.layers.{i}.)                          zoo (decoder.layers.{i}.)
+    self_attn.q_proj | q_a_proj, q_a_layernorm,     self_attn.q_proj | q_a_proj, q_norm, q_b_proj
+              q_b_proj
+    self_attn.kv_a_proj_with_mqa, kv_a_layernorm    self_attn.kv_a_proj, kv_norm
+    self_attn.kv_b_proj, o_proj                     self_attn.kv_b_proj, out_proj
+    mlp.gate.weight, mlp.gate.e_score_correction_bias   ffn.router.weight, ffn.score_bias
+    mlp.experts.{e}.{gate,up,down}_proj             ffn.experts.up_proj (E, 2F, C), down_proj (E, C, F)
+    mlp.shared_experts.{gate,up,down}_proj          ffn.shared.up_proj, down_proj
+
+``rope_interleave: true`` (DeepSeek's release) lays each rotary pair out as adjacent dims; transformers
+rotates them into the rotate-half layout on the fly. zoo reads the rope rows of q_b_proj (q_proj) and
+kv_a_proj_with_mqa into that layout once (`Rule.rows`), so the block rotates as Llama does, and export
+writes them back interleaved (``rope_interleave: false`` is refused on import: the tensor table is read
+from the spec alone, which holds no layout). The latent norms' epsilon is transformers' fixed 1e-6. ``num_key_value_heads``
+must equal the heads (latent attention expands a key per head). YaRN (DeepSeek-V3's release) is refused
+until zoo's rotary positions have it; the multi-token-prediction layer (``num_nextn_predict_layers``) is
+not built by transformers and its tensors, if present, are not read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zoo.io.hf.common import (
+    ACTIVATIONS_TO_HF,
+    FamilyMapping,
+    StateDict,
+    HFError,
+    Rule,
+    activation_from_hf,
+    decoder_converters,
+    fused_linear,
+    has_lm_head,
+    layernorm,
+    linear,
+    rename,
+    require,
+    token_id,
+)
+from zoo.io.hf.moe import MoEFormat, moe_rules
+from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.spec import AttentionSpec, DecoderSpec, ModelSpec, MoESpec, parse_spec
+
+PREFIX = "model."
+HEADED = "DeepseekV3ForCausalLM"
+LATENT_NORM_EPS = 1e-6  # transformers builds q_a_layernorm / kv_a_layernorm with the class default
+EXPERTS = MoEFormat(
+    "mlp", "n_routed_experts", ("gate_proj", "up_proj", "down_proj"), "norm_topk_prob", shared=False,
+    jitter=False, per_layer=True,
+)  # fmt: skip
+# DeepseekV3Config's defaults, for keys a config.json may leave out.
+DEFAULTS: dict[str, Any] = {
+    "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": None, "n_shared_experts": 1,
+    "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True, "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6, "bos_token_id": 0, "eos_token_id": 1, "rope_interleave": True,
+}  # fmt: skip
+
+
+def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+    def get(key: str) -> Any:
+        value = config.get(key, DEFAULTS.get(key))
+        return DEFAULTS.get(key) if value is None and key in ("n_group", "topk_group") else value
+
+    heads, d_model, vocab = get("num_attention_heads"), get("hidden_size"), get("vocab_size")
+    kv_heads = get("num_key_value_heads") or heads
+    if kv_heads != heads:
+        raise HFError(
+            f"config.json num_key_value_heads={kv_heads} with num_attention_heads={heads}: latent attention "
+            "expands one key per head, and transformers' deepseek_v3 repeats them only when the two are equal"
+        )
+    if get("rope_interleave") is not True:
+        raise HFError(
+            f"config.json rope_interleave={get('rope_interleave')!r} is not supported: zoo reads DeepSeek's "
+            "interleaved rotary rows (rope_interleave: true, every DeepSeek-V3 and Kimi K2 release) into its "
+            "rotate-half layout"
+        )
+    layers, shared = get("num_hidden_layers"), get("n_shared_experts")
+    if not isinstance(shared, int) or shared < 1:
+        raise HFError(f"config.json n_shared_experts={shared!r}: a positive integer is expected")
+    first_dense = get("first_k_dense_replace") or 0
+    if not isinstance(first_dense, int) or first_dense < 0:
+        raise HFError(f"config.json first_k_dense_replace={first_dense!r}: a count of layers is expected")
+    dense = list(range(min(first_dense, layers))) if isinstance(layers, int) else []
+    has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
+    expert_width = get("moe_intermediate_size")
+    return parse_spec({
+        "family": "decoder",
+        "vocab_size": vocab,
+        "d_model": d_model,
+        "num_layers": layers,
+        "max_positions": get("max_position_embeddings"),
+        "attention": {
+            "num_heads": heads,
+            "head_dim": get("qk_nope_head_dim"),
+            "bias": config.get("attention_bias", False),
+            "dropout": config.get("attention_dropout", 0.0),
+            "latent": {
+                "q_lora_rank": get("q_lora_rank"),
+                "kv_lora_rank": get("kv_lora_rank"),
+                "rope_head_dim": get("qk_rope_head_dim"),
+                "v_head_dim": get("v_head_dim"),
+                "norm_eps": LATENT_NORM_EPS,
+            },
+        },
+        "ffn": {
+            "kind": "moe",
+            "num_experts": get("n_routed_experts"),
+            "top_k": get("num_experts_per_tok"),
+            "d_ff": expert_width,
+            "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
+            "normalize_top_k": get("norm_topk_prob"),
+            "shared_d_ff": expert_width * shared if isinstance(expert_width, int) else expert_width,
+            "shared_gate": False,
+            "dense_layers": dense,
+            "dense_d_ff": get("intermediate_size") if dense else None,
+            "scoring": "sigmoid",
+            "score_bias": True,
+            "num_groups": get("n_group"),
+            "top_groups": get("topk_group"),
+            "routed_scale": get("routed_scaling_factor"),
+        },
+        "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
+        "position": rope_from_config(config),
+        "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
+        "dropout": 0.0,
+        "init": {"std": config.get("initializer_range", 0.02)},
+        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "bos_token_id": token_id(config, "bos_token_id", vocab, DEFAULTS["bos_token_id"]),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, DEFAULTS["eos_token_id"]),
+    })  # fmt: skip
+
+
+def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+    require("deepseek_v3", [("family", spec.family, "decoder")])
+    assert isinstance(spec, DecoderSpec)
+    stack = spec.stacks()["decoder"]
+    attention, ffn, src = stack.attention, stack.ffn, stack.sources
+    latent = attention.latent
+    if latent is None:
+        raise HFError(
+            f"deepseek_v3 cannot express {src['attention']}.latent=None: its attention is always latent",
+            fields=(f"{src['attention']}.latent",),
+        )
+    if not isinstance(ffn, MoESpec):  # `check_ffn_kinds` refuses a dense FFN first
+        raise HFError(f"deepseek_v3 cannot express {src['ffn']}.kind='dense'", fields=(f"{src['ffn']}.kind",))
+    first_dense = 0
+    while first_dense < stack.num_layers and not ffn.is_sparse(first_dense):
+        first_dense += 1  # the dense layers it can say: a leading run (any other reads back otherwise)
+    shared = (ffn.shared_d_ff or 0) // ffn.d_ff
+    if shared < 1:
+        raise HFError(
+            f"deepseek_v3 cannot express {src['ffn']}.shared_d_ff={ffn.shared_d_ff}: it always has shared experts, "
+            f"n_shared_experts x moe_intermediate_size ({ffn.d_ff}) wide",
+            fields=(f"{src['ffn']}.shared_d_ff",),
+        )
+    head, norm = spec.lm_head, stack.norm
+    return {
+        "model_type": "deepseek_v3",
+        "architectures": [HEADED if head else "DeepseekV3Model"],
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        "intermediate_size": ffn.dense_d_ff or ffn.d_ff,  # read only by the dense layers
+        "moe_intermediate_size": ffn.d_ff,
+        "num_hidden_layers": stack.num_layers,
+        "num_attention_heads": attention.num_heads,
+        "num_key_value_heads": attention.num_heads,
+        "q_lora_rank": latent.q_lora_rank,
+        "kv_lora_rank": latent.kv_lora_rank,
+        "qk_rope_head_dim": latent.rope_head_dim,
+        "qk_nope_head_dim": attention.resolved_head_dim(spec.d_model),
+        "v_head_dim": latent.v_head_dim or attention.resolved_head_dim(spec.d_model),
+        "rope_interleave": True,
+        "attention_bias": attention.bias,
+        "attention_dropout": attention.dropout,
+        "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
+        "n_routed_experts": ffn.num_experts,
+        "num_experts_per_tok": ffn.top_k,
+        "n_shared_experts": shared,
+        "norm_topk_prob": ffn.normalize_top_k,
+        "n_group": ffn.num_groups,
+        "topk_group": ffn.active_groups,
+        "routed_scaling_factor": ffn.routed_scale,
+        "first_k_dense_replace": first_dense,
+        "num_nextn_predict_layers": 0,
+        "max_position_embeddings": spec.max_positions,
+        "rms_norm_eps": norm.eps,
+        **rope_to_config(stack.position),
+        "initializer_range": spec.init.std,
+        "tie_word_embeddings": head.tied if head else False,
+        "pad_token_id": spec.pad_token_id,
+        "bos_token_id": spec.bos_token_id,
+        "eos_token_id": spec.eos_token_id,
+    }
+
+
+# -- tensors -----------------------------------------------------------------------------------------------
+
+
+def rope_rows(width: int, rope: int, *, repeats: int = 1) -> tuple[int, ...]:
+    """Rows of ``repeats`` blocks of ``width`` rows each ending in ``rope`` rotary rows, the rotary ones
+    de-interleaved: zoo's row order (``x0 x2 x4 .. x1 x3 ..``) as indices into HF's (``x0 x1 x2 x3 ..``)."""
+    order = [*range(width - rope), *range(width - rope, width, 2), *range(width - rope + 1, width, 2)]
+    return tuple(block * width + i for block in range(repeats) for i in order)
+
+
+def _attention_rules(attention: AttentionSpec, zoo: str, hf: str, *, d_model: int) -> list[Rule]:
+    latent = attention.latent
+    assert latent is not None  # a spec that reached the tensors went through `spec_to_config`'s checks
+    H, N, P, R = (
+        attention.num_heads,
+        attention.resolved_head_dim(d_model),
+        latent.rope_head_dim,
+        latent.kv_lora_rank,
+    )
+    q_rows, kv_rows = rope_rows(N + P, P, repeats=H), rope_rows(R + P, P)
+    bias = attention.bias
+    rules = [
+        Rule(f"{zoo}.kv_a_proj.weight", (f"{hf}.kv_a_proj_with_mqa.weight",), rows=kv_rows),
+        rename(f"{zoo}.kv_norm.weight", f"{hf}.kv_a_layernorm.weight"),
+        *linear(f"{zoo}.kv_b_proj", f"{hf}.kv_b_proj", bias=False),
+        *linear(f"{zoo}.out_proj", f"{hf}.o_proj", bias=attention.has_out_bias),
+    ]
+    if bias:
+        rules.append(Rule(f"{zoo}.kv_a_proj.bias", (f"{hf}.kv_a_proj_with_mqa.bias",), rows=kv_rows))
+    if latent.q_lora_rank is None:
+        return [*rules, Rule(f"{zoo}.q_proj.weight", (f"{hf}.q_proj.weight",), rows=q_rows)]
+    return [
+        *rules,
+        *linear(f"{zoo}.q_a_proj", f"{hf}.q_a_proj", bias=bias),
+        rename(f"{zoo}.q_norm.weight", f"{hf}.q_a_layernorm.weight"),
+        Rule(f"{zoo}.q_b_proj.weight", (f"{hf}.q_b_proj.weight",), rows=q_rows),
+    ]
+
+
+def _ffn_rules(ffn: MoESpec, zoo: str, hf: str, *, layer_idx: int, d_model: int) -> list[Rule]:
+    if not ffn.is_sparse(layer_idx):
+        return moe_rules(EXPERTS, ffn, zoo, hf, layer_idx=layer_idx, d_model=d_model)  # Llama's gated MLP
+    routed = ffn.model_copy(update={"shared_d_ff": None})  # the shared experts are named below
+    rules = moe_rules(EXPERTS, routed, zoo, hf, layer_idx=layer_idx, d_model=d_model)
+    rules.append(rename(f"{zoo}.ffn.score_bias", f"{hf}.mlp.gate.e_score_correction_bias"))
+    if ffn.shared_d_ff is not None:
+        S, shared = ffn.shared_d_ff, f"{hf}.mlp.shared_experts"
+        rules += [
+            *fused_linear(
+                f"{zoo}.ffn.shared.up_proj", [f"{shared}.gate_proj", f"{shared}.up_proj"], (S, S), bias=False
+            ),
+            *linear(f"{zoo}.ffn.shared.down_proj", f"{shared}.down_proj", bias=False),
+        ]
+    return rules
+
+
+def _rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
+    stack = spec.stacks()["decoder"]
+    ffn = stack.ffn
+    rules = [
+        rename("embed.tokens.weight", f"{prefix}embed_tokens.weight"),
+        *layernorm("decoder.final_norm", f"{prefix}norm", bias=False),
+    ]
+    for i in range(stack.num_layers):
+        zoo, hf = f"decoder.layers.{i}", f"{prefix}layers.{i}"
+        rules += [
+            *_attention_rules(stack.attention, f"{zoo}.self_attn", f"{hf}.self_attn", d_model=spec.d_model),
+            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.input_layernorm", bias=False),
+            *layernorm(f"{zoo}.ffn_norm", f"{hf}.post_attention_layernorm", bias=False),
+        ]
+        if isinstance(ffn, MoESpec):
+            rules += _ffn_rules(ffn, zoo, hf, layer_idx=i, d_model=spec.d_model)
+    if spec.lm_head is not None and not spec.lm_head.tied:
+        rules.append(rename("lm_head.weight", "lm_head.weight"))
+    return rules
+
+
+def _checked_rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
+    if spec.stacks()["decoder"].attention.latent is None:
+        return []  # nothing to map: `spec_to_config` refuses it, naming the field
+    return _rules(spec, prefix)
+
+
+_hf_to_zoo, zoo_to_hf = decoder_converters(_checked_rules, prefix=PREFIX)
+_LAYER = re.compile(r"(?:model\.)?layers\.(\d+)\.")
+
+
+def hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
+    """The checkpoint's tensors without its multi-token-prediction layers (index num_hidden_layers on, which
+    transformers leaves unread too), through the table."""
+    layers = spec.stacks()["decoder"].num_layers
+
+    def mtp(name: str) -> bool:
+        found = _LAYER.match(name)
+        return found is not None and int(found.group(1)) >= layers
+
+    return _hf_to_zoo({name: t for name, t in tensors.items() if not mtp(name)}, spec)
+
+
+MAPPING = FamilyMapping(
+    model_types=("deepseek_v3",),
+    config_to_spec=config_to_spec,
+    spec_to_config=spec_to_config,
+    hf_to_zoo=hf_to_zoo,
+    zoo_to_hf=zoo_to_hf,
+    ffn_kinds=("moe",),
+)
