@@ -37,9 +37,9 @@ from typing import Any
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
-    StateDict,
     HFError,
     Rule,
+    StateDict,
     activation_from_hf,
     decoder_converters,
     fused_linear,
