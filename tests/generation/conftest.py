@@ -34,6 +34,17 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "moe-tiny": lambda: zoo.preset("moe-tiny").override(
         **{"ffn.shared_d_ff": 32, "ffn.sparse_step": 2, "ffn.dense_d_ff": 96}
     ),
+    # DeepSeek-V3: latent attention (the cache holds latents; absorbed decode steps) with a sliding first
+    # layer (a rolling latent cache), sigmoid group-limited routing with a routing bias, a dense first layer
+    "deepseek-tiny": lambda: zoo.preset("deepseek-tiny").override(
+        decoder={
+            "layer_patterns": [
+                {"kind": "sliding_window", "window": 8},
+                {"kind": "causal"},
+                {"kind": "causal"},
+            ]
+        }
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

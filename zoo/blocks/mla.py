@@ -19,7 +19,8 @@ Two exact ways to attend over the cached latents:
               mapped by W_uv to the values' width; no key or value is ever expanded.
 
 ``absorb`` picks: ``"decode"`` (the default) absorbs on cached one-token steps, ``"always"`` / ``"never"``
-force a path (the tests compare the two).
+force a path (the tests compare the two). A ``kv_b_proj`` that is no plain ``nn.Linear`` (a LoRA adapter, a
+quantised layer) is never folded: the plain path runs it as it is.
 
 The cache slot (`zoo.blocks.attention.KVSlot`) stores k and v of one head each: the per-token vector
 ``[latent | k_rope]`` (zero-padded to an even width) split into two equal halves, so the generation cache,
@@ -106,7 +107,10 @@ class LatentAttention(nn.Module):
         if cache is not None:
             keys = self._cached(keys, cache)  # (B, 1, S, R + P), every position so far
         absorbed = self.absorb == "always" or (self.absorb == "decode" and cache is not None and T == 1)
-        if absorbed and not output_attentions and not isinstance(mask, BlockMask):
+        # only where kv_b_proj is a plain linear, whose weight is all it computes (an adapter or a quantised
+        # layer computes more, or otherwise: the plain path runs it as it is)
+        foldable = type(self.kv_b_proj) is nn.Linear
+        if absorbed and foldable and not output_attentions and not isinstance(mask, BlockMask):
             out, weights = self._absorbed(q_nope, q_rope, keys, mask, is_causal), None  # (B, H, T, V)
         else:
             out, weights = self._plain(q_nope, q_rope, keys, mask, is_causal, output_attentions)

@@ -6,7 +6,9 @@ model's `Attention` and `FeedForward` blocks and replaces each ``nn.Linear`` att
 `LoraLinear` that takes over its parameters:
 
     target       block (in each layer of each stack)      attribute(s) replaced
-    qkv          self_attn / cross_attn                    qkv_proj (self) | q_proj + kv_proj (cross)
+    qkv          self_attn / cross_attn                    qkv_proj (self) | q_proj + kv_proj (cross); latent
+                                                           attention: q_proj or q_a_proj + q_b_proj, kv_a_proj,
+                                                           kv_b_proj
     out          self_attn / cross_attn                    out_proj
     ffn_in       ffn                                       up_proj (gate and up rows, when gated)
     ffn_out      ffn                                       down_proj
@@ -28,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zoo.blocks import Attention, FeedForward
+from zoo.blocks import Attention, FeedForward, LatentAttention
 from zoo.blocks.moe import Experts, StackedLinear
 from zoo.lora.checks import check_rank, spec_from_arguments
 from zoo.lora.errors import LoraError
@@ -39,7 +41,8 @@ from zoo.spec.lora import LoraTarget
 
 # target kind -> (projection attributes on a self-attention block, ... on a cross-attention block)
 _ATTENTION_PROJECTIONS = {
-    "qkv": (("qkv_proj",), ("q_proj", "kv_proj")),
+    # self: the fused qkv_proj, or latent attention's (`zoo.blocks.mla`) q and kv projections
+    "qkv": (("qkv_proj", "q_proj", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj"), ("q_proj", "kv_proj")),
     "out": (("out_proj",), ("out_proj",)),
 }
 _FFN_PROJECTIONS = {"ffn_in": "up_proj", "ffn_out": "down_proj"}
@@ -262,7 +265,7 @@ def _blocks(model: nn.Module) -> list[tuple[str, str | None, str, nn.Module]]:
     blocks: list[tuple[str, str | None, str, nn.Module]] = []
     for path, module in model.named_modules():
         stack = path.split(".")[0] or None
-        if isinstance(module, Attention):
+        if isinstance(module, Attention | LatentAttention):
             blocks.append((path, stack, "cross" if module.cross else "self", module))
         elif isinstance(module, FeedForward | Experts):
             blocks.append((path, stack, "ffn", module))
