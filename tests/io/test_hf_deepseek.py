@@ -151,3 +151,26 @@ def test_an_export_that_would_drop_an_option_is_refused(tmp_path, overrides, mes
     spec = zoo.preset("deepseek-tiny").override(**overrides)
     with pytest.raises(HFError, match=message):
         zoo.to_hf(zoo.build(spec), tmp_path, model_type="deepseek_v3")
+
+
+@pytest.mark.slow
+def test_the_deepseek_v3_preset_counts_what_transformers_builds() -> None:
+    """transformers' DeepseekV3Config defaults are deepseek-ai/DeepSeek-V3's config.json (YaRN aside, which
+    changes no count); ~20 s to build on meta."""
+    with torch.device("meta"):
+        hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config())
+    theirs = sum(p.numel() for p in hf.parameters())
+    assert zoo.build("deepseek-v3", device="meta").num_parameters() == theirs == 671_026_404_352
+
+
+def test_the_preset_exports_the_published_config_fields(tmp_path) -> None:
+    """The preset's config.json as deepseek_v3 (read back whole by the export guard) has the release's fields."""
+    from zoo.io.hf.deepseek import MAPPING
+
+    config = MAPPING.spec_to_config(zoo.preset("deepseek-v3"))
+    published = transformers.DeepseekV3Config().to_dict()
+    keys = ["hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts",
+            "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
+            "routed_scaling_factor", "norm_topk_prob", "vocab_size", "rms_norm_eps"]  # fmt: skip
+    assert {k: config[k] for k in keys} == {k: published[k] for k in keys}

@@ -55,15 +55,23 @@ PUBLISHED_COUNTS = {
     # Qwen/Qwen3-30B-A3B's config.json
     "mixtral-8x7b": 46_702_792_704,
     "qwen3-30b-a3b": 30_532_122_624,
+    # DeepseekV3ForCausalLM on the meta device from DeepseekV3Config() (transformers' defaults are
+    # deepseek-ai/DeepSeek-V3's config.json): its 61 layers, without the checkpoint's MTP layer
+    "deepseek-v3": 671_026_404_352,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
-ACTIVE_COUNTS = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704}
+ACTIVE_COUNTS = {
+    "mixtral-8x7b": 12_879_925_248,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "deepseek-v3": 37_552_282_624,  # the technical report's "37B activated for each token"
+}
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
     "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "moe-tiny",
+    "deepseek-v3", "deepseek-tiny",
 }  # fmt: skip
 
 
@@ -81,7 +89,10 @@ def test_moe_preset_has_the_published_active_parameter_count(name):
     from zoo.spec import parameter_count
 
     assert parameter_count(zoo.preset(name), active=True) == ACTIVE_COUNTS[name]
-    assert round(ACTIVE_COUNTS[name] / 1e9, 1) == {"mixtral-8x7b": 12.9, "qwen3-30b-a3b": 3.4}[name]
+    assert (
+        round(ACTIVE_COUNTS[name] / 1e9, 1)
+        == {"mixtral-8x7b": 12.9, "qwen3-30b-a3b": 3.4, "deepseek-v3": 37.6}[name]
+    )
 
 
 @pytest.mark.parametrize("name", zoo.list_presets())

@@ -158,20 +158,35 @@ def _head_bytes(spec: ModelSpec, *, dtype_bytes: int) -> float:
 def kv_cache_bytes(spec: ModelSpec, *, dtype_bytes: int) -> tuple[int, int]:
     """(self-attention bytes per generated token, cross-attention bytes per source token).
 
-    2 (k and v) × layers × kv heads × head dim × bytes; an encoder-only model caches nothing.
+    2 (k and v) × layers × kv heads × head dim × bytes, or layers × (kv_lora_rank + rope dims) × bytes for
+    latent attention (its latent and shared rope key); an encoder-only model caches nothing.
     """
     self_bytes = cross_bytes = 0
     for stack in spec.stacks().values():
         if not stack.causal:
             continue
         att = stack.attention
-        self_bytes += 2 * stack.num_layers * att.kv_heads * att.resolved_head_dim(spec.d_model) * dtype_bytes
+        self_bytes += stack.num_layers * att.cache_width(spec.d_model) * dtype_bytes
         if stack.cross_attention is not None:
             cross = stack.cross_attention
             cross_bytes += (
                 2 * stack.num_layers * cross.kv_heads * cross.resolved_head_dim(spec.d_model) * dtype_bytes
             )
     return self_bytes, cross_bytes
+
+
+def mha_kv_cache_bytes(spec: ModelSpec, *, dtype_bytes: int) -> int:
+    """Bytes per generated token that multi-head attention with the same heads and widths would cache: for
+    latent attention, every head's key (head_dim + rope dims) and value (v_head_dim), as transformers'
+    DynamicCache holds them expanded; for (grouped-query) attention, every head's key and value."""
+    total = 0
+    for stack in spec.stacks().values():
+        if not stack.causal:
+            continue
+        att, C = stack.attention, spec.d_model
+        value = (att.latent.v_head_dim if att.latent is not None else None) or att.resolved_head_dim(C)
+        total += stack.num_layers * att.num_heads * (att.qk_head_dim(C) + value) * dtype_bytes
+    return total
 
 
 @dataclass(frozen=True)

@@ -192,12 +192,20 @@ def summary(
         kv_cache_per_token=kv_self,
         cross_kv_cache_per_source_token=kv_cross,
         tree=build_tree(model),
-        notes=tuple(_notes(spec, counts, seq_len=seq_len)),
+        notes=tuple(
+            _notes(
+                spec,
+                counts,
+                seq_len=seq_len,
+                kv_bytes=(kv_self, costs.mha_kv_cache_bytes(spec, dtype_bytes=p)),
+            )
+        ),
         assumptions=costs.assumptions(spec),
     )
 
 
-def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int) -> list[str]:
+def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int, kv_bytes: tuple[int, int]) -> list[str]:
+    """``kv_bytes``: (the KV cache per token, what multi-head attention with the same heads would cache)."""
     notes = []
     if counts.tied:
         notes.append(
@@ -214,6 +222,16 @@ def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int) -> list[st
         notes.append(
             f"experts: each token runs top_k of each Mixture-of-Experts layer's experts, {counts.active:,} of "
             f"the {counts.total:,} parameters; FLOPs count the active ones, memory all"
+        )
+    latent = [
+        s.attention.latent for s in spec.stacks().values() if s.causal and s.attention.latent is not None
+    ]
+    if latent:
+        kv, mha = kv_bytes
+        notes.append(
+            f"latent attention: the KV cache holds kv_lora_rank {latent[0].kv_lora_rank} + rope "
+            f"{latent[0].rope_head_dim} numbers per token and layer, {kv:,} bytes per token against {mha:,} for "
+            f"multi-head attention with the same heads ({mha / kv:.1f}x)"
         )
     if not any(stack.causal for stack in spec.stacks().values()):
         notes.append("an encoder generates nothing, so it keeps no KV cache")

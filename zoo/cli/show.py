@@ -133,7 +133,11 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
     ]
     if s.kv_cache_per_token:  # an encoder-only model caches nothing
         estimates.append(
-            ("KV cache / token", binary(s.kv_cache_per_token), "2 × layers × kv heads × head dim × bytes")
+            (
+                "KV cache / token",
+                binary(s.kv_cache_per_token),
+                "2 × layers × kv heads × head dim × bytes (latent attention: layers × (latent + rope) × bytes)",
+            )
         )
     if s.cross_kv_cache_per_source_token:
         estimates.append(
