@@ -12,7 +12,15 @@ from typing import Any
 
 from torch import nn
 
-from zoo.blocks import ACTIVATIONS, Attention, FeedForward, MoEFeedForward, RMSNorm, TokenEmbedding
+from zoo.blocks import (
+    ACTIVATIONS,
+    Attention,
+    FeedForward,
+    LatentAttention,
+    MoEFeedForward,
+    RMSNorm,
+    TokenEmbedding,
+)
 from zoo.blocks.moe import StackedLinear
 from zoo.blocks.position import (
     AlibiBias,
@@ -125,6 +133,18 @@ def _attention(m: Attention, **_: Any) -> str:
     return ", ".join(parts)
 
 
+def _latent(m: LatentAttention, **_: Any) -> str:
+    parts = [
+        f"latent self-attention, {m.num_heads} heads × (nope {m.head_dim} + rope {m.rope_dim}), values "
+        f"{m.v_dim}, cached latent {m.rank} + rope key {m.rope_dim} per token"
+    ]
+    parts += [f"q bottleneck {m.q_a_proj.out_features}"] if m.q_a_proj is not None else []
+    parts += [f"logits × {m.scale:.4g}"] if m.scale != (m.head_dim + m.rope_dim) ** -0.5 else []
+    parts += [f"logits soft-capped at {m.softcap:g}"] if m.softcap is not None else []
+    parts += [f"dropout {m.dropout}"] if m.dropout else []
+    return ", ".join(parts)
+
+
 def _ffn(m: FeedForward, **_: Any) -> str:
     act = next((name for name, fn in ACTIVATIONS.items() if fn is m.act), type(m.act).__name__)
     kind = (
@@ -135,12 +155,17 @@ def _ffn(m: FeedForward, **_: Any) -> str:
 
 
 def _moe(m: MoEFeedForward, **_: Any) -> str:
-    weights = "renormalised" if m.normalize_top_k else "softmax"
+    weights = ("renormalised" if m.normalize_top_k else "sigmoid") if m.sigmoid else None
+    weights = weights or ("renormalised" if m.normalize_top_k else "softmax")
+    routing = f", in the best {m.top_groups} of {m.num_groups} groups" if m.top_groups < m.num_groups else ""
+    routing += ", biased choice" if m.score_bias is not None else ""
+    routing += f", weights × {m.routed_scale:g}" if m.routed_scale != 1.0 else ""
     shared = (
         (" + gated shared expert" if m.shared_gate is not None else " + shared expert") if m.shared else ""
     )
     return (
-        f"{m.num_experts} experts, top-{m.top_k} per token ({weights} weights), d_ff {m.experts.d_ff}{shared}"
+        f"{m.num_experts} experts, top-{m.top_k} per token ({weights} weights{routing}), d_ff "
+        f"{m.experts.d_ff}{shared}"
     )
 
 
@@ -194,6 +219,7 @@ def _norm(m: nn.LayerNorm | RMSNorm, **_: Any) -> str:
 
 DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (Attention, _attention),
+    (LatentAttention, _latent),
     (FeedForward, _ffn),
     (nn.Linear, _linear),
     (MoEFeedForward, _moe),

@@ -182,7 +182,9 @@ class LatentAttention(nn.Module):
         return torch.einsum("bhtr,hvr->bhtv", out.to(w_v.dtype), w_v)  # (B, H, T, V)
 
 
-def build_attention(spec: AttentionSpec, *, d_model: int, qk_unit_offset: bool = False) -> nn.Module:
+def build_attention(
+    spec: AttentionSpec, *, d_model: int, qk_unit_offset: bool = False
+) -> Attention | LatentAttention:
     """A layer's self-attention: latent (`LatentAttention`) when the spec has ``latent``, else `Attention`."""
     if spec.latent is not None:
         return LatentAttention(spec, d_model=d_model, qk_unit_offset=qk_unit_offset)
