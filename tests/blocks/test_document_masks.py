@@ -36,7 +36,9 @@ def test_positions_restart_at_each_document() -> None:
     assert position_ids_from_documents(documents).tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 0]]
 
 
-@pytest.mark.parametrize("name", ["llama-tiny", "gpt2-tiny", "bert-tiny"])  # rotary, learned, encoder
+@pytest.mark.parametrize(
+    "name", ["llama-tiny", "gpt2-tiny", "bert-tiny", "deepseek-tiny"]
+)  # rotary, learned, encoder, latent attention
 def test_a_packed_row_gives_each_document_the_logits_it_gets_alone(name: str) -> None:
     torch.manual_seed(0)
     model = build_model(preset(name)).eval()

@@ -132,3 +132,18 @@ def test_routing_options_are_checked() -> None:
         MoESpec(num_experts=8, top_k=5, num_groups=2, top_groups=1)
     with pytest.raises(ValueError, match=r"bias_update_rate \(0.1\) needs score_bias: true"):
         MoESpec(bias_update_rate=0.1)
+
+
+def test_the_flex_kernel_gives_the_sdpa_logits() -> None:
+    """A flex_attention BlockMask (a pattern's fused kernel) through latent attention, whose values are
+    narrower than its queries and keys."""
+    from zoo.blocks.flex import attention_kernel
+
+    model = _latent_model(decoder={"pattern": {"kind": "sliding_window", "window": 4}})
+    ids = torch.randint(3, 500, (2, 12))
+    with torch.no_grad():
+        with attention_kernel("sdpa"):
+            dense = model(ids).logits
+        with attention_kernel("flex"):
+            flex = model(ids).logits
+    torch.testing.assert_close(flex, dense, atol=1e-4, rtol=1e-4)

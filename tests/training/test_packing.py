@@ -87,7 +87,7 @@ def test_separate_documents_get_ids_and_no_target_across_a_boundary(tmp_path: Pa
     assert (batch.targets[:, :-1][boundary] == IGNORE_INDEX).all()
 
 
-@pytest.mark.parametrize("model", ["llama-tiny", "gpt2-tiny"])  # rotary positions, learned positions
+@pytest.mark.parametrize("model", ["llama-tiny", "gpt2-tiny", "deepseek-tiny"])  # rotary, learned, latent
 def test_a_packed_batch_of_separate_documents_has_the_losses_of_each_document_alone(
     model: str, tmp_path: Path
 ) -> None:
