@@ -32,6 +32,7 @@ not built by transformers and its tensors, if present, are not read.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from zoo.io.hf.common import (
@@ -52,7 +53,7 @@ from zoo.io.hf.common import (
 )
 from zoo.io.hf.moe import MoEFormat, moe_rules
 from zoo.io.hf.rope import rope_from_config, rope_to_config
-from zoo.spec import AttentionSpec, DecoderSpec, ModelSpec, MoESpec, parse_spec
+from zoo.spec import AttentionSpec, DecoderSpec, ModelSpec, MoESpec, ResolvedStack, parse_spec
 
 PREFIX = "model."
 HEADED = "DeepseekV3ForCausalLM"
@@ -90,20 +91,12 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "interleaved rotary rows (rope_interleave: true, every DeepSeek-V3 and Kimi K2 release) into its "
             "rotate-half layout"
         )
-    layers, shared = get("num_hidden_layers"), get("n_shared_experts")
-    if not isinstance(shared, int) or shared < 1:
-        raise HFError(f"config.json n_shared_experts={shared!r}: a positive integer is expected")
-    first_dense = get("first_k_dense_replace") or 0
-    if not isinstance(first_dense, int) or first_dense < 0:
-        raise HFError(f"config.json first_k_dense_replace={first_dense!r}: a count of layers is expected")
-    dense = list(range(min(first_dense, layers))) if isinstance(layers, int) else []
     has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
-    expert_width = get("moe_intermediate_size")
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
         "d_model": d_model,
-        "num_layers": layers,
+        "num_layers": get("num_hidden_layers"),
         "max_positions": get("max_position_embeddings"),
         "attention": {
             "num_heads": heads,
@@ -118,23 +111,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
                 "norm_eps": LATENT_NORM_EPS,
             },
         },
-        "ffn": {
-            "kind": "moe",
-            "num_experts": get("n_routed_experts"),
-            "top_k": get("num_experts_per_tok"),
-            "d_ff": expert_width,
-            "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
-            "normalize_top_k": get("norm_topk_prob"),
-            "shared_d_ff": expert_width * shared if isinstance(expert_width, int) else expert_width,
-            "shared_gate": False,
-            "dense_layers": dense,
-            "dense_d_ff": get("intermediate_size") if dense else None,
-            "scoring": "sigmoid",
-            "score_bias": True,
-            "num_groups": get("n_group"),
-            "top_groups": get("topk_group"),
-            "routed_scale": get("routed_scaling_factor"),
-        },
+        "ffn": routed_ffn(config, get),
         "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
         "position": rope_from_config(config),
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
@@ -146,37 +123,85 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     })  # fmt: skip
 
 
-def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
-    require("deepseek_v3", [("family", spec.family, "decoder")])
-    assert isinstance(spec, DecoderSpec)
-    stack = spec.stacks()["decoder"]
-    attention, ffn, src = stack.attention, stack.ffn, stack.sources
-    latent = attention.latent
-    if latent is None:
-        raise HFError(
-            f"deepseek_v3 cannot express {src['attention']}.latent=None: its attention is always latent",
-            fields=(f"{src['attention']}.latent",),
-        )
+def routed_ffn(config: dict[str, Any], get: Callable[[str], Any]) -> dict[str, Any]:
+    """The ``ffn`` sub-spec of DeepSeek-V3's (and GLM-4 MoE's) Mixture-of-Experts; ``get`` reads a key with
+    the config class's default."""
+    layers, shared = get("num_hidden_layers"), get("n_shared_experts")
+    if not isinstance(shared, int) or shared < 1:
+        raise HFError(f"config.json n_shared_experts={shared!r}: a positive integer is expected")
+    first_dense = get("first_k_dense_replace") or 0
+    if not isinstance(first_dense, int) or first_dense < 0:
+        raise HFError(f"config.json first_k_dense_replace={first_dense!r}: a count of layers is expected")
+    dense = list(range(min(first_dense, layers))) if isinstance(layers, int) else []
+    width = get("moe_intermediate_size")
+    return {
+        "kind": "moe",
+        "num_experts": get("n_routed_experts"),
+        "top_k": get("num_experts_per_tok"),
+        "d_ff": width,
+        "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
+        "normalize_top_k": get("norm_topk_prob"),
+        "shared_d_ff": width * shared if isinstance(width, int) else width,
+        "shared_gate": False,
+        "dense_layers": dense,
+        "dense_d_ff": get("intermediate_size") if dense else None,
+        "scoring": "sigmoid",
+        "score_bias": True,
+        "num_groups": get("n_group"),
+        "top_groups": get("topk_group"),
+        "routed_scale": get("routed_scaling_factor"),
+    }
+
+
+def routed_ffn_config(family: str, stack: ResolvedStack) -> dict[str, Any]:
+    """The config.json fields of a stack's DeepSeek-V3-routed FFN; HFError for what the format never has."""
+    ffn, src = stack.ffn, stack.sources
     if not isinstance(ffn, MoESpec):  # `check_ffn_kinds` refuses a dense FFN first
-        raise HFError(f"deepseek_v3 cannot express {src['ffn']}.kind='dense'", fields=(f"{src['ffn']}.kind",))
+        raise HFError(f"{family} cannot express {src['ffn']}.kind='dense'", fields=(f"{src['ffn']}.kind",))
     first_dense = 0
     while first_dense < stack.num_layers and not ffn.is_sparse(first_dense):
         first_dense += 1  # the dense layers it can say: a leading run (any other reads back otherwise)
     shared = (ffn.shared_d_ff or 0) // ffn.d_ff
     if shared < 1:
         raise HFError(
-            f"deepseek_v3 cannot express {src['ffn']}.shared_d_ff={ffn.shared_d_ff}: it always has shared experts, "
+            f"{family} cannot express {src['ffn']}.shared_d_ff={ffn.shared_d_ff}: it always has shared experts, "
             f"n_shared_experts x moe_intermediate_size ({ffn.d_ff}) wide",
             fields=(f"{src['ffn']}.shared_d_ff",),
         )
+    return {
+        "intermediate_size": ffn.dense_d_ff or ffn.d_ff,  # read only by the dense layers
+        "moe_intermediate_size": ffn.d_ff,
+        "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
+        "n_routed_experts": ffn.num_experts,
+        "num_experts_per_tok": ffn.top_k,
+        "n_shared_experts": shared,
+        "norm_topk_prob": ffn.normalize_top_k,
+        "n_group": ffn.num_groups,
+        "topk_group": ffn.active_groups,
+        "routed_scaling_factor": ffn.routed_scale,
+        "first_k_dense_replace": first_dense,
+    }
+
+
+def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+    require("deepseek_v3", [("family", spec.family, "decoder")])
+    assert isinstance(spec, DecoderSpec)
+    stack = spec.stacks()["decoder"]
+    attention, src = stack.attention, stack.sources
+    latent = attention.latent
+    if latent is None:
+        raise HFError(
+            f"deepseek_v3 cannot express {src['attention']}.latent=None: its attention is always latent",
+            fields=(f"{src['attention']}.latent",),
+        )
+    routed = routed_ffn_config("deepseek_v3", stack)
     head, norm = spec.lm_head, stack.norm
     return {
         "model_type": "deepseek_v3",
         "architectures": [HEADED if head else "DeepseekV3Model"],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.d_model,
-        "intermediate_size": ffn.dense_d_ff or ffn.d_ff,  # read only by the dense layers
-        "moe_intermediate_size": ffn.d_ff,
+        **routed,
         "num_hidden_layers": stack.num_layers,
         "num_attention_heads": attention.num_heads,
         "num_key_value_heads": attention.num_heads,
@@ -188,15 +213,6 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "rope_interleave": True,
         "attention_bias": attention.bias,
         "attention_dropout": attention.dropout,
-        "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
-        "n_routed_experts": ffn.num_experts,
-        "num_experts_per_tok": ffn.top_k,
-        "n_shared_experts": shared,
-        "norm_topk_prob": ffn.normalize_top_k,
-        "n_group": ffn.num_groups,
-        "topk_group": ffn.active_groups,
-        "routed_scaling_factor": ffn.routed_scale,
-        "first_k_dense_replace": first_dense,
         "num_nextn_predict_layers": 0,
         "max_position_embeddings": spec.max_positions,
         "rms_norm_eps": norm.eps,
