@@ -174,3 +174,40 @@ def test_the_preset_exports_the_published_config_fields(tmp_path) -> None:
             "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
             "routed_scaling_factor", "norm_topk_prob", "vocab_size", "rms_norm_eps"]  # fmt: skip
     assert {k: config[k] for k in keys} == {k: published[k] for k in keys}
+
+
+# -- GLM-4 MoE: Llama-style attention over DeepSeek-V3's routed experts -------------------------------------
+
+GLM_SIZES = dict(
+    num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=V, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    moe_intermediate_size=16, head_dim=24, n_routed_experts=8, num_experts_per_tok=2,
+)  # fmt: skip
+GLM_CASES: dict[str, dict[str, Any]] = {
+    "glm-groups-qk-norm": dict(n_group=4, topk_group=2, first_k_dense_replace=1, use_qk_norm=True,
+                               attention_bias=True, routed_scaling_factor=2.5, rms_norm_eps=0.25),
+    "glm-plain": dict(first_k_dense_replace=0, norm_topk_prob=False, n_shared_experts=2,
+                      tie_word_embeddings=True),
+}  # fmt: skip
+# GLM's partial_rotary_factor (0.5) is its config class's default; a large eps shows a q/k norm's eps
+
+
+@pytest.fixture(scope="module", params=list(GLM_CASES))
+def glm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    config = transformers.Glm4MoeConfig(**{**GLM_SIZES, **GLM_CASES[request.param]})
+    hf = liven(transformers.Glm4MoeForCausalLM(config))
+    with torch.no_grad():
+        for name, buffer in hf.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(0.0, 0.3)
+    path = tmp_path_factory.mktemp(request.param)
+    hf.save_pretrained(path, safe_serialization=True)
+    return hf, path, zoo.from_hf(path)
+
+
+def test_glm4_moe_logits_greedy_tokens_and_export_match(glm, tmp_path) -> None:
+    hf, path, model = glm
+    assert model.spec.position.fraction == 0.5 and model.spec.attention.out_bias is False
+    parity.assert_logits_match(model, hf)
+    assert_greedy_generate_matches(hf, model, [30, 21, 9])
+    parity.assert_logits_match(model, export_and_reload(model, hf, path, tmp_path))

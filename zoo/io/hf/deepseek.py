@@ -1,5 +1,7 @@
 """DeepSeek-V3 (``model_type: deepseek_v3``; also Kimi K2's checkpoints): ``DeepseekV3ForCausalLM`` and
-``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``.
+``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``; and GLM-4 MoE
+(``glm4_moe``, GLM-4.5), Llama-style attention (q/k/v biases, never o; partial rotary; optional q/k norm)
+over the same routed experts (`GLM4_MOE`).
 
 Llama's layer (pre-norm RMSNorm, SwiGLU) with two blocks of its own, both spec options:
 
@@ -332,3 +334,148 @@ MAPPING = FamilyMapping(
     zoo_to_hf=zoo_to_hf,
     ffn_kinds=("moe",),
 )
+
+
+# -- GLM-4 MoE: Llama-style attention, DeepSeek-V3's routed experts ------------------------------------------
+
+GLM_HEADED = "Glm4MoeForCausalLM"
+# Glm4MoeConfig's defaults (partial_rotary_factor 0.5 is written into rope_parameters by the config class).
+GLM_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": None, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "moe_intermediate_size": 1408, "num_experts_per_tok": 8, "n_shared_experts": 1,
+    "n_routed_experts": 128, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+    "first_k_dense_replace": 1, "norm_topk_prob": True,
+}  # fmt: skip
+
+
+def glm_config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+    def get(key: str) -> Any:
+        value = config.get(key, GLM_DEFAULTS.get(key))
+        return GLM_DEFAULTS.get(key) if value is None and key in ("n_group", "topk_group") else value
+
+    heads, d_model, vocab, eps = (
+        get("num_attention_heads"),
+        get("hidden_size"),
+        get("vocab_size"),
+        get("rms_norm_eps"),
+    )
+    head_dim, qk_norm = get("head_dim"), config.get("use_qk_norm", False)
+    return parse_spec({
+        "family": "decoder",
+        "vocab_size": vocab,
+        "d_model": d_model,
+        "num_layers": get("num_hidden_layers"),
+        "max_positions": get("max_position_embeddings"),
+        "attention": {
+            "num_heads": heads,
+            "num_kv_heads": get("num_key_value_heads") or heads,
+            "head_dim": head_dim if head_dim and isinstance(heads, int) and head_dim != d_model // heads else None,
+            "bias": config.get("attention_bias", False),
+            "out_bias": False,
+            "qk_norm": qk_norm,
+            **({"qk_norm_eps": eps} if qk_norm else {}),
+            "dropout": config.get("attention_dropout", 0.0),
+        },
+        "ffn": routed_ffn(config, get),
+        "norm": {"kind": "rmsnorm", "eps": eps, "placement": "pre"},
+        "position": rope_from_config(config, partial=True),
+        "lm_head": {"tied": config.get("tie_word_embeddings", False)}
+        if has_lm_head(config, names, headed=GLM_HEADED, prefix=PREFIX)
+        else None,
+        "dropout": 0.0,
+        "init": {"std": config.get("initializer_range", 0.02)},
+        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "bos_token_id": token_id(config, "bos_token_id", vocab),
+        "eos_token_id": token_id(config, "eos_token_id", vocab),
+    })  # fmt: skip
+
+
+def glm_spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+    require("glm4_moe", [("family", spec.family, "decoder")])
+    assert isinstance(spec, DecoderSpec)
+    stack = spec.stacks()["decoder"]
+    attention, head = stack.attention, spec.lm_head
+    return {
+        "model_type": "glm4_moe",
+        "architectures": [GLM_HEADED if head else "Glm4MoeModel"],
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        **routed_ffn_config("glm4_moe", stack),
+        "num_hidden_layers": stack.num_layers,
+        "num_attention_heads": attention.num_heads,
+        "num_key_value_heads": attention.kv_heads,
+        "head_dim": attention.resolved_head_dim(spec.d_model),
+        "attention_bias": attention.bias,
+        "use_qk_norm": attention.qk_norm,
+        "attention_dropout": attention.dropout,
+        "num_nextn_predict_layers": 0,
+        "max_position_embeddings": spec.max_positions,
+        "rms_norm_eps": stack.norm.eps,
+        **rope_to_config(stack.position, partial=True),
+        "initializer_range": spec.init.std,
+        "tie_word_embeddings": head.tied if head else False,
+        "pad_token_id": spec.pad_token_id,
+        "bos_token_id": spec.bos_token_id,
+        "eos_token_id": spec.eos_token_id,
+    }
+
+
+def _glm_rules(spec: DecoderSpec, prefix: str) -> list[Rule]:
+    stack = spec.stacks()["decoder"]
+    attention, ffn = stack.attention, stack.ffn
+    if attention.latent is not None:
+        return []  # latent attention is deepseek_v3's: the read-back names attention.latent
+    H, K, D = attention.num_heads, attention.kv_heads, attention.resolved_head_dim(spec.d_model)
+    rules = [
+        rename("embed.tokens.weight", f"{prefix}embed_tokens.weight"),
+        *layernorm("decoder.final_norm", f"{prefix}norm", bias=False),
+    ]
+    for i in range(stack.num_layers):
+        zoo, hf = f"decoder.layers.{i}", f"{prefix}layers.{i}"
+        attn = f"{hf}.self_attn"
+        rules += [
+            *fused_linear(
+                f"{zoo}.self_attn.qkv_proj", [f"{attn}.{n}_proj" for n in "qkv"], (H * D, K * D, K * D),
+                bias=attention.bias,
+            ),
+            *linear(f"{zoo}.self_attn.out_proj", f"{attn}.o_proj", bias=attention.has_out_bias),
+            *layernorm(f"{zoo}.self_attn_norm", f"{hf}.input_layernorm", bias=False),
+            *layernorm(f"{zoo}.ffn_norm", f"{hf}.post_attention_layernorm", bias=False),
+        ]  # fmt: skip
+        if attention.qk_norm:
+            rules += [
+                rename(f"{zoo}.self_attn.q_norm.weight", f"{attn}.q_norm.weight"),
+                rename(f"{zoo}.self_attn.k_norm.weight", f"{attn}.k_norm.weight"),
+            ]
+        if isinstance(ffn, MoESpec):
+            rules += _ffn_rules(ffn, zoo, hf, layer_idx=i, d_model=spec.d_model)
+    if spec.lm_head is not None and not spec.lm_head.tied:
+        rules.append(rename("lm_head.weight", "lm_head.weight"))
+    return rules
+
+
+_glm_hf_to_zoo, glm_zoo_to_hf = decoder_converters(_glm_rules, prefix=PREFIX)
+
+
+def glm_hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
+    """As `hf_to_zoo`: GLM-4 MoE's multi-token-prediction layers are left unread too."""
+    layers = spec.stacks()["decoder"].num_layers
+    kept = {name: t for name, t in tensors.items() if not _past(name, layers)}
+    return _glm_hf_to_zoo(kept, spec)
+
+
+def _past(name: str, layers: int) -> bool:
+    found = _LAYER.match(name)
+    return found is not None and int(found.group(1)) >= layers
+
+
+GLM4_MOE = FamilyMapping(
+    model_types=("glm4_moe",),
+    config_to_spec=glm_config_to_spec,
+    spec_to_config=glm_spec_to_config,
+    hf_to_zoo=glm_hf_to_zoo,
+    zoo_to_hf=glm_zoo_to_hf,
+    ffn_kinds=("moe",),
+)
+MAPPINGS = [MAPPING, GLM4_MOE]
