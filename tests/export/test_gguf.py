@@ -234,6 +234,11 @@ ROPE_MODELS = {  # (preset, overrides)
         "llama-tiny",
         {**FAMILIES["qwen3"][1], "position.scaling": {"type": "linear", "factor": 4.0}},
     ),
+    # Gemma 3 scales its global layers only (llama.cpp's sliding ones keep freq_scale 1, as zoo's local table)
+    "linear-gemma3": (
+        "gemma-tiny",
+        {**FAMILIES["gemma3"][1], "position.scaling": {"type": "linear", "factor": 8.0}},
+    ),
 }
 
 

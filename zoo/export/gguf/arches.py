@@ -5,7 +5,8 @@ its tensors undergo on the way.
 Facts from llama.cpp's ``convert_hf_to_gguf.py`` and ``src/llama-model.cpp`` (read, not copied):
 
     model_type            arch       rotary pairs    norms        notes
-    llama mistral mixtral llama      interleaved *   weight       * q/k rows permuted from HF's halves
+    llama mistral mixtral llama      interleaved *   weight       * q/k rows permuted from HF's halves;
+                                                                  llama3 rope scaling (rope_freqs.weight)
     qwen2 qwen3           qwen2/3    halves          weight       qwen3: q/k RMSNorm per head
     qwen2_moe qwen3_moe   qwen2moe/3 halves          weight       every layer sparse; stacked experts
     gemma gemma2          gemma/2    halves          1 + weight   head tied to the embeddings
@@ -13,7 +14,9 @@ Facts from llama.cpp's ``convert_hf_to_gguf.py`` and ``src/llama-model.cpp`` (re
     phi3                  phi3       halves          weight       fused qkv and gate-up, as HF stores them
     gpt2                  gpt2       learned         layernorm    Conv1D (in, out) stored (out, in)
 
-Config keys below are the ``config.json`` that `zoo.io.hf.to_hf_state` gives (a missing key reads None).
+Every rotary architecture takes linear rope scaling (its ``rope.scaling`` keys); other scalings are refused
+(`refusals`). Config keys below are the ``config.json`` that `zoo.io.hf.to_hf_state` gives (a missing key
+reads None).
 """
 
 from __future__ import annotations
