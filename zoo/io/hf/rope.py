@@ -89,7 +89,7 @@ def rope_from_config(
     kind = _kind(params.get("rope_type", params.get("type", "default")))
     if not isinstance(kind, str) or kind not in kinds:
         why = "zoo's RotaryPositions has no field for it" if isinstance(kind, str) else ""
-        if kind in _ZOO_KINDS:
+        if isinstance(kind, str) and kind in _ZOO_KINDS:
             why = "zoo runs it, but this family's import does not read it"
         if kind == "longrope":
             why = "this family's transformers generation keeps keys cached before the factors switch"
