@@ -11,7 +11,6 @@ import torch
 import zoo
 from zoo.generation.session import Session, decode_step
 
-
 YARN = {"type": "yarn", "factor": 4.0, "original_max_positions": 8}
 DYNAMIC = {"type": "dynamic", "factor": 4.0, "original_max_positions": 8}
 SPECS = {
