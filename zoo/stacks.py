@@ -7,7 +7,8 @@ The stack owns everything computed once per forward and shared by its layers: th
 (one per distinct attention pattern, `zoo.blocks.layer_masks`), the cross-attention mask, rotary angles or
 the relative/ALiBi bias (umT5's per-layer tables: each layer's, as it runs). With ``share_layers`` (ALBERT)
 one layer's weights run ``num_layers`` times. With ``position.local_theta`` (Gemma 3, ModernBERT) the
-sliding-window layers rotate by their own tables.
+sliding-window layers rotate by their own tables; the layers of ``position.nope_layers`` (SmolLM3) rotate
+nothing.
 Causality is a property of the stack, not of its layers.
 """
 
@@ -162,9 +163,12 @@ class Stack(nn.Module):
         self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
         self.layers = nn.ModuleList(build_layers(spec, d_model=d_model, dropout=dropout))
-        # Per layer application: rotate by the local tables (a sliding layer with position.local_theta)
+        # Per layer application: rotate by the local tables (a sliding layer with position.local_theta), or
+        # not at all (position.nope_layers)
         local = getattr(spec.position, "local_theta", None) is not None
         self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
+        nope = set(getattr(spec.position, "nope_layers", ()))
+        self.unrotated = tuple(i in nope for i in range(spec.num_layers))
         self.final_norm = build_norm(spec.norm, dim=d_model) if spec.norm.has_final else None
 
     def forward(
@@ -217,7 +221,7 @@ class Stack(nn.Module):
                 x,
                 self_mask=self_mask[0],
                 is_causal=self_mask[1],
-                rotary=rotary_local if self.local_rotary[i] else rotary,
+                rotary=None if self.unrotated[i] else rotary_local if self.local_rotary[i] else rotary,
                 memory=memory,
                 cross_mask=cross_mask,
                 cache=cache.layers[i] if cache is not None else None,

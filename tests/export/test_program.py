@@ -51,6 +51,17 @@ SPECS = {
         decoder={"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]},
         **{"attention.qk_norm": True, "position.local_theta": 1000.0},
     ),
+    # YaRN's scaled tables with a layer that rotates nothing; dynamic NTK's rates from the batch's longest
+    # position (a torch.where on it: past the original context of 4 on some shapes, within it on others)
+    "yarn-nope": lambda: zoo.preset("llama-tiny", num_layers=2).override(
+        **{
+            "position.scaling": {"type": "yarn", "factor": 4.0, "original_max_positions": 4},
+            "position.nope_layers": [1],
+        }
+    ),
+    "dynamic": lambda: zoo.preset("llama-tiny", num_layers=1).override(
+        **{"position.scaling": {"type": "dynamic", "factor": 4.0, "original_max_positions": 4}}
+    ),
     # experts dispatched by gathered weights (no data-dependent shapes), a shared expert; aux_loss returned
     "moe": lambda: zoo.preset("moe-tiny", num_layers=1).override(**{"ffn.shared_d_ff": 16}),
 }

@@ -111,6 +111,25 @@ def test_greedy_under_concurrency_equals_generate_alone(moves: list[int]) -> Non
     _run_staggered(tiny_decoder(), max_length=72, moves=moves)
 
 
+def test_a_yarn_model_with_no_rope_layers_batches_as_generate_alone(moves: list[int]) -> None:
+    scaling = {
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_positions": 8,
+        "mscale": 0.8,
+        "mscale_all_dim": 1.0,
+    }
+    model = tiny_decoder(position={"kind": "rotary", "scaling": scaling, "nope_layers": [0]})
+    _run_staggered(model, max_length=72, moves=moves)
+
+
+def test_a_dynamic_ntk_model_is_refused_by_the_batching_engine() -> None:
+    scaling = {"type": "dynamic", "factor": 2.0, "original_max_positions": 16}
+    model = tiny_decoder(position={"kind": "rotary", "scaling": scaling})
+    with pytest.raises(ValueError, match="dynamic-NTK rotary scaling cannot be batched"):
+        Engine(model, Digits(), max_length=32)
+
+
 def test_a_sliding_window_model_batches_through_a_full_cache(moves: list[int]) -> None:
     model = tiny_decoder(decoder={"pattern": {"kind": "sliding_window", "window": 6}})
     _run_staggered(model, max_length=72, moves=moves)

@@ -178,7 +178,9 @@ def _stack(m: Stack, **_: Any) -> str:
         if first.ffn_post_norm is not None
         else "pre-norm"
     )
-    return f"{m.num_layers} layers, {'causal' if m.causal else 'bidirectional'}, {norm}"
+    nope = [i for i, unrotated in enumerate(m.unrotated) if unrotated]
+    no_rope = f", no rotary in layers {', '.join(map(str, nope))}" if nope else ""
+    return f"{m.num_layers} layers, {'causal' if m.causal else 'bidirectional'}, {norm}{no_rope}"
 
 
 def _layer(m: Layer, **_: Any) -> str:
@@ -213,6 +215,12 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
         RotaryPositions,
         lambda m, **_: (
             f"rotary, θ {m.theta:g}"
+            + (f", {m.scaling.type} scaling × {m.scaling.factor:g}" if hasattr(m.scaling, "factor") else "")
+            + (
+                f", {m.scaling.type} scaling"
+                if m.scaling is not None and m.scaling.type == "longrope"
+                else ""
+            )
             + (f" (sliding-window layers: θ {m.local_theta:g})" if m.local_theta is not None else "")
             + f", head_dim {m.head_dim}, applied to q and k"
         ),

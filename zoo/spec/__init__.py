@@ -6,6 +6,7 @@ from typing import Any
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
+    DynamicRopeScaling,
     EmbeddingSpec,
     FeedForwardSpec,
     FFNSpec,
@@ -22,6 +23,7 @@ from zoo.spec.blocks import (
     RopeScaling,
     RotaryPositions,
     SinusoidalPositions,
+    YarnRopeScaling,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
 from zoo.spec.lora import LoraSpec
@@ -61,6 +63,7 @@ __all__ = [
     "CausalPattern",
     "ClassifierSpec",
     "DecoderSpec",
+    "DynamicRopeScaling",
     "EmbeddingSpec",
     "EncoderDecoderSpec",
     "EncoderHeadsSpec",
@@ -96,6 +99,7 @@ __all__ = [
     "SpecValidationError",
     "StackSpec",
     "TokenClassifierSpec",
+    "YarnRopeScaling",
     "buffer_count",
     "json_schema",
     "list_presets",

@@ -9,6 +9,7 @@ This module imports no torch: specs, presets and the JSON Schema load in a bare 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -388,7 +389,78 @@ class LongRopeScaling(Spec):
         return self
 
 
-RopeScaling = Annotated[Llama3RopeScaling | LinearRopeScaling | LongRopeScaling, Field(discriminator="type")]
+class YarnRopeScaling(Spec):
+    """YaRN (Peng et al. 2023; transformers' ``rope_type: yarn``): per rotary frequency, a blend of the plain
+    rate (extrapolation) and the rate divided by ``factor`` (interpolation), ramped linearly over the dims
+    whose number of turns within ``original_max_positions`` lies between ``beta_slow`` and ``beta_fast``
+    (dims turning faster are kept, slower ones divided); cos and sin are multiplied by ``attention_factor``.
+
+    The attention factor, unless given, is transformers': mscale(factor, mscale) / mscale(factor,
+    mscale_all_dim) when both are set (DeepSeek), else mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1).
+    The tables are fixed per position: unlike LongRoPE nothing switches with the sequence length.
+    """
+
+    type: Literal["yarn"] = "yarn"
+    factor: PositiveFloat = Field(
+        description="How much the slow frequencies are divided (context extension)."
+    )
+    original_max_positions: PositiveInt = Field(
+        description="The pretraining context, which sets the ramp's dims (original_max_position_embeddings)."
+    )
+    beta_fast: PositiveFloat = Field(
+        32.0, description="Turns within the original context above which a dim is kept."
+    )
+    beta_slow: PositiveFloat = Field(1.0, description="Turns below which a dim is divided by factor.")
+    truncate: bool = Field(
+        True,
+        description="Round the ramp's bounds outward to whole dims (floor / ceil), as transformers' default.",
+    )
+    attention_factor: PositiveFloat | None = Field(
+        None, description="Scale of cos and sin; default: derived from factor (and mscale, mscale_all_dim)."
+    )
+    mscale: PositiveFloat | None = Field(
+        None, description="DeepSeek's numerator weight of ln(factor) in the derived attention factor."
+    )
+    mscale_all_dim: PositiveFloat | None = Field(
+        None, description="DeepSeek's denominator weight; the derived factor uses both or neither."
+    )
+
+    def resolved_attention_factor(self) -> float:
+        """The cos/sin scale, computed as transformers' ``_compute_yarn_parameters`` does."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+
+        def mscale(weight: float = 1.0) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * weight * math.log(self.factor) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return float(mscale(self.mscale) / mscale(self.mscale_all_dim))
+        return mscale()
+
+
+class DynamicRopeScaling(Spec):
+    """Dynamic NTK scaling (bloc97 and emozilla, 2023; transformers' ``rope_type: dynamic``): while a forward's
+    positions stay within ``original_max_positions`` the rates are plain RoPE's; once its largest position
+    p reaches past it, the base becomes theta * (factor * L / original - (factor - 1)) ** (R / (R - 2)),
+    L = p + 1, for that forward (transformers' rule for a fresh model, per call, the batch's largest
+    position counting).
+
+    Keys a cache holds keep the rotation of the forward that computed them, as in transformers' generation:
+    past the original context, cached decoding is not an uncached forward over the whole sequence
+    (docs/hf.md, dynamic NTK and the KV cache).
+    """
+
+    type: Literal["dynamic"] = "dynamic"
+    factor: PositiveFloat = Field(description="The NTK scaling factor.")
+    original_max_positions: PositiveInt = Field(
+        description="The context from which the base grows: transformers' max_position_embeddings."
+    )
+
+
+RopeScaling = Annotated[
+    Llama3RopeScaling | LinearRopeScaling | LongRopeScaling | YarnRopeScaling | DynamicRopeScaling,
+    Field(discriminator="type"),
+]
 
 
 class RotaryPositions(Spec):
@@ -398,7 +470,8 @@ class RotaryPositions(Spec):
     theta: PositiveFloat = 10000.0
     scaling: RopeScaling | None = Field(
         None,
-        description="Frequency scaling for long contexts (llama3, linear, longrope); default: none, plain RoPE.",
+        description="Frequency scaling for long contexts (llama3, linear, longrope, yarn, dynamic); default: "
+        "none, plain RoPE.",
     )
     fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
         1.0,
@@ -414,6 +487,11 @@ class RotaryPositions(Spec):
         None,
         description="The base of layers whose self-attention pattern is sliding_window, plain RoPE without "
         "scaling (Gemma 3's rope_local_base_freq, ModernBERT's local_rope_theta); default: theta for all.",
+    )
+    nope_layers: list[NonNegativeInt] = Field(
+        default_factory=list,
+        description="Layers (from 0) whose attention rotates nothing: no position signal at all there (NoPE, "
+        "Kazemnejad et al. 2023; SmolLM3's and Llama 4's no-rope layers); default: every layer rotates.",
     )
 
 
