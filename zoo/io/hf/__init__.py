@@ -95,7 +95,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "modernbert",
     "olmo2",
     "starcoder2",
-    # "cohere2",
+    "cohere2",
 )
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
