@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from zoo.io.hf.common import (
     ACTIVATIONS_TO_HF,
     FamilyMapping,
