@@ -36,7 +36,8 @@ def test_positions_restart_at_each_document() -> None:
     assert position_ids_from_documents(documents).tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 0]]
 
 
-@pytest.mark.parametrize("name", ["llama-tiny", "gpt2-tiny", "bert-tiny"])  # rotary, learned, encoder
+# rotary, learned, encoder; OLMo 2's and Cohere 2's norms (Cohere's rope only on its sliding layers)
+@pytest.mark.parametrize("name", ["llama-tiny", "gpt2-tiny", "bert-tiny", "olmo2-tiny", "cohere2-tiny"])
 def test_a_packed_row_gives_each_document_the_logits_it_gets_alone(name: str) -> None:
     torch.manual_seed(0)
     model = build_model(preset(name)).eval()

@@ -64,9 +64,13 @@ SPECS = {
     ),
     # experts dispatched by gathered weights (no data-dependent shapes), a shared expert; aux_loss returned
     "moe": lambda: zoo.preset("moe-tiny", num_layers=1).override(**{"ffn.shared_d_ff": 16}),
+    # OLMo 2: norms on each sub-layer's output, q/k norms over all heads
+    "olmo2": lambda: zoo.preset("olmo2-tiny", num_layers=1),
+    # Cohere 2: one norm feeding parallel branches, scaled logits, a sliding window
+    "cohere2": lambda: zoo.preset("cohere2-tiny", num_layers=1),
 }
 # 2-6 s each on a loaded 2-core machine; the default suite keeps the rest
-SLOW = {"t5", "bart", "alibi", "gemma"}
+SLOW = {"t5", "bart", "alibi", "gemma", "olmo2", "cohere2"}
 OUTPUTS = {
     "encoder": ["logits", "last_hidden_state", "pooler_output"],
     "decoder": ["logits", "last_hidden_state"],

@@ -48,6 +48,15 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "moe-tiny": lambda: zoo.preset("moe-tiny").override(
         **{"ffn.shared_d_ff": 32, "ffn.sparse_step": 2, "ffn.dense_d_ff": 96}
     ),
+    # OLMo 2: norms on each sub-layer's output only, q/k norms over all heads
+    "olmo2-tiny": lambda: zoo.preset("olmo2-tiny"),
+    # Cohere 2: one norm feeding parallel branches, scaled logits, a local layer of 4 (rolling) and a global one
+    "cohere2-tiny": lambda: zoo.preset("cohere2-tiny").override(
+        decoder={
+            "pattern": None,
+            "layer_patterns": [{"kind": "sliding_window", "window": 4}, {"kind": "causal"}],
+        }
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

@@ -130,6 +130,21 @@ def test_a_dynamic_ntk_model_is_refused_by_the_batching_engine() -> None:
         Engine(model, Digits(), max_length=32)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        # OLMo 2: norms on each sub-layer's output, q/k norms over all heads
+        {"norm.placement": "post_sublayer", "attention.qk_norm": True, "attention.qk_norm_scope": "all_heads"},
+        # Cohere 2: one norm feeding parallel branches, scaled logits, a window
+        {"norm.residual": "parallel_shared", "lm_head.scale": 0.5,
+         "decoder": {"pattern": {"kind": "sliding_window", "window": 6}}},
+    ],
+    ids=["post-sublayer", "parallel-shared"],
+)  # fmt: skip
+def test_new_layer_wirings_batch_as_generate_alone(moves: list[int], options: dict) -> None:
+    _run_staggered(tiny_decoder(**options), max_length=72, moves=moves)
+
+
 def test_a_sliding_window_model_batches_through_a_full_cache(moves: list[int]) -> None:
     model = tiny_decoder(decoder={"pattern": {"kind": "sliding_window", "window": 6}})
     _run_staggered(model, max_length=72, moves=moves)

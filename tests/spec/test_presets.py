@@ -57,6 +57,11 @@ PUBLISHED_COUNTS = {
     "qwen3-30b-a3b": 30_532_122_624,
     # SmolLM3ForCausalLM on the meta device from HuggingFaceTB/SmolLM3-3B's config.json (tied head)
     "smollm3-3b": 3_075_098_624,
+    # Olmo2ForCausalLM / Starcoder2ForCausalLM on the meta device from allenai/OLMo-2-0425-1B's,
+    # allenai/OLMo-2-1124-7B's and bigcode/starcoder2-3b's config.json (tests/io/test_hf_olmo2_starcoder2.py)
+    "olmo-2-1b": 1_484_916_736,
+    "olmo-2-7b": 7_298_617_344,
+    "starcoder2-3b": 3_030_371_328,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
@@ -67,6 +72,7 @@ EXPECTED = {
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
     "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "moe-tiny",
     "smollm3-3b",
+    "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
 }  # fmt: skip
 
 

@@ -22,6 +22,10 @@ mask) have no SDPA form: with a flex ``BlockMask`` they run as flex_attention's 
 the math path (the eager one, weights not returned) computes them. It holds (B, H, T, S) scores, as
 transformers' eager Gemma 2 does; the flex path is the fused one (``attention_kernel("flex")``).
 
+q/k norms (``qk_norm``) are RMSNorms over each head's D dims with one weight for every head (Qwen3), or with
+``qk_norm_scope: all_heads`` (OLMo 2) over the whole (B, T, H D) query and (B, T, K D) key projections,
+before they split into heads.
+
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
 encoder's keys/values are projected once, stored with ``update`` and reused).
@@ -91,8 +95,10 @@ class Attention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
         self.out_proj = nn.Linear(q_width, d_model, bias=spec.has_out_bias)
         eps = spec.qk_norm_eps
-        self.q_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        self.qk_norm_all_heads = spec.qk_norm and spec.qk_norm_scope == "all_heads"
+        q_dim, k_dim = (q_width, kv_width) if self.qk_norm_all_heads else (self.head_dim, self.head_dim)
+        self.q_norm = RMSNorm(q_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        self.k_norm = RMSNorm(k_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -152,8 +158,12 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, _ = x.shape
         H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
+        whole = self.qk_norm_all_heads  # q/k norms over all heads: before the split into heads
         if self.cross:
-            q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+            q = self.q_proj(x)  # (B, T, H D)
+            if whole and self.q_norm is not None:
+                q = self.q_norm(q)
+            q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
             if cache is not None and cache.filled:
                 k, v = cache.get()
             else:
@@ -161,18 +171,25 @@ class Attention(nn.Module):
                 S = memory.shape[1]
                 kv = self.kv_proj(memory).view(B, S, 2, K, D)
                 k, v = kv.unbind(dim=2)  # (B, S, K, D) each
+                if whole and self.k_norm is not None:
+                    k = self.k_norm(k.reshape(B, S, K * D)).view(B, S, K, D)
                 k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, K, S, D)
-                if self.k_norm is not None:
+                if self.k_norm is not None and not whole:
                     k = self.k_norm(k)
                 if cache is not None:
                     k, v = cache.update(k, v)
-            if self.q_norm is not None:
+            if self.q_norm is not None and not whole:
                 q = self.q_norm(q)
             return q, k, v
-        qkv = self.qkv_proj(x).view(B, T, H + 2 * K, D)
-        q, k, v = qkv.split([H, K, K], dim=2)  # (B, T, H|K, D)
+        qkv = self.qkv_proj(x)  # (B, T, (H + 2K) D)
+        if whole and self.q_norm is not None and self.k_norm is not None:
+            q, k, v = qkv.split([H * D, K * D, K * D], dim=-1)  # (B, T, H D | K D)
+            q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = q.view(B, T, H, D), k.view(B, T, K, D), v.view(B, T, K, D)
+        else:
+            q, k, v = qkv.view(B, T, H + 2 * K, D).split([H, K, K], dim=2)  # (B, T, H|K, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|K, T, D)
-        if self.q_norm is not None and self.k_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None and not whole:
             q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)

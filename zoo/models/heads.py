@@ -42,7 +42,8 @@ class LMHead(TiedOutput, nn.Module):
     E is d_model, or ``input_dim`` where the model projects its last hidden state back to a narrower
     embedding width first (OPT's project_out). T5 v1.0 scales the hidden state by d_model**-0.5 before a tied
     head (its embeddings are unscaled and large); BART and Marian add a fixed ``final_logits_bias``; CTRL
-    a learned ``bias``; Gemma 2 soft-caps the logits (``softcap * tanh(logits / softcap)``).
+    a learned ``bias``; Cohere scales the logits (``scale``); Gemma 2 soft-caps them (``softcap * tanh(logits /
+    softcap)``).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class LMHead(TiedOutput, nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
         self.softcap = spec.softcap
+        self.scale = spec.scale
         if spec.logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
         else:
@@ -65,6 +67,8 @@ class LMHead(TiedOutput, nn.Module):
         logits = F.linear(hidden, self.output_weight, self.bias)  # (B, T, V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
+        if self.scale is not None:
+            logits = logits * self.scale
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

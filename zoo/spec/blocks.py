@@ -65,6 +65,12 @@ class AttentionSpec(Spec):
     qk_norm_eps: Epsilon = Field(
         1e-6, description="Epsilon of the q/k RMS norms (Qwen3 uses its rms_norm_eps); only with qk_norm."
     )
+    qk_norm_scope: Literal["head", "all_heads"] = Field(
+        "head",
+        description="head: one RMSNorm over head_dim, its weight shared by every head (Qwen3, Gemma 3); "
+        "all_heads: one over the whole query (H·D) and key (K·D) projections before they split into heads, "
+        "a weight per channel (OLMo 2); only with qk_norm.",
+    )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
     scale: PositiveFloat | None = Field(
         None,
@@ -82,6 +88,10 @@ class AttentionSpec(Spec):
         if self.scale is not None and not self.scaled:
             raise ValueError(
                 f"scale ({self.scale}) is given but scaled is false: unscaled logits take no scale"
+            )
+        if self.qk_norm_scope != "head" and not self.qk_norm:
+            raise ValueError(
+                f"qk_norm_scope {self.qk_norm_scope!r} needs qk_norm: true (there is no q/k norm)"
             )
         return self
 
@@ -210,13 +220,15 @@ class NormSpec(Spec):
     kind: Literal["layernorm", "rmsnorm"] = "layernorm"
     eps: Epsilon = 1e-5
     bias: bool = Field(True, description="LayerNorm has a bias; ignored by RMSNorm, which never has one.")
-    placement: Literal["pre", "post", "sandwich"] = Field(
+    placement: Literal["pre", "post", "sandwich", "post_sublayer"] = Field(
         "post",
         description="post: x = norm(x + f(x)) as in the paper; pre: x = x + f(norm(x)) as in GPT-2/T5; "
-        "sandwich: x = x + norm2(f(norm1(x))), a norm before and after each sub-layer (Gemma 2/3).",
+        "sandwich: x = x + norm2(f(norm1(x))), a norm before and after each sub-layer (Gemma 2/3); "
+        "post_sublayer: x = x + norm(f(x)), a norm on each sub-layer's output only, inside the residual "
+        "branch (OLMo 2).",
     )
     final: bool | None = Field(
-        None, description="A norm after the last layer; default: yes for pre-norm and sandwich."
+        None, description="A norm after the last layer; default: yes for every placement but post."
     )
     unit_offset: bool = Field(
         False,
@@ -228,12 +240,18 @@ class NormSpec(Spec):
         description="Pre-norm only: false leaves the first layer's self-attention input un-normalised, the "
         "embedding norm standing in for it (ModernBERT).",
     )
-    residual: Literal["sequential", "parallel"] = Field(
+    residual: Literal["sequential", "parallel", "parallel_shared"] = Field(
         "sequential",
-        description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX, GPT-J): "
+        description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX): "
         "every branch reads the layer's input through its own norm and the outputs are summed, "
-        "x + attn(norm1(x)) + ffn(norm2(x)); pre-norm only.",
+        "x + attn(norm1(x)) + ffn(norm2(x)); parallel_shared (GPT-J, Cohere): the same with one norm that "
+        "every branch reads, x + attn(norm(x)) + ffn(norm(x)); pre-norm only.",
     )
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the branches read the layer's input side by side (``parallel`` or ``parallel_shared``)."""
+        return self.residual != "sequential"
 
     @property
     def has_final(self) -> bool:
@@ -248,13 +266,18 @@ class NormSpec(Spec):
                 f"first_attention_norm: false needs placement 'pre' (got {self.placement!r}): only a pre-norm "
                 "layer has a norm on the attention input to leave out"
             )
+        if not self.first_attention_norm and self.residual == "parallel_shared":
+            raise ValueError(
+                "first_attention_norm: false cannot go with residual 'parallel_shared': the one norm the "
+                "branches share is the attention's"
+            )
         return self
 
     @model_validator(mode="after")
     def _parallel_is_pre(self) -> NormSpec:
-        if self.residual == "parallel" and self.placement != "pre":
+        if self.parallel and self.placement != "pre":
             raise ValueError(
-                f"residual 'parallel' needs placement 'pre' (each branch normalises the layer's input), "
+                f"residual {self.residual!r} needs placement 'pre' (each branch normalises the layer's input), "
                 f"got placement {self.placement!r}"
             )
         return self

@@ -78,6 +78,10 @@ class LMHeadSpec(Spec):
         description="Soft-cap the logits to (-softcap, softcap) as softcap * tanh(logits / softcap) (Gemma 2's "
         "final_logit_softcapping).",
     )
+    scale: PositiveFloat | None = Field(
+        None,
+        description="Multiply the logits by this, before any soft-cap (Cohere's logit_scale); default: none.",
+    )
 
 
 class MLMHeadSpec(Spec):
