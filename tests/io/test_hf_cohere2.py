@@ -8,8 +8,7 @@ changed from their defaults, saved with ``save_pretrained``; left-padded batches
 transformers' ``generate`` makes; greedy generation past the window; the export read back by transformers
 with nothing missing; exports that would lose an option refused naming it.
 
-The cases with full-attention layers need ``position.nope_layers`` (the no-rope layers of SmolLM3 and Llama
-4, from the rope work); they are skipped where the spec has no such field yet.
+Cohere 2's full-attention layers are layers without rotary (``position.nope_layers``, as SmolLM3's).
 """
 
 from __future__ import annotations
@@ -29,13 +28,10 @@ from safetensors.torch import load_file
 
 import zoo
 from zoo.io.hf import HFError
-from zoo.spec import RotaryPositions
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
-HAS_NOPE = "nope_layers" in RotaryPositions.model_fields
-needs_nope = pytest.mark.skipif(not HAS_NOPE, reason="full-attention layers need position.nope_layers")
 
 V = 128
 SIZES = dict(
@@ -50,10 +46,10 @@ CASES: dict[str, tuple[dict[str, Any], Any]] = {
         attention_bias=True, tie_word_embeddings=False, rope_theta=500.0), ()),
     "local-global": (dict(
         num_hidden_layers=4, num_key_value_heads=1, sliding_window=8, logit_scale=0.25,
-        sliding_window_pattern=2), needs_nope),
+        sliding_window_pattern=2), ()),
     "global-first": (dict(
         num_hidden_layers=3, sliding_window=6, logit_scale=1.0, layer_types=[FULL, SLIDING, SLIDING],
-        hidden_act="gelu"), needs_nope),
+        hidden_act="gelu"), ()),
 }  # fmt: skip
 
 
@@ -156,7 +152,6 @@ def test_an_export_that_would_drop_an_option_is_refused_naming_it(
         zoo.to_hf(model, tmp_path, model_type=model_type)
 
 
-@needs_nope
 def test_a_rotating_causal_layer_is_refused_for_cohere2(tmp_path) -> None:
     """Cohere 2 rotates exactly its sliding layers: a full layer that rotates reads back as one that does not."""
     spec = zoo.preset("cohere2-tiny").override(decoder={"pattern": None, "layer_patterns": [
