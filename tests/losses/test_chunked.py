@@ -205,6 +205,6 @@ def test_a_wrong_chunked_loss_is_one_line_naming_it(kwargs: dict[str, Any], mess
 
 
 def test_auto_chunks_hold_a_fixed_number_of_logits() -> None:
-    assert auto_chunk_tokens(128_256) == 130  # 16M logits: 64 MiB in float32
-    assert auto_chunk_tokens(512) == 32_768
+    assert auto_chunk_tokens(128_256) == 523  # 64M logits: 256 MiB in float32
+    assert auto_chunk_tokens(512) == 131_072
     assert auto_chunk_tokens(1 << 30) == 1

@@ -38,8 +38,10 @@ from zoo.losses import IGNORE_INDEX
 # (n, E) hidden, (V, E) weight, (V,) bias or None -> (n, V) logits: an output head's function
 HeadFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
 
-# `auto` chunks: this many logits per chunk (64 MiB in float32), whatever the vocabulary
-CHUNK_LOGITS = 1 << 24
+# `auto` chunks: this many logits per chunk (256 MiB in float32), whatever the vocabulary. Smaller chunks
+# hold less, but each adds a (V, E) weight gradient: 1,024 tokens through a 128,256 x 512 head, forward and
+# backward, took 1.44x the plain loss's CPU time in chunks of 130 tokens (16M logits), 1.17x in 520.
+CHUNK_LOGITS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class ChunkedLoss:
 
 
 def auto_chunk_tokens(vocab_size: int) -> int:
-    """Tokens per chunk for a ``vocab_size``-wide head: `CHUNK_LOGITS` logits a chunk (130 at 128,256)."""
+    """Tokens per chunk for a ``vocab_size``-wide head: `CHUNK_LOGITS` logits a chunk (523 at 128,256)."""
     return max(1, CHUNK_LOGITS // vocab_size)
 
 

@@ -240,8 +240,8 @@ class LossConfig(Section):
     chunk_tokens: PositiveInt | Literal["auto"] | None = Field(
         "auto",
         description="causal_lm, chat and dpo: compute the loss through the LM head this many tokens at a time "
-        "(zoo.losses.chunked: the same loss and gradients, never every logit at once); auto: 16M logits a "
-        "chunk (130 tokens at a 128k vocabulary); null: all logits at once. Other tasks: auto or null.",
+        "(zoo.losses.chunked: the same loss and gradients, never every logit at once); auto: 64M logits a "
+        "chunk (523 tokens at a 128k vocabulary); null: all logits at once. Other tasks: auto or null.",
     )
 
 
