@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
+from zoo.losses.chunked import ChunkedLoss, chunked_token_losses
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec, ReplacedTokenHeadSpec
 from zoo.spec.model import ClassifierSpec, HeadTransformSpec
 
@@ -62,9 +63,14 @@ class LMHead(TiedOutput, nn.Module):
             self.final_logits_bias = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.logits(hidden, self.output_weight, self.bias)
+
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The head's function with its matrices given: hidden (..., E), weight (V, E), bias (V,) or None
+        -> logits (..., V). The chunked loss differentiates it with respect to all three."""
         if self.rescale != 1.0:
             hidden = hidden * self.rescale
-        logits = F.linear(hidden, self.output_weight, self.bias)  # (B, T, V)
+        logits = F.linear(hidden, weight, bias)  # (..., V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
         if self.scale is not None:
@@ -72,6 +78,19 @@ class LMHead(TiedOutput, nn.Module):
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+    def token_losses(self, hidden: torch.Tensor, loss: ChunkedLoss) -> torch.Tensor:
+        """hidden (N, E) -> (N,) float32: each token's cross-entropy against ``loss.targets``, through this
+        head in chunks of tokens (`zoo.losses.chunked`): the (N, V) logits never exist at once."""
+        return chunked_token_losses(
+            self.logits,
+            hidden,
+            self.output_weight,
+            self.bias,
+            loss.targets,
+            label_smoothing=loss.label_smoothing,
+            chunk_tokens=loss.chunk_tokens,
+        )
 
 
 class MLMHead(TiedOutput, nn.Module):

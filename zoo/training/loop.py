@@ -208,6 +208,7 @@ class Trainer:
             label_smoothing=config.loss.label_smoothing,
             model=self.model,
             starting_model=lambda: self._starting_model(init_from),
+            chunk_tokens=self.task.chunk_tokens(config.loss.chunk_tokens, self.spec),
         )
         self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:
