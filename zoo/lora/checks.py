@@ -27,11 +27,12 @@ ACCEPTED = {
     "dropout": "a number in [0, 1)",
     "targets": f"a non-empty list of target names, each {TARGET_GRAMMAR}",
     "dora": "True or False",
+    "quantize_base": "'nf4' or None (QLoRA: the frozen base projections stored 4-bit)",
 }
 
 
 def spec_from_arguments(arguments: Mapping[str, Any], *, where: str, model_has: str) -> LoraSpec:
-    """``arguments`` (``r``, ``alpha``, ``targets``, ``dropout``, ``dora``) as a `LoraSpec`; else one
+    """``arguments`` (``r``, ``alpha``, ``targets``, ``dropout``, ``dora``, ``quantize_base``) as a `LoraSpec`; else one
     `LoraError` line naming the first bad argument and what it takes (``model_has``: the model's attention
     and FFN blocks, said with a bad target)."""
     unknown = sorted(set(arguments) - set(ACCEPTED))

@@ -302,8 +302,8 @@ class TrainConfig(Section):
     lora: LoraSpec | None = Field(
         None,
         description="Fine-tune with LoRA adapters (zoo.lora) on the frozen model.init_from: r, alpha, dropout, "
-        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora. The run saves "
-        "adapter.safetensors and the merged model.",
+        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora, quantize_base (nf4: "
+        "QLoRA, the frozen projections stored 4-bit). The run saves adapter.safetensors and the merged model.",
     )
     log_every: PositiveInt = 10
     log_sinks: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = Field(
