@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo._extras import install_hint
 from zoo.lora.errors import LoraError
 from zoo.lora.fingerprint import WeightSample, weight_sample
 from zoo.quant.library import TorchaoMissingError, import_torchao
@@ -35,8 +36,8 @@ def quantize(weight: torch.Tensor, *, name: str = "weight") -> torch.Tensor:
     ``name``) a weight whose element count is not a multiple of 64."""
     try:
         torchao = import_torchao("torchao.quantization")
-    except TorchaoMissingError as error:
-        raise LoraError(f"lora quantize_base nf4 (QLoRA): {error}") from None
+    except TorchaoMissingError:
+        raise LoraError(f"lora quantize_base nf4 (QLoRA) needs torchao: {install_hint('quant')}") from None
     numel = weight.numel()
     if weight.dim() != 2 or numel % BLOCK:
         raise LoraError(
