@@ -204,3 +204,9 @@ def test_qlora_runs_on_cuda() -> None:
     loss = model(**inputs, labels=inputs["input_ids"]).loss
     loss.backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_a_weight_past_two_to_the_24_elements_can_be_fingerprinted() -> None:
+    # float32 sample positions used to round the last one past the end (Llama 3.2 1B's FFN: 16384 x 2048).
+    weight = torch.zeros(16384, 2048, dtype=torch.bfloat16)
+    assert len(zoo.lora.base_fingerprint({"w": weight})) == 64

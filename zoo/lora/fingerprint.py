@@ -35,6 +35,9 @@ def weight_sample(weight: torch.Tensor, *, name: str = "weight") -> WeightSample
         raise LoraError(f"{name}: a meta tensor (the base was never loaded); cannot fingerprint it")
     flat = weight.detach().reshape(-1)
     picks = torch.linspace(0, flat.numel() - 1, min(_SAMPLES, flat.numel())).round().long()
+    # float32 positions: past 2**24 elements the last one can round up past the end (a 16384 x 2048 FFN
+    # weight did); clamped, every fingerprint that could be computed before stays the same.
+    picks = picks.clamp_(max=flat.numel() - 1)
     values = flat[picks.to(flat.device)].to(torch.bfloat16).float().cpu()
     return WeightSample(tuple(weight.shape), values)
 
