@@ -21,7 +21,7 @@ step, as a user's process pays), and the seconds of the load and of the step.
 quantised states), one full fine-tuning step with each optimizer; the bytes of every tensor in its state
 (quantised ones: their codes, scales and lookup table), divided by the trained parameters.
 
-Writes qlora.json and qlora.md to bench/results/local/ (ignored by git), or --out DIR; --update writes the
+With ``--only``, the other table already in the output folder's qlora.json is kept. Writes qlora.json and qlora.md to bench/results/local/ (ignored by git), or --out DIR; --update writes the
 tracked bench/results/.
 """
 
@@ -253,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         record["optim"] = optim_rows(args.device)
     out = report.output_dir(args)
     out.mkdir(parents=True, exist_ok=True)
+    previous = out / "qlora.json"
+    if args.only and previous.is_file():  # the table not run this time is kept from the file's last run
+        kept = json.loads(previous.read_text())
+        other = "optim" if args.only == "step" else "step"
+        if other in kept:
+            record[other] = kept[other]
     (out / "qlora.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "qlora.md").write_text(markdown(record))
     print(markdown(record))

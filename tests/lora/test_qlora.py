@@ -210,3 +210,20 @@ def test_a_weight_past_two_to_the_24_elements_can_be_fingerprinted() -> None:
     # float32 sample positions used to round the last one past the end (Llama 3.2 1B's FFN: 16384 x 2048).
     weight = torch.zeros(16384, 2048, dtype=torch.bfloat16)
     assert len(zoo.lora.base_fingerprint({"w": weight})) == 64
+
+
+def test_the_chunked_dequantisation_is_torchaos_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16):
+        weight = quantize(torch.randn(3000, 704, dtype=dtype))  # > one 2**20-code chunk, a partial last one
+        assert torch.equal(dense(weight), weight.to(dtype))
+    x = torch.randn(5, 704, dtype=torch.bfloat16, requires_grad=True)
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4
+
+    from zoo.lora.nf4 import linear
+
+    ours = linear(x, weight, None)
+    (grad,) = torch.autograd.grad(ours.sum(), x)
+    theirs = linear_nf4(x, weight)
+    (their_grad,) = torch.autograd.grad(theirs.sum(), x)
+    assert torch.equal(ours, theirs) and torch.equal(grad, their_grad)

@@ -59,8 +59,9 @@ def load_base(
         model = from_hf(folder, device=place, dtype=cast)
         quantize_projections(model, quantized_projections(model, LoraSpec(quantize_base="nf4")))
         return model
-    model = load_checkpoint(folder, device="meta", dtype=cast)  # every check; the structure only
-    assert isinstance(model, ZooModel)
+    loaded = load_checkpoint(folder, device="meta", dtype=cast)  # every check; the structure only
+    assert isinstance(loaded, ZooModel)  # return_report=False
+    model = loaded
     checkpoint = open_checkpoint(folder)
     if checkpoint.quantization is not None:
         raise LoraError(
@@ -86,6 +87,7 @@ def load_base(
     for module_path, (weight, sample) in pending.items():
         parent_path, _, attr = module_path.rpartition(".")
         bias = model.get_submodule(module_path).bias
+        assert bias is None or isinstance(bias, torch.Tensor)
         setattr(model.get_submodule(parent_path), attr, nf4.Nf4Linear(weight, bias, base_sample=sample))
     for alias, kept in checkpoint.aliases.items():
         owner_path, _, leaf = alias.rpartition(".")

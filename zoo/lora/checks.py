@@ -16,6 +16,7 @@ from torch import nn
 
 from zoo.blocks.moe import StackedLinear
 from zoo.lora.errors import LoraError
+from zoo.lora.nf4 import Nf4Linear
 from zoo.spec import LoraSpec
 from zoo.spec.errors import clip, number, short_repr
 from zoo.spec.lora import TARGET_GRAMMAR
@@ -64,7 +65,7 @@ def spec_problem(error: ValidationError) -> tuple[str, str]:
     return f"{field} must be {ACCEPTED[field]}, got {short_repr(item.get('input'))}", field
 
 
-def check_rank(targeted: Mapping[str, nn.Linear | StackedLinear], r: int) -> None:
+def check_rank(targeted: Mapping[str, nn.Linear | Nf4Linear | StackedLinear], r: int) -> None:
     """Refuse ``r`` above ``min(in_features, out_features)`` of a targeted layer, naming the narrowest (an
     ``nn.Linear``, or a `StackedLinear` of experts: the bound holds per expert)."""
     if not targeted:

@@ -148,7 +148,7 @@ class LoraLinear(nn.Module):
         """Take the adapter out of ``weight`` again (exactly when `merge_` kept the original)."""
         if not self.merged:
             return
-        if nf4.is_nf4(self._original):
+        if self._original is not None and nf4.is_nf4(self._original):
             self.weight = self._original  # the very NF4 parameter merge_ set aside
         elif self._original is not None:
             self.weight.copy_(self._original)

@@ -2,8 +2,10 @@
 
 NF4 keeps 4 bits per weight in blocks of 64 that share one absmax scale, the scales themselves quantised
 to 8 bits in blocks of up to 256 ("double quantisation"): about 0.52 bytes per weight against bfloat16's 2.
-A matmul dequantises the weight to the input's dtype (torchao's ``linear_nf4``: an autograd function that
-gives the input its gradient and the weight none). Quantising is deterministic: the same dense weight
+A matmul dequantises the weight to the input's dtype and gives the input its gradient, the weight none (as
+torchao's ``linear_nf4``), dequantising in chunks of 2**20 codes: torchao's own dequantisation holds about
+seven bytes of temporaries per weight (a 16384 x 2048 FFN matrix: ~470 MB), this one the dense matrix and a
+few MB (the same values, bit for bit). Quantising is deterministic: the same dense weight
 gives the same NF4 tensor, bit for bit, which is what an exact resume rebuilds.
 
     quantize(weight)   dense (O, I) -> torchao's NF4Tensor (same shape and dtype; 4-bit storage)
@@ -15,6 +17,8 @@ torchao is the ``quant`` extra; without it `quantize` raises one line saying how
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,18 +59,50 @@ def is_nf4(tensor: torch.Tensor | None) -> bool:
     return type(tensor).__name__ == "NF4Tensor"
 
 
+_CHUNK = 2**20  # codes (bytes: two weights each) dequantised at a time
+
+
 def dense(weight: torch.Tensor) -> torch.Tensor:
-    """The dense tensor an NF4 weight stands for, in its dtype (a dense weight is returned as it is)."""
-    return weight.to(weight.dtype) if is_nf4(weight) else weight
+    """The dense tensor an NF4 weight stands for, in its dtype (a dense weight is returned as it is): torchao's
+    dequantisation (``weight.to(weight.dtype)``) computed a chunk of codes at a time."""
+    if not is_nf4(weight):
+        return weight
+    w: Any = weight
+    scales = w.dequantize_scalers(
+        w.quantized_scalers, w.quantization_factor, w.scaler_block_size
+    )  # (blocks,)
+    codes = w.quantized_data  # (numel / 2,) uint8: two 4-bit codes a byte
+    per_block = w.block_size // 2  # bytes of one block
+    step = max(_CHUNK // per_block, 1) * per_block
+    out = torch.empty(2 * codes.numel(), dtype=w.dtype, device=codes.device)
+    for start in range(0, codes.numel(), step):
+        chunk = codes[start : start + step]
+        scale = scales[start // per_block : (start + chunk.numel()) // per_block]
+        scale = scale.unsqueeze(-1).expand(-1, per_block).reshape(-1)  # one per byte
+        first = w.nf4[(chunk >> 4).long()] * scale  # as torchao: nf4[code] * block scale
+        second = w.nf4[(chunk & 0b1111).long()] * scale
+        out[2 * start : 2 * (start + chunk.numel())] = torch.stack([first, second], dim=-1).reshape(-1)
+    return out.view(weight.shape)
+
+
+class _LinearNf4(torch.autograd.Function):
+    """x W^T with W NF4: dequantised for the forward and again for the input's gradient; W gets none."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.weight = weight  # the NF4 tensor itself: a quarter of the dense bytes, kept for backward
+        return F.linear(x, dense(weight).to(x.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad @ dense(ctx.weight).to(grad.dtype), None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x (N, I) -> (N, O): ``F.linear``, the weight dequantised for this matmul when it is NF4."""
     if not is_nf4(weight):
         return F.linear(x, weight, bias)
-    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4  # imported by `quantize`
-
-    out = linear_nf4(x, weight)  # (N, O)
+    out: torch.Tensor = _LinearNf4.apply(x, weight)  # (N, O)
     return out + bias if bias is not None else out
 
 

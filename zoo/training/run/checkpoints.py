@@ -193,7 +193,7 @@ def _quantized_state(path: Path, whole: str, record: Any, parts: dict[str, torch
     missing = [part for part in cls.tensor_attrs if part not in parts]
     if missing:
         raise ResumeError(f"{path}: {whole} lacks its part(s) {', '.join(missing)}")
-    return cls.__tensor_unflatten__(parts, attributes, None, None)  # type: ignore[no-any-return]
+    return cls.__tensor_unflatten__(parts, attributes, None, None)
 
 
 # --- writing and reading ------------------------------------------------------------------------------------
