@@ -186,7 +186,12 @@ class TokenizerConfig(Section):
 class OptimConfig(Section):
     """The optimizer; the learning rate itself comes from ``schedule``."""
 
-    name: Literal["adam", "adamw"] = "adam"
+    name: Literal["adam", "adamw", "adamw8bit", "adamw4bit"] = Field(
+        "adam",
+        description="adam | adamw (fp32 moments, 8 bytes per trained parameter) | adamw8bit | adamw4bit "
+        "(torchao's AdamW with 8- / 4-bit block-quantised moments, about 2 / 1 bytes per parameter; the quant "
+        "extra).",
+    )
     betas: tuple[float, float] = (0.9, 0.98)  # section 5.3 of the paper
     eps: PositiveFloat = 1e-9
     weight_decay: float = Field(0.0, ge=0.0, description="Applied to matrices only, never biases or norms.")
@@ -308,8 +313,8 @@ class TrainConfig(Section):
     lora: LoraSpec | None = Field(
         None,
         description="Fine-tune with LoRA adapters (zoo.lora) on the frozen model.init_from: r, alpha, dropout, "
-        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora. The run saves "
-        "adapter.safetensors and the merged model.",
+        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora, quantize_base (nf4: "
+        "QLoRA, the frozen projections stored 4-bit). The run saves adapter.safetensors and the merged model.",
     )
     log_every: PositiveInt = 10
     log_sinks: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = Field(
