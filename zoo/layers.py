@@ -116,7 +116,7 @@ class Layer(nn.Module):
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         memory: torch.Tensor | None = None,
-        cross_mask: torch.Tensor | None = None,
+        cross_mask: torch.Tensor | BlockMask | None = None,
         cache: Any = None,
         output_attentions: bool = False,
     ) -> LayerOutput:

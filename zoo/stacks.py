@@ -23,9 +23,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn, masks
+from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn
 from zoo.blocks.dropout import Dropout
-from zoo.blocks.layer_masks import LayerMask, StackPatterns, self_attention_masks, with_position_bias
+from zoo.blocks.layer_masks import (
+    LayerMask,
+    StackPatterns,
+    cross_attention_mask,
+    self_attention_masks,
+    with_position_bias,
+)
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
 from zoo.spec import EmbeddingSpec, ResolvedStack
@@ -142,6 +148,7 @@ class Stack(nn.Module):
         self.causal = spec.causal
         self.patterns = StackPatterns.of([spec.layer_pattern(i) for i in range(spec.num_layers)])
         self.attention_dropout = spec.attention.dropout > 0
+        self.cross_attention_dropout = spec.cross_attention is not None and spec.cross_attention.dropout > 0
         self.num_layers = spec.num_layers
         embed_dim = embedding.factorized_dim or d_model
         self.positions = build_positions(
@@ -183,6 +190,7 @@ class Stack(nn.Module):
         output_attentions: bool = False,
         prefix_lengths: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        memory_document_ids: torch.Tensor | None = None,
     ) -> StackOutput:
         """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding, or a
         (B, T, cached + T) bool mask, True = may attend (ANDed with the stack's patterns; positions then
@@ -190,7 +198,9 @@ class Stack(nn.Module):
         memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention.
         prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers.
         document_ids: (B, T) the document of each token of packed rows (no cache): attention stays inside
-        each document, and positions restart at each document's start unless ``position_ids`` are given."""
+        each document, and positions restart at each document's start unless ``position_ids`` are given.
+        memory_document_ids: (B, S) with ``document_ids``, packed (source, target) pairs: a pair id per
+        source token; each token's cross-attention reads only the source of its own pair."""
         T, offset = x.shape[1], cache.length if cache is not None else 0
         padding = attention_mask if attention_mask is None or attention_mask.dim() == 2 else None
         if position_ids is None and document_ids is not None:
@@ -208,7 +218,17 @@ class Stack(nn.Module):
             output_attentions=output_attentions,
         )
         rotary, rotary_local = self._rotary(position_ids, dtype=x.dtype)
-        cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
+        cross_mask = None
+        if memory is not None:
+            cross_mask = cross_attention_mask(
+                memory_mask,
+                document_ids=document_ids,
+                memory_document_ids=memory_document_ids,
+                q_len=T,
+                dense_only=output_attentions or (self.training and self.cross_attention_dropout),
+                grad=x.requires_grad,
+                device=x.device,
+            )
 
         self_weights, cross_weights, routers = [], [], []
         for i in range(self.num_layers):

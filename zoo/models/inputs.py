@@ -141,9 +141,11 @@ def check_positions(
     shape: tuple[int, int],
     max_positions: int,
     cached: int = 0,
+    documents_name: str = "document_ids",
 ) -> None:
     """``position_ids`` must be None or (B, T) / (1, T) integers in [0, max_positions); ``document_ids``
-    (packed rows) None or (B, T) integers, and only without a KV cache."""
+    (packed rows; named ``documents_name`` in messages) None or (B, T) integers, and only without a KV
+    cache."""
     if position_ids is not None:
         if (
             not isinstance(position_ids, torch.Tensor)
@@ -165,12 +167,13 @@ def check_positions(
     if document_ids is None:
         return
     if cached:
-        raise ValueError(f"{where}: document_ids (packed training rows) cannot be used with a KV cache")
+        raise ValueError(f"{where}: {documents_name} (packed training rows) cannot be used with a KV cache")
     if not isinstance(document_ids, torch.Tensor) or tuple(document_ids.shape) != shape:
         raise ValueError(
-            f"{where}: document_ids must have shape {shape}, one document id per token; got {_shape(document_ids)}"
+            f"{where}: {documents_name} must have shape {shape}, one document id per token; got "
+            f"{_shape(document_ids)}"
         )
-    _need_integers(document_ids, where=where, name="document_ids", what="document ids")
+    _need_integers(document_ids, where=where, name=documents_name, what="document ids")
 
 
 def check_ids(

@@ -121,13 +121,18 @@ DataFiles = Path | ParallelFiles | PreparedFiles
 
 class PackingConfig(Section):
     """causal_lm, masked_lm and chat: documents (conversations) framed, concatenated and cut into windows of
-    ``block_size`` tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example."""
+    ``block_size`` tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example.
+    seq2seq: whole (source, target) pairs, several a row, at most ``block_size`` tokens a side, each pair
+    attending only to itself."""
 
-    block_size: PositiveInt = Field(1024, description="Tokens per window; at most the model's max_positions.")
-    documents: Literal["joined", "separate"] = Field(
-        "joined",
-        description="joined: a window attends across document boundaries; separate: each document attends "
-        "only to itself (a block-diagonal mask) and its positions restart at 0.",
+    block_size: PositiveInt = Field(
+        1024, description="Tokens per window (seq2seq: per row and side); at most the model's max_positions."
+    )
+    documents: Literal["joined", "separate"] | None = Field(
+        None,
+        description="joined (the language models' default): a window attends across document boundaries; "
+        "separate: each document attends only to itself (a block-diagonal mask) and its positions restart "
+        "at 0. seq2seq always packs pairs separately (joined is refused).",
     )
 
 
@@ -143,7 +148,9 @@ class DataConfig(Section):
     train: DataFiles
     valid: DataFiles | None = None
     packing: PackingConfig | None = Field(
-        None, description="causal_lm / masked_lm / chat: pack documents into block_size windows."
+        None,
+        description="causal_lm / masked_lm / chat: pack documents into block_size windows; seq2seq: pack "
+        "pairs into rows.",
     )
     on_bad_line: Literal["error", "skip"] = Field(
         "error", description="A bad line in raw files: stop naming it, or skip it (counted, with a warning)."

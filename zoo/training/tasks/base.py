@@ -152,7 +152,7 @@ class Task(ABC):
                 f"task {self.name} takes {self.settings_type.__name__}, not {type(settings).__name__}"
             )
         if packing is not None and not self.packs:
-            raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
+            raise ConfigError(f"data.packing is for causal_lm, masked_lm, chat and seq2seq, not {self.name}")
         self.settings: TaskSettings = settings
         self.packing = packing
 
