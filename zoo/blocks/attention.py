@@ -22,6 +22,13 @@ mask) have no SDPA form: with a flex ``BlockMask`` they run as flex_attention's 
 the math path (the eager one, weights not returned) computes them. It holds (B, H, T, S) scores, as
 transformers' eager Gemma 2 does; the flex path is the fused one (``attention_kernel("flex")``).
 
+Attention sinks (``sinks``, gpt-oss): each head has a learned logit that joins every query's softmax as
+one more key with a zero value, so weights over the real keys may sum to less than one. SDPA has no sink
+input: the dense path appends a zero key and value and puts the sink logits in the float mask's extra
+column (`with_sink_column`), exact and still a fused kernel; flex_attention returns the log-sum-exp of the
+real keys' logits and its output is rescaled by sigmoid(lse - sink) = Z / (Z + exp(sink)), the same
+softmax; the math path concatenates the sink column to the scores, as transformers' eager gpt-oss does.
+
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
 encoder's keys/values are projected once, stored with ``update`` and reused).
@@ -36,7 +43,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from zoo.blocks.flex import BlockMask, flex_attend
-from zoo.blocks.masks import additive_as, causal_mask
+from zoo.blocks.masks import additive_as, causal_mask, with_sink_column
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
 from zoo.spec import AttentionSpec
@@ -93,6 +100,8 @@ class Attention(nn.Module):
         eps = spec.qk_norm_eps
         self.q_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        # (H,) one sink logit per head; zero at init: the sink starts as one more key of logit 0
+        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if spec.sinks else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -128,7 +137,8 @@ class Attention(nn.Module):
         if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
             q = q.to(k.dtype)
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
-            out, weights = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap), None
+            out = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
+            weights = None
         elif output_attentions or self.softcap is not None:  # SDPA cannot soft-cap: the math path
             out, weights = self._eager(q, k, v, mask, is_causal)
             weights = weights if output_attentions else None
@@ -183,7 +193,17 @@ class Attention(nn.Module):
     def _sdpa(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> torch.Tensor:
-        if mask is not None and mask.dtype != torch.bool:
+        if self.sinks is not None:  # one more key: zero key and value, its logit the sink (mask column)
+            B, H, T, _ = q.shape
+            mask = with_sink_column(
+                causal_mask(T, k.shape[2], device=q.device) if is_causal and mask is None else mask,
+                self.sinks,
+                shape=(B, H, T, k.shape[2]),
+                dtype=q.dtype,
+            )  # (B|1, H, T, S + 1)
+            zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, K, 1, D)
+            k, v = torch.cat([k, zero], dim=2), torch.cat([v, zero], dim=2)  # (B, K, S + 1, D)
+        elif mask is not None and mask.dtype != torch.bool:
             mask = additive_as(mask, q.dtype)  # under autocast q is narrower than the mask: stay finite
         mode = gqa_mode(
             device_type=q.device.type,
@@ -221,6 +241,11 @@ class Attention(nn.Module):
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             else:
                 scores = scores + mask.float()
-        weights = scores.softmax(dim=-1)
+        if self.sinks is not None:  # the sink column joins the softmax, then is dropped
+            B, H, T, _ = scores.shape
+            sink = self.sinks.float().view(1, H, 1, 1).expand(B, H, T, 1)  # (B, H, T, 1)
+            weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # (B, H, T, S)
+        else:
+            weights = scores.softmax(dim=-1)
         dropped = F.dropout(weights, p=self.dropout, training=self.training)
         return dropped.to(v.dtype) @ v, weights  # (B, H, T, D), (B, H, T, S)

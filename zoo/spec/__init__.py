@@ -6,6 +6,7 @@ from typing import Any
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
+    ClampedGLU,
     EmbeddingSpec,
     FeedForwardSpec,
     FFNSpec,
@@ -59,6 +60,7 @@ __all__ = [
     "AttentionSpec",
     "BlockSparsePattern",
     "CausalPattern",
+    "ClampedGLU",
     "ClassifierSpec",
     "DecoderSpec",
     "EmbeddingSpec",

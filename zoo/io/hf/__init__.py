@@ -103,6 +103,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "phi3",
     "gemma",
     "modernbert",
+    "gpt_oss",
 )
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
