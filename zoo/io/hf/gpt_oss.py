@@ -202,7 +202,8 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "max_position_embeddings": spec.max_positions,
         "rms_norm_eps": stack.norm.eps,
         **rope_to_config(stack.position),
-        "sliding_window": window,
+        # transformers builds the sliding mask even when no layer reads it: a window must be there
+        "sliding_window": window if window is not None else DEFAULTS["sliding_window"],
         "layer_types": [FULL if w is None else SLIDING for w in windows],
         "initializer_range": spec.init.std,
         "tie_word_embeddings": head.tied if head else False,
