@@ -34,6 +34,8 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "moe-tiny": lambda: zoo.preset("moe-tiny").override(
         **{"ffn.shared_d_ff": 32, "ffn.sparse_step": 2, "ffn.dense_d_ff": 96}
     ),
+    # gpt-oss: attention sinks, sliding and full layers alternating, biased router and experts, clamped SwiGLU
+    "gpt-oss-tiny": lambda: zoo.preset("gpt-oss-tiny"),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

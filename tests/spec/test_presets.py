@@ -55,15 +55,25 @@ PUBLISHED_COUNTS = {
     # Qwen/Qwen3-30B-A3B's config.json
     "mixtral-8x7b": 46_702_792_704,
     "qwen3-30b-a3b": 30_532_122_624,
+    # transformers' GptOssForCausalLM built on meta from openai/gpt-oss-{20b,120b}'s config.json
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
-ACTIVE_COUNTS = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704}
+# gpt-oss's model card says 3.61B and 5.13B active: the same counts less the 579,133,440 of the embedding table.
+ACTIVE_COUNTS = {
+    "mixtral-8x7b": 12_879_925_248,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "gpt-oss-20b": 3_608_307_264 + 201_088 * 2880,
+    "gpt-oss-120b": 5_132_849_472 + 201_088 * 2880,
+}
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
     "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "moe-tiny",
+    "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
 }  # fmt: skip
 
 
