@@ -27,7 +27,8 @@ one more key with a zero value, so weights over the real keys may sum to less th
 input: the dense path appends a zero key and value and puts the sink logits in the float mask's extra
 column (`with_sink_column`), exact and still a fused kernel; flex_attention returns the log-sum-exp of the
 real keys' logits and its output is rescaled by sigmoid(lse - sink) = Z / (Z + exp(sink)), the same
-softmax; the math path concatenates the sink column to the scores, as transformers' eager gpt-oss does.
+softmax; the math path (and torch.export) concatenates the sink column to the scores, as transformers'
+eager gpt-oss does.
 
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
@@ -139,7 +140,7 @@ class Attention(nn.Module):
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
             out = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
             weights = None
-        elif output_attentions or self.softcap is not None:  # SDPA cannot soft-cap: the math path
+        elif output_attentions or self.softcap is not None or self._sink_math():  # SDPA cannot: math path
             out, weights = self._eager(q, k, v, mask, is_causal)
             weights = weights if output_attentions else None
         else:
@@ -152,6 +153,11 @@ class Attention(nn.Module):
             out = out.clone(memory_format=torch.contiguous_format)
         out = out.reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
         return self.out_proj(out if out.dtype == dtype else out.to(dtype)), weights
+
+    def _sink_math(self) -> bool:
+        """Sinks under torch.export take the math path: SDPA over the sink column (S + 1 keys) makes the
+        exporter guard on stride relations that do not hold for every length."""
+        return self.sinks is not None and torch.compiler.is_exporting()
 
     def _project(
         self,
