@@ -88,7 +88,9 @@ def test_exported_program_equals_eager_on_new_batches_and_lengths(name: str) -> 
     for batch, length, target in NEW_SHAPES:
         example = example_inputs(model, batch=batch, length=length, target_length=target, seed=batch)
         differences = compare_program(model, program, example)
-        assert list(differences) == OUTPUTS[model.spec.family] + (["aux_loss"] if name in ("moe", "gpt-oss") else [])
+        assert list(differences) == OUTPUTS[model.spec.family] + (
+            ["aux_loss"] if name in ("moe", "gpt-oss") else []
+        )
         assert max(differences.values()) <= TOLERANCE, (batch, length, differences)
 
 

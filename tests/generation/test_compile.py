@@ -53,7 +53,8 @@ def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
 
 
 @pytest.mark.parametrize(
-    "name", ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny", "gemma-tiny", "moe-tiny", "gpt-oss-tiny"]
+    "name",
+    ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny", "gemma-tiny", "moe-tiny", "gpt-oss-tiny"],
 )
 def test_a_left_padded_decode_step_compiles_to_one_graph(tiny, prompts, name):
     """The step never asks the mask whether it pads (a host sync, and a graph break per stack)."""

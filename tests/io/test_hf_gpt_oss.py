@@ -73,7 +73,11 @@ def test_import_reads_sinks_windows_and_the_moe_options(case) -> None:
     assert ffn["router_bias"] and ffn["expert_bias"] and ffn["normalize_top_k"]
     if name == "gpt_oss":
         assert ffn["clamped_glu"] == {"alpha": 1.2, "limit": 1.5}
-        assert [p["kind"] for p in spec["decoder"]["layer_patterns"]] == ["sliding_window", "causal", "sliding_window"]
+        assert [p["kind"] for p in spec["decoder"]["layer_patterns"]] == [
+            "sliding_window",
+            "causal",
+            "sliding_window",
+        ]
     else:
         assert spec["decoder"]["layer_patterns"] is None and spec["decoder"]["pattern"] is None
 

@@ -97,7 +97,9 @@ def gpt_oss_model() -> zoo.ZooModel:
 def test_gpt_oss_experts_and_attention_adapt_with_their_biases_and_sinks_kept() -> None:
     targets = ["qkv", "out", "ffn_in", "ffn_out"]
     model = zoo.lora.apply(gpt_oss_model(), r=4, alpha=8, targets=targets)
-    assert isinstance(zoo.lora.adapter_modules(model)["decoder.layers.0.ffn.experts.up_proj"], LoraStackedLinear)
+    assert isinstance(
+        zoo.lora.adapter_modules(model)["decoder.layers.0.ffn.experts.up_proj"], LoraStackedLinear
+    )
     inputs = batch(model)
     liven(model)
     adapted = logits(model, inputs)
