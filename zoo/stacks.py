@@ -149,6 +149,7 @@ class Stack(nn.Module):
         self.patterns = StackPatterns.of([spec.layer_pattern(i) for i in range(spec.num_layers)])
         self.attention_dropout = spec.attention.dropout > 0
         self.cross_attention_dropout = spec.cross_attention is not None and spec.cross_attention.dropout > 0
+        self.attention_sinks = spec.attention.sinks  # flex on a CPU returns no log-sum-exp: dense there
         self.num_layers = spec.num_layers
         embed_dim = embedding.factorized_dim or d_model
         self.positions = build_positions(
@@ -299,7 +300,8 @@ class Stack(nn.Module):
             dense_only=output_attentions
             or role == "bias"
             or self.position_bias is not None
-            or (self.training and self.attention_dropout),
+            or (self.training and self.attention_dropout)
+            or (self.attention_sinks and x.device.type == "cpu"),
             grad=x.requires_grad,
             device=x.device,
         )

@@ -57,6 +57,8 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
             "layer_patterns": [{"kind": "sliding_window", "window": 4}, {"kind": "causal"}],
         }
     ),
+    # gpt-oss: attention sinks, sliding and full layers alternating, biased router and experts, clamped SwiGLU
+    "gpt-oss-tiny": lambda: zoo.preset("gpt-oss-tiny"),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

@@ -18,6 +18,7 @@ from zoo.generation.session import Session, decode_step
         pytest.param("moe-tiny", marks=pytest.mark.slow),
         pytest.param("olmo2-tiny", marks=pytest.mark.slow),
         pytest.param("cohere2-tiny", marks=pytest.mark.slow),
+        pytest.param("gpt-oss-tiny", marks=pytest.mark.slow),
     ],
 )
 def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
@@ -64,6 +65,7 @@ def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
         "moe-tiny",
         "olmo2-tiny",
         "cohere2-tiny",
+        "gpt-oss-tiny",
     ],
 )
 def test_a_left_padded_decode_step_compiles_to_one_graph(tiny, prompts, name):

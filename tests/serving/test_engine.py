@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import zoo
+from tests.generation.conftest import liven
 from tests.serving.conftest import tiny_decoder
 from zoo.serving import Completion, Delta, Done, Engine, Failed, PromptTooLong, QueueFull, RequestError
 from zoo.serving.requests import StopText
@@ -147,6 +148,18 @@ def test_new_layer_wirings_batch_as_generate_alone(moves: list[int], options: di
 
 def test_a_sliding_window_model_batches_through_a_full_cache(moves: list[int]) -> None:
     model = tiny_decoder(decoder={"pattern": {"kind": "sliding_window", "window": 6}})
+    _run_staggered(model, max_length=72, moves=moves)
+
+
+def test_a_gpt_oss_model_batches_with_its_sinks_windows_and_experts(moves: list[int]) -> None:
+    """Attention sinks (zero keys, zero values added per step must not see the slots' padding), sliding and
+    full layers alternating, biased experts with the clamped SwiGLU: the engine's tokens are generate's."""
+    torch.manual_seed(0)
+    spec = zoo.preset("gpt-oss-tiny", vocab_size=120, eos_token_id=None)
+    model = liven(zoo.build(spec)).eval()
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
     _run_staggered(model, max_length=72, moves=moves)
 
 

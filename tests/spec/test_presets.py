@@ -62,10 +62,19 @@ PUBLISHED_COUNTS = {
     "olmo-2-1b": 1_484_916_736,
     "olmo-2-7b": 7_298_617_344,
     "starcoder2-3b": 3_030_371_328,
+    # transformers' GptOssForCausalLM built on meta from openai/gpt-oss-{20b,120b}'s config.json
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
-ACTIVE_COUNTS = {"mixtral-8x7b": 12_879_925_248, "qwen3-30b-a3b": 3_353_032_704}
+# gpt-oss's model card says 3.61B and 5.13B active: the same counts less the 579,133,440 of the embedding table.
+ACTIVE_COUNTS = {
+    "mixtral-8x7b": 12_879_925_248,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "gpt-oss-20b": 3_608_307_264 + 201_088 * 2880,
+    "gpt-oss-120b": 5_132_849_472 + 201_088 * 2880,
+}
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
@@ -73,6 +82,7 @@ EXPECTED = {
     "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "moe-tiny",
     "smollm3-3b",
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
+    "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
 }  # fmt: skip
 
 
@@ -90,7 +100,9 @@ def test_moe_preset_has_the_published_active_parameter_count(name):
     from zoo.spec import parameter_count
 
     assert parameter_count(zoo.preset(name), active=True) == ACTIVE_COUNTS[name]
-    assert round(ACTIVE_COUNTS[name] / 1e9, 1) == {"mixtral-8x7b": 12.9, "qwen3-30b-a3b": 3.4}[name]
+    card = {"mixtral-8x7b": 12.9, "qwen3-30b-a3b": 3.4, "gpt-oss-20b": 3.61, "gpt-oss-120b": 5.13}[name]
+    embedding = 201_088 * 2880 if name.startswith("gpt-oss") else 0  # gpt-oss's card leaves the table out
+    assert round((ACTIVE_COUNTS[name] - embedding) / 1e9, 2 if embedding else 1) == card
 
 
 @pytest.mark.parametrize("name", zoo.list_presets())

@@ -26,6 +26,14 @@ q/k norms (``qk_norm``) are RMSNorms over each head's D dims with one weight for
 ``qk_norm_scope: all_heads`` (OLMo 2) over the whole (B, T, H D) query and (B, T, K D) key projections,
 before they split into heads.
 
+Attention sinks (``sinks``, gpt-oss): each head has a learned logit that joins every query's softmax as
+one more key with a zero value, so weights over the real keys may sum to less than one. SDPA has no sink
+input: the dense path appends a zero key and value and puts the sink logits in the float mask's extra
+column (`with_sink_column`), exact and still a fused kernel; flex_attention returns the log-sum-exp of the
+real keys' logits and its output is rescaled by sigmoid(lse - sink) = Z / (Z + exp(sink)), the same
+softmax; the math path (and torch.export) concatenates the sink column to the scores, as transformers'
+eager gpt-oss does.
+
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
 encoder's keys/values are projected once, stored with ``update`` and reused).
@@ -40,7 +48,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from zoo.blocks.flex import BlockMask, flex_attend
-from zoo.blocks.masks import additive_as, causal_mask
+from zoo.blocks.masks import additive_as, causal_mask, with_sink_column
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
 from zoo.spec import AttentionSpec
@@ -99,6 +107,8 @@ class Attention(nn.Module):
         q_dim, k_dim = (q_width, kv_width) if self.qk_norm_all_heads else (self.head_dim, self.head_dim)
         self.q_norm = RMSNorm(q_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
         self.k_norm = RMSNorm(k_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        # (H,) one sink logit per head; zero at init: the sink starts as one more key of logit 0
+        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if spec.sinks else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -134,8 +144,9 @@ class Attention(nn.Module):
         if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
             q = q.to(k.dtype)
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
-            out, weights = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap), None
-        elif output_attentions or self.softcap is not None:  # SDPA cannot soft-cap: the math path
+            out = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
+            weights = None
+        elif output_attentions or self.softcap is not None or self._sink_math():  # SDPA cannot: math path
             out, weights = self._eager(q, k, v, mask, is_causal)
             weights = weights if output_attentions else None
         else:
@@ -148,6 +159,11 @@ class Attention(nn.Module):
             out = out.clone(memory_format=torch.contiguous_format)
         out = out.reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
         return self.out_proj(out if out.dtype == dtype else out.to(dtype)), weights
+
+    def _sink_math(self) -> bool:
+        """Sinks under torch.export take the math path: SDPA over the sink column (S + 1 keys) makes the
+        exporter guard on stride relations that do not hold for every length."""
+        return self.sinks is not None and torch.compiler.is_exporting()
 
     def _project(
         self,
@@ -200,7 +216,17 @@ class Attention(nn.Module):
     def _sdpa(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> torch.Tensor:
-        if mask is not None and mask.dtype != torch.bool:
+        if self.sinks is not None:  # one more key: zero key and value, its logit the sink (mask column)
+            B, H, T, _ = q.shape
+            mask = with_sink_column(
+                causal_mask(T, k.shape[2], device=q.device) if is_causal and mask is None else mask,
+                self.sinks,
+                shape=(B, H, T, k.shape[2]),
+                dtype=q.dtype,
+            )  # (B|1, H, T, S + 1)
+            zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, K, 1, D)
+            k, v = torch.cat([k, zero], dim=2), torch.cat([v, zero], dim=2)  # (B, K, S + 1, D)
+        elif mask is not None and mask.dtype != torch.bool:
             mask = additive_as(mask, q.dtype)  # under autocast q is narrower than the mask: stay finite
         mode = gqa_mode(
             device_type=q.device.type,
@@ -238,6 +264,11 @@ class Attention(nn.Module):
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             else:
                 scores = scores + mask.float()
-        weights = scores.softmax(dim=-1)
+        if self.sinks is not None:  # the sink column joins the softmax, then is dropped
+            B, H, T, _ = scores.shape
+            sink = self.sinks.float().view(1, H, 1, 1).expand(B, H, T, 1)  # (B, H, T, 1)
+            weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # (B, H, T, S)
+        else:
+            weights = scores.softmax(dim=-1)
         dropped = F.dropout(weights, p=self.dropout, training=self.training)
         return dropped.to(v.dtype) @ v, weights  # (B, H, T, D), (B, H, T, S)

@@ -165,6 +165,26 @@ def with_bias(
     return torch.where(mask, bias, torch.finfo(dtype).min)  # broadcasts (B, 1, 1, S) against (1, H, T, S)
 
 
+def with_sink_column(
+    mask: torch.Tensor | None, sinks: torch.Tensor, *, shape: tuple[int, int, int, int], dtype: torch.dtype
+) -> torch.Tensor:
+    """SDPA's float mask for attention with sinks (gpt-oss), which SDPA has no input for: the keys' mask
+    (bool or additive, broadcastable to ``shape`` (B, H, T, S); None: every key) as an additive bias, and one
+    more column holding each head's sink logit ``sinks`` (H,), for an extra zero key (with a zero value)
+    that every query sees. -> (B or 1, H, T, S + 1)."""
+    _, H, T, S = shape
+    if mask is None:
+        bias = torch.zeros(1, 1, T, S, device=sinks.device, dtype=dtype)
+    elif mask.dtype == torch.bool:
+        bias = torch.zeros((), device=mask.device, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    else:
+        bias = additive_as(mask, dtype)
+    rows = bias.shape[0] if bias.dim() == 4 else 1
+    bias = bias.expand(rows, H, T, S)  # (B|1, H, T, S)
+    sink = sinks.to(dtype).view(1, H, 1, 1).expand(rows, H, T, 1)  # (B|1, H, T, 1)
+    return torch.cat([bias, sink], dim=-1)
+
+
 def additive_as(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An additive float mask in ``dtype``, saturating instead of overflowing.
 

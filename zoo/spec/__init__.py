@@ -6,6 +6,7 @@ from typing import Any
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
+    ClampedGLU,
     DynamicRopeScaling,
     EmbeddingSpec,
     FeedForwardSpec,
@@ -61,6 +62,7 @@ __all__ = [
     "AttentionSpec",
     "BlockSparsePattern",
     "CausalPattern",
+    "ClampedGLU",
     "ClassifierSpec",
     "DecoderSpec",
     "DynamicRopeScaling",

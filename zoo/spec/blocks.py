@@ -82,6 +82,11 @@ class AttentionSpec(Spec):
         description="Soft-cap the scaled logits to (-softcap, softcap) as softcap * tanh(logits / softcap), "
         "before the mask (Gemma 2's attn_logit_softcapping); takes flex_attention or the math path, not SDPA.",
     )
+    sinks: bool = Field(
+        False,
+        description="Attention sinks (gpt-oss): a learned logit per head joins every query's softmax as an extra "
+        "key with a zero value, so a head may attend to nothing; one (num_heads,) parameter per layer.",
+    )
 
     @model_validator(mode="after")
     def _scale_needs_scaled(self) -> AttentionSpec:
@@ -168,22 +173,35 @@ class MoESpec(Spec):
     dense_d_ff: PositiveInt | None = Field(
         None, description="Hidden width of the dense layers' gated FFN; needed when a layer is dense."
     )
+    router_bias: bool = Field(False, description="A bias on the router's logits (gpt-oss).")
+    expert_bias: bool = Field(
+        False, description="Biases on every expert's up and down projections (gpt-oss)."
+    )
+    clamped_glu: ClampedGLU | None = Field(
+        None,
+        description="The experts' gate is gpt-oss's clamped SwiGLU (`ClampedGLU`) instead of act(gate) * up; "
+        "activation must then be silu (what the config says; the clamped gate replaces it).",
+    )
 
     @model_validator(mode="after")
     def _check_routing(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k ({self.top_k}) must be at most num_experts ({self.num_experts})")
+        if self.clamped_glu is not None and self.activation != "silu":
+            raise ValueError(
+                f"clamped_glu replaces the experts' activation: activation must be 'silu', got {self.activation!r}"
+            )
         return self
 
     # What every expert is, read where any FFN spec is (costs, the dense families' export checks, which
-    # refuse an MoE spec by its kind before they look): gated, bias-free, no dropout inside.
+    # refuse an MoE spec by its kind before they look): gated, biased only with expert_bias, no dropout inside.
     @property
     def gated(self) -> bool:
         return True
 
     @property
     def bias(self) -> bool:
-        return False
+        return self.expert_bias
 
     @property
     def dropout(self) -> float:
@@ -197,6 +215,18 @@ class MoESpec(Spec):
         """The gated FFN of this stack's dense layers (bias-free, as in Qwen-MoE's MLP)."""
         assert self.dense_d_ff is not None  # the stack's validation requires it where a layer is dense
         return FFNSpec(d_ff=self.dense_d_ff, activation=self.activation, gated=True, bias=False)
+
+
+class ClampedGLU(Spec):
+    """gpt-oss's clamped SwiGLU (transformers' ``swiglu_alpha`` / ``swiglu_limit``), in place of the experts'
+    ``act(gate) * up``::
+
+        gate = min(gate, limit); up = clamp(up, -limit, limit)
+        out  = (up + 1) * gate * sigmoid(alpha * gate)
+    """
+
+    alpha: PositiveFloat = Field(1.702, description="Slope inside the sigmoid gate (swiglu_alpha).")
+    limit: PositiveFloat = Field(7.0, description="Gate clamped above, up clamped to +-limit (swiglu_limit).")
 
 
 def _ffn_kind(value: Any) -> str:

@@ -106,6 +106,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "olmo2",
     "starcoder2",
     "cohere2",
+    "gpt_oss",
 )
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
