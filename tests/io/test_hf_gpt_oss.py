@@ -4,7 +4,7 @@ the biased router and experts with the clamped SwiGLU, and MXFP4 expert weights 
 Each case is a small random transformers model with every parameter drawn or perturbed (the sinks large
 enough to matter), options away from their defaults (the SwiGLU's alpha and limit, q/k/v/o biases off, a
 head width that is not d_model / heads, all-full layers, tied embeddings); batches are left-padded as in
-`test_hf_llama_family`. The rotary is plain (``rope_type: default``): the published YaRN is refused by name.
+`test_hf_llama_family`. The rotary is plain (``rope_type: default``) or the published kind, YaRN.
 """
 
 from __future__ import annotations
@@ -35,6 +35,10 @@ CASES: dict[str, dict[str, Any]] = {
     "gpt_oss": dict(head_dim=24, swiglu_limit=1.5, swiglu_alpha=1.2),
     "gpt_oss-full-tied": dict(layer_types=["full_attention"] * 3, attention_bias=False, tie_word_embeddings=True,
                               num_experts_per_tok=3, rms_norm_eps=0.25),
+    # the published rotary's kind: YaRN over a short original context, so the 40-token batch goes past it
+    "gpt_oss-yarn": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                          "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                          "beta_slow": 1.0, "truncate": False}),
 }  # fmt: skip
 
 
@@ -78,8 +82,10 @@ def test_import_reads_sinks_windows_and_the_moe_options(case) -> None:
             "causal",
             "sliding_window",
         ]
-    else:
+    elif name == "gpt_oss-full-tied":
         assert spec["decoder"]["layer_patterns"] is None and spec["decoder"]["pattern"] is None
+    else:
+        assert spec["position"]["scaling"]["type"] == "yarn" and spec["position"]["scaling"]["factor"] == 4.0
 
 
 def test_the_sinks_change_the_logits(case) -> None:
@@ -185,13 +191,14 @@ def test_another_quantization_method_is_refused_by_name(tmp_path) -> None:
 # -- refusals ----------------------------------------------------------------------------------------------
 
 
-def test_the_published_yarn_rotary_is_refused_by_name(tmp_path) -> None:
+def test_the_published_config_without_rope_parameters_reads_as_yarn(tmp_path) -> None:
     hf_model().save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    del config["rope_parameters"]  # GptOssConfig's default: YaRN
+    del config["rope_parameters"]  # GptOssConfig's default: YaRN, factor 32 over 4096, theta 150000
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFError, match=r"rope_type='yarn' is not supported"):
-        zoo.from_hf(tmp_path)
+    scaling = zoo.read_hf_spec(tmp_path).position.scaling
+    assert scaling is not None and scaling.type == "yarn" and scaling.factor == 32.0
+    assert scaling.original_max_positions == 4096 and scaling.truncate is False
 
 
 def _oss_spec(tmp_path) -> Any:

@@ -20,8 +20,8 @@ Published checkpoints store the expert weights as MXFP4 (``gate_up_proj_blocks``
 ``quantization_config.quant_method: mxfp4``): they are dequantised on import (`zoo.io.hf.mxfp4`) into the
 dtype of the layer's expert biases; an export writes plain weights and no ``quantization_config``.
 
-gpt-oss's published rotary is YaRN, which zoo does not run yet (`zoo.io.hf.rope` refuses it by name);
-``default``, ``llama3`` and ``linear`` configs import. ``hidden_act`` is never read by transformers (the
+gpt-oss's published rotary is YaRN (factor 32 over 4096 positions, theta 150000), read as
+``position.scaling: {type: yarn}``; ``default``, ``llama3``, ``linear`` and ``dynamic`` configs import too. ``hidden_act`` is never read by transformers (the
 clamped SwiGLU replaces it): zoo reads the experts' activation as silu and writes silu.
 """
 
@@ -47,7 +47,13 @@ from zoo.io.hf.common import (
 )
 from zoo.io.hf.llama import layer_windows
 from zoo.io.hf.mxfp4 import dequantize_mxfp4
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import (
+    LONG_CONTEXT,
+    max_positions_from_config,
+    max_positions_to_config,
+    rope_from_config,
+    rope_to_config,
+)
 from zoo.spec import DecoderSpec, ModelSpec, MoESpec, parse_spec
 from zoo.spec.limits import LAYERS
 
@@ -86,12 +92,15 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     if "rope_theta" not in rope and "rope_theta" not in (rope.get("rope_parameters") or {}):
         rope = {**rope, "rope_theta": DEFAULT_ROPE["rope_theta"]}
     windows = _windows_from_config(config, get)
+    position = rope_from_config(
+        rope, layer_types=config.get("layer_types"), kinds=LONG_CONTEXT, max_positions=max_positions
+    )
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
         "d_model": d_model,
         "num_layers": get("num_hidden_layers"),
-        "max_positions": max_positions,
+        "max_positions": max_positions_from_config(position, max_positions),
         "attention": {
             "num_heads": num_heads,
             "num_kv_heads": get("num_key_value_heads") or num_heads,
@@ -112,7 +121,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "clamped_glu": {"alpha": get("swiglu_alpha"), "limit": get("swiglu_limit")},
         },
         "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
-        "position": rope_from_config(rope, layer_types=config.get("layer_types")),
+        "position": position,
         "decoder": _patterns_spec(windows, max_positions),
         "lm_head": {"tied": get("tie_word_embeddings")} if has_head else None,
         "dropout": 0.0,
@@ -199,9 +208,9 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "swiglu_alpha": glu.alpha if glu else DEFAULTS["swiglu_alpha"],
         "swiglu_limit": glu.limit if glu else DEFAULTS["swiglu_limit"],
         "hidden_act": "silu",
-        "max_position_embeddings": spec.max_positions,
+        "max_position_embeddings": max_positions_to_config(stack.position, spec.max_positions),
         "rms_norm_eps": stack.norm.eps,
-        **rope_to_config(stack.position),
+        **rope_to_config(stack.position, kinds=LONG_CONTEXT),
         # transformers builds the sliding mask even when no layer reads it: a window must be there
         "sliding_window": window if window is not None else DEFAULTS["sliding_window"],
         "layer_types": [FULL if w is None else SLIDING for w in windows],
