@@ -91,7 +91,14 @@ def _step_child(contender: str, folder: Path, device: str) -> dict[str, float]:
     model.train()
     ids = torch.randint(0, LLAMA_1B["vocab_size"], (1, TOKENS), device=device)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    loss = model(input_ids=ids, labels=ids).loss
+    if contender.startswith("zoo"):  # the loss as zoo train computes it: chunked through the head
+        from zoo.losses.chunked import ChunkedLoss, auto_chunk_tokens
+
+        targets = torch.cat([ids[0, 1:], ids.new_full((1,), -100)])  # (T,) the next tokens; the last unscored
+        chunked = ChunkedLoss(targets, chunk_tokens=auto_chunk_tokens(LLAMA_1B["vocab_size"]))
+        loss = model(input_ids=ids, chunked_loss=chunked).token_losses.sum() / (TOKENS - 1)
+    else:
+        loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -211,7 +218,7 @@ def markdown(record: dict[str, Any]) -> str:
     lines = [f"# QLoRA and optimizer memory ({record['machine'].get('device', record['device'])})", ""]
     if record.get("step"):
         lines += [
-            f"One LoRA r={RANK} step on q/k/v/o, {TOKENS} tokens, Llama 3.2 1B's shape in bfloat16 (fresh process each).",
+            f"One LoRA r={RANK} step on q/k/v/o, {TOKENS} tokens, Llama 3.2 1B's shape in bfloat16 (fresh process each; zoo's loss chunked through the head as `zoo train` computes it, PEFT's through transformers' `labels=`).",
             "",
             "| contender | peak RSS (GB) | vs zoo-bf16 | load (s) | step (s) |",
             "|---|---:|---:|---:|---:|",
