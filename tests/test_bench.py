@@ -51,6 +51,7 @@ def test_results_go_to_a_folder_git_ignores_unless_update_is_given(bench_modules
         "bench.lm_eval",
         "bench.serve",
         "bench.loading",
+        "bench.chunked_loss",
     ],
 )
 def test_every_bench_writes_where_the_output_options_say(module: str, bench_modules: None) -> None:

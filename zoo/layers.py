@@ -12,14 +12,21 @@ Sandwich norms (Gemma 2/3) put a norm on both sides of each sub-layer, inside th
     x ──┬──> norm ──> sublayer ──> post_norm ──> dropout ──(+)──>
         └─────────────────────────────────────────────────┘
 
-Parallel residual (``norm.residual: parallel``; GPT-NeoX, GPT-J, PaLM): every branch reads the layer's
-input through its own norm, and their outputs are added to it at once, not one after the other:
+Post-sublayer norms (``norm.placement: post_sublayer``, OLMo 2) keep only the sandwich's second norm:
+
+    x ──┬──> sublayer ──> post_norm ──> dropout ──(+)──>
+        └───────────────────────────────────────┘
+
+Parallel residual (``norm.residual: parallel``; GPT-NeoX, PaLM): every branch reads the layer's input
+through its own norm, and their outputs are added to it at once, not one after the other:
 
         x ──┬──> norm1 ──> self-attention ──> dropout ──(+)──>
             ├──> norm2 ──> feed-forward   ──> dropout ───┤
             └────────────────────────────────────────────┘
 
-(with cross-attention, it is a third branch reading the same x through its own norm).
+(with cross-attention, it is a third branch reading the same x through its own norm). With
+``parallel_shared`` (GPT-J, Cohere) one norm, ``self_attn_norm``, feeds every branch: x + attn(n) + ffn(n),
+n = norm(x).
 
 A decoder layer of an encoder-decoder model has three branches: masked self-attention with the causal
 mask, cross-attention over the encoder output with the encoder's padding mask, then the FFN. (Swapping
@@ -43,6 +50,12 @@ from zoo.blocks.flex import BlockMask
 from zoo.spec import AttentionSpec, FeedForwardSpec, NormSpec
 
 Branch = Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
+Norm = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    """A branch without a norm of its own on its input."""
+    return x
 
 
 @dataclass
@@ -71,23 +84,28 @@ class Layer(nn.Module):
         ``attention_norm``: false leaves the self-attention input un-normalised (the stack's first layer
         under ``norm.first_attention_norm: false``, ModernBERT)."""
         super().__init__()
-        self.pre_norm = norm.placement != "post"
-        self.parallel = norm.residual == "parallel"
-        sandwich = norm.placement == "sandwich"
+        self.pre_norm = norm.placement != "post"  # the residual is added last (pre, sandwich, post_sublayer)
+        self.input_norm = norm.placement != "post_sublayer"  # a norm on each branch's input (or, post: sum)
+        self.parallel = norm.parallel
+        self.shared_norm = norm.residual == "parallel_shared"  # self_attn_norm feeds every branch
+        after = norm.placement in ("sandwich", "post_sublayer")  # a norm on each branch's output
+        own = self.input_norm and not self.shared_norm  # a branch past the first has its own input norm
         unit_offset = norm.unit_offset
         self.self_attn = build_attention(attention, d_model=d_model, qk_unit_offset=unit_offset)
-        self.self_attn_norm = build_norm(norm, dim=d_model) if attention_norm else nn.Identity()
-        self.self_attn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
+        self.self_attn_norm = (
+            build_norm(norm, dim=d_model) if attention_norm and self.input_norm else nn.Identity()
+        )
+        self.self_attn_post_norm = build_norm(norm, dim=d_model) if after else None
         self.cross_attn = (
             Attention(cross_attention, d_model=d_model, cross=True, qk_unit_offset=unit_offset)
             if cross_attention
             else None
         )
-        self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention else None
-        self.cross_attn_post_norm = build_norm(norm, dim=d_model) if cross_attention and sandwich else None
+        self.cross_attn_norm = build_norm(norm, dim=d_model) if cross_attention and own else None
+        self.cross_attn_post_norm = build_norm(norm, dim=d_model) if cross_attention and after else None
         self.ffn = build_ffn(ffn, d_model=d_model)
-        self.ffn_norm = build_norm(norm, dim=d_model)
-        self.ffn_post_norm = build_norm(norm, dim=d_model) if sandwich else None
+        self.ffn_norm = build_norm(norm, dim=d_model) if own else None
+        self.ffn_post_norm = build_norm(norm, dim=d_model) if after else None
         self.dropout = Dropout(dropout)
 
     def forward(
@@ -98,24 +116,27 @@ class Layer(nn.Module):
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         memory: torch.Tensor | None = None,
-        cross_mask: torch.Tensor | None = None,
+        cross_mask: torch.Tensor | BlockMask | None = None,
         cache: Any = None,
         output_attentions: bool = False,
     ) -> LayerOutput:
         """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch."""
-        layer_input = x  # what each branch reads under the parallel residual
+        # what each branch reads under the parallel residual: x, or its one shared norm's output
+        layer_input = self.self_attn_norm(x) if self.shared_norm else x
+        self_norm = _identity if self.shared_norm else self.self_attn_norm
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
-        x, self_weights = self._branch(self.self_attn_norm, x, layer_input, lambda h: self.self_attn(
+        x, self_weights = self._branch(self_norm, x, layer_input, lambda h: self.self_attn(
             h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions
         ), self.self_attn_post_norm)  # fmt: skip
         cross_weights = None
         if self.cross_attn is not None:
             cross_attn = self.cross_attn  # a local: the lambda keeps its not-None type
-            assert self.cross_attn_norm is not None  # built together with cross_attn in __init__
-            x, cross_weights = self._branch(self.cross_attn_norm, x, layer_input, lambda h: cross_attn(
+            cross_norm = self.cross_attn_norm if self.cross_attn_norm is not None else _identity
+            x, cross_weights = self._branch(cross_norm, x, layer_input, lambda h: cross_attn(
                 h, memory=memory, mask=cross_mask, cache=cross_cache, output_attentions=output_attentions
             ), self.cross_attn_post_norm)  # fmt: skip
-        x, router = self._branch(self.ffn_norm, x, layer_input, self._ffn, self.ffn_post_norm)
+        ffn_norm = self.ffn_norm if self.ffn_norm is not None else _identity
+        x, router = self._branch(ffn_norm, x, layer_input, self._ffn, self.ffn_post_norm)
         return LayerOutput(x, self_weights, cross_weights, router)
 
     def _ffn(self, h: torch.Tensor) -> tuple[torch.Tensor, RouterOutput | None]:
@@ -125,14 +146,14 @@ class Layer(nn.Module):
 
     def _branch(
         self,
-        norm: nn.Module,
+        norm: Norm,
         x: torch.Tensor,
         layer_input: torch.Tensor,
         sublayer: Branch,
         post_norm: nn.Module | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """x plus one residual branch; the branch reads ``layer_input`` under the parallel residual."""
-        if self.pre_norm:  # pre-norm, or sandwich with its post_norm
+        if self.pre_norm:  # pre-norm, sandwich or post_sublayer: the sum comes last
             out, weights = sublayer(norm(layer_input if self.parallel else x))
             if post_norm is not None:
                 out = post_norm(out)

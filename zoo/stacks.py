@@ -7,7 +7,8 @@ The stack owns everything computed once per forward and shared by its layers: th
 (one per distinct attention pattern, `zoo.blocks.layer_masks`), the cross-attention mask, rotary angles or
 the relative/ALiBi bias (umT5's per-layer tables: each layer's, as it runs). With ``share_layers`` (ALBERT)
 one layer's weights run ``num_layers`` times. With ``position.local_theta`` (Gemma 3, ModernBERT) the
-sliding-window layers rotate by their own tables.
+sliding-window layers rotate by their own tables; the layers of ``position.nope_layers`` (SmolLM3) rotate
+nothing.
 Causality is a property of the stack, not of its layers.
 """
 
@@ -22,9 +23,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn, masks
+from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn
 from zoo.blocks.dropout import Dropout
-from zoo.blocks.layer_masks import LayerMask, StackPatterns, self_attention_masks, with_position_bias
+from zoo.blocks.layer_masks import (
+    LayerMask,
+    StackPatterns,
+    cross_attention_mask,
+    self_attention_masks,
+    with_position_bias,
+)
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
 from zoo.spec import EmbeddingSpec, ResolvedStack
@@ -141,6 +148,8 @@ class Stack(nn.Module):
         self.causal = spec.causal
         self.patterns = StackPatterns.of([spec.layer_pattern(i) for i in range(spec.num_layers)])
         self.attention_dropout = spec.attention.dropout > 0
+        self.cross_attention_dropout = spec.cross_attention is not None and spec.cross_attention.dropout > 0
+        self.attention_sinks = spec.attention.sinks  # flex on a CPU returns no log-sum-exp: dense there
         self.num_layers = spec.num_layers
         embed_dim = embedding.factorized_dim or d_model
         self.positions = build_positions(
@@ -162,9 +171,12 @@ class Stack(nn.Module):
         self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
         self.layers = nn.ModuleList(build_layers(spec, d_model=d_model, dropout=dropout))
-        # Per layer application: rotate by the local tables (a sliding layer with position.local_theta)
+        # Per layer application: rotate by the local tables (a sliding layer with position.local_theta), or
+        # not at all (position.nope_layers)
         local = getattr(spec.position, "local_theta", None) is not None
         self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
+        nope = set(getattr(spec.position, "nope_layers", ()))
+        self.unrotated = tuple(i in nope for i in range(spec.num_layers))
         self.final_norm = build_norm(spec.norm, dim=d_model) if spec.norm.has_final else None
 
     def forward(
@@ -179,6 +191,7 @@ class Stack(nn.Module):
         output_attentions: bool = False,
         prefix_lengths: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        memory_document_ids: torch.Tensor | None = None,
     ) -> StackOutput:
         """x: token embeddings (B, T, E). attention_mask: (B, cached + T) 1 = token, 0 = padding, or a
         (B, T, cached + T) bool mask, True = may attend (ANDed with the stack's patterns; positions then
@@ -186,7 +199,9 @@ class Stack(nn.Module):
         memory / memory_mask: the encoder output (B, S, C) and its padding mask (B, S), for cross-attention.
         prefix_lengths: (B,) real tokens of each row's prefix, for prefix_lm layers.
         document_ids: (B, T) the document of each token of packed rows (no cache): attention stays inside
-        each document, and positions restart at each document's start unless ``position_ids`` are given."""
+        each document, and positions restart at each document's start unless ``position_ids`` are given.
+        memory_document_ids: (B, S) with ``document_ids``, packed (source, target) pairs: a pair id per
+        source token; each token's cross-attention reads only the source of its own pair."""
         T, offset = x.shape[1], cache.length if cache is not None else 0
         padding = attention_mask if attention_mask is None or attention_mask.dim() == 2 else None
         if position_ids is None and document_ids is not None:
@@ -204,7 +219,17 @@ class Stack(nn.Module):
             output_attentions=output_attentions,
         )
         rotary, rotary_local = self._rotary(position_ids, dtype=x.dtype)
-        cross_mask = masks.cross_attention_mask(memory_mask) if memory is not None else None
+        cross_mask = None
+        if memory is not None:
+            cross_mask = cross_attention_mask(
+                memory_mask,
+                document_ids=document_ids,
+                memory_document_ids=memory_document_ids,
+                q_len=T,
+                dense_only=output_attentions or (self.training and self.cross_attention_dropout),
+                grad=x.requires_grad,
+                device=x.device,
+            )
 
         self_weights, cross_weights, routers = [], [], []
         for i in range(self.num_layers):
@@ -217,7 +242,7 @@ class Stack(nn.Module):
                 x,
                 self_mask=self_mask[0],
                 is_causal=self_mask[1],
-                rotary=rotary_local if self.local_rotary[i] else rotary,
+                rotary=None if self.unrotated[i] else rotary_local if self.local_rotary[i] else rotary,
                 memory=memory,
                 cross_mask=cross_mask,
                 cache=cache.layers[i] if cache is not None else None,
@@ -275,7 +300,8 @@ class Stack(nn.Module):
             dense_only=output_attentions
             or role == "bias"
             or self.position_bias is not None
-            or (self.training and self.attention_dropout),
+            or (self.training and self.attention_dropout)
+            or (self.attention_sinks and x.device.type == "cpu"),
             grad=x.requires_grad,
             device=x.device,
         )

@@ -157,3 +157,66 @@ def test_soft_capping_through_flex_score_mod_equals_the_math_path():
     assert isinstance(flex_mask, flex.BlockMask) and isinstance(dense_mask, torch.Tensor)
     real = padding.bool()
     torch.testing.assert_close(flexed[real], dense[real], atol=1e-5, rtol=1e-5)
+
+
+def _with_sinks(spec: AttentionSpec) -> Attention:
+    attention = _self_attention(spec.model_copy(update={"sinks": True}))
+    with torch.no_grad():
+        attention.sinks.normal_(0.0, 2.0)
+    return attention
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sinks_equal_a_softmax_with_one_more_zero_valued_key_on_every_path(kv_heads, causal):
+    """The textbook sink: softmax over [scores, sink] with the sink column's value zero; SDPA (sink column in
+    the mask), the math path and the weights returned agree with it, and weights sum to less than one."""
+    torch.manual_seed(0)
+    attention = _with_sinks(AttentionSpec(num_heads=4, num_kv_heads=kv_heads))
+    x = torch.randn(3, 6, 32)
+    attention_mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [0] * 2 + [1] * 4])
+    mask, is_causal = masks.self_attention_mask(attention_mask, q_len=6, k_len=6, causal=causal)
+    fast, _ = attention(x, mask=mask, is_causal=is_causal)
+    eager, weights = attention(x, mask=mask, is_causal=is_causal, output_attentions=True)
+    q, k, v = attention._project(x, None, None, None)
+    k, v = k.repeat_interleave(4 // kv_heads, 1), v.repeat_interleave(4 // kv_heads, 1)  # (B, H, S, D)
+    scores = q @ k.transpose(-1, -2) * attention.scale  # (B, H, T, S)
+    full = mask if mask is not None else masks.causal_mask(6, 6)
+    scores = scores.masked_fill(~full, float("-inf"))
+    sink = attention.sinks.view(1, 4, 1, 1).expand(3, 4, 6, 1)
+    expected_weights = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    expected = attention.out_proj((expected_weights @ v).transpose(1, 2).reshape(3, 6, -1))
+    torch.testing.assert_close(weights, expected_weights, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(eager, expected, atol=1e-5, rtol=0)
+    assert (weights.sum(-1) < 1).all()
+
+
+def test_sinks_through_flex_log_sum_exp_equal_the_dense_path(monkeypatch):
+    """flex's rescaling by sigmoid(lse - sink), run uncompiled (a CPU's compiled flex has no lse; CUDA's has)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from zoo.blocks import flex
+    from zoo.blocks.layer_masks import StackPatterns, self_attention_masks
+    from zoo.spec import SlidingWindowPattern
+
+    monkeypatch.setattr(flex, "_compiled", lambda: flex_attention)
+    torch.manual_seed(0)
+    attention = _with_sinks(AttentionSpec(num_heads=4, num_kv_heads=2, bias=False)).eval()
+    x = torch.randn(2, 20, 32) * 3
+    padding = torch.ones(2, 20, dtype=torch.long)
+    padding[1, :6] = 0
+    patterns = StackPatterns.of([SlidingWindowPattern(window=5)])
+
+    def run(kernel):
+        with flex.attention_kernel(kernel), torch.no_grad():
+            [(mask, is_causal)] = self_attention_masks(
+                patterns, causal=True, attention_mask=padding, q_len=20, device=torch.device("cpu")
+            )
+            return mask, attention(x, mask=mask, is_causal=is_causal)[0]
+
+    flex_mask, flexed = run("flex")
+    dense_mask, dense = run("sdpa")
+    assert isinstance(flex_mask, flex.BlockMask) and isinstance(dense_mask, torch.Tensor)
+    real = padding.bool()
+    torch.testing.assert_close(flexed[real], dense[real], atol=1e-5, rtol=1e-5)

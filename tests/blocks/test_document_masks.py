@@ -36,12 +36,24 @@ def test_positions_restart_at_each_document() -> None:
     assert position_ids_from_documents(documents).tolist() == [[0, 1, 2, 0, 1, 0], [0, 0, 1, 2, 3, 0]]
 
 
+def _with_sinks(model: torch.nn.Module) -> torch.nn.Module:
+    """Attention sinks drawn away from zero, where the model has them (gpt-oss-tiny)."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("sinks"):
+                param.normal_(0.0, 2.0)
+    return model
+
+
+# rotary, learned, encoder; OLMo 2's and Cohere 2's norms (Cohere's rope only on its sliding layers);
+# attention sinks with sliding and full layers; latent attention
 @pytest.mark.parametrize(
-    "name", ["llama-tiny", "gpt2-tiny", "bert-tiny", "deepseek-tiny"]
-)  # rotary, learned, encoder, latent attention
+    "name",
+    ["llama-tiny", "gpt2-tiny", "bert-tiny", "olmo2-tiny", "cohere2-tiny", "gpt-oss-tiny", "deepseek-tiny"],
+)
 def test_a_packed_row_gives_each_document_the_logits_it_gets_alone(name: str) -> None:
     torch.manual_seed(0)
-    model = build_model(preset(name)).eval()
+    model = _with_sinks(build_model(preset(name))).eval()
     docs, ids, documents = packed([5, 9, 3])
     with torch.no_grad():
         together = model(ids, document_ids=documents).logits[0]
@@ -61,9 +73,10 @@ def test_document_ids_are_checked_by_name() -> None:
 
 
 @pytest.mark.slow  # flex_attention compiles on first use (~25 s on a CPU)
-def test_flex_document_mask_matches_the_dense_path() -> None:
+@pytest.mark.parametrize("name", ["llama-tiny", "gpt-oss-tiny"])  # gpt-oss: dense on a CPU (no flex lse)
+def test_flex_document_mask_matches_the_dense_path(name: str) -> None:
     torch.manual_seed(0)
-    model = build_model(preset("llama-tiny")).eval()
+    model = _with_sinks(build_model(preset(name))).eval()
     _, ids, documents = packed([40, 50, 30])
     with torch.no_grad():
         dense = model(ids, document_ids=documents).logits

@@ -25,14 +25,21 @@ def reference(block: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
     probs = torch.softmax(block.router(flat).float(), dim=-1)
     out = torch.zeros_like(flat)
     up, down = block.experts.up_proj.weight, block.experts.down_proj.weight
-    F = block.experts.d_ff
+    up_bias, down_bias = block.experts.up_bias, block.experts.down_bias
+    F, clamped = block.experts.d_ff, block.experts.clamped_glu
     for n in range(flat.shape[0]):
         weights, experts = probs[n].topk(block.top_k)
         if block.normalize_top_k:
             weights = weights / weights.sum()
         for w, e in zip(weights, experts.tolist()):
-            h = up[e] @ flat[n]
-            out[n] += w * (down[e] @ (torch.nn.functional.silu(h[:F]) * h[F:]))
+            h = up[e] @ flat[n] + (up_bias[e] if up_bias is not None else 0)
+            gate, lin = h[:F], h[F:]
+            if clamped is not None:  # gpt-oss, as transformers' GptOssExperts._apply_gate writes it
+                gate, lin = gate.clamp(max=clamped.limit), lin.clamp(-clamped.limit, clamped.limit)
+                glu = (lin + 1) * gate * torch.sigmoid(gate * clamped.alpha)
+            else:
+                glu = torch.nn.functional.silu(gate) * lin
+            out[n] += w * (down[e] @ glu + (down_bias[e] if down_bias is not None else 0))
         if block.shared is not None:
             gate = torch.sigmoid(block.shared_gate(flat[n])) if block.shared_gate is not None else 1.0
             out[n] += gate * block.shared(flat[n][None, None])[0, 0]
@@ -51,24 +58,49 @@ def test_dispatch_equals_the_per_token_reference(normalize: bool, shared: int | 
     assert router.probs.shape == (21, 5) and router.experts.shape == (21, 2)
 
 
+GPT_OSS = {"router_bias": True, "expert_bias": True, "clamped_glu": {"alpha": 1.3, "limit": 0.8}}
+
+
+def _gpt_oss_block(**spec: Any) -> MoEFeedForward:
+    block = MoEFeedForward(MoESpec.model_validate({**spec, **GPT_OSS}), d_model=16)
+    block.init_weights(std=0.3)
+    with torch.no_grad():
+        for bias in (block.router.bias, block.experts.up_bias, block.experts.down_bias):
+            bias.normal_(0.0, 0.5)
+    return block
+
+
+def test_gpt_oss_options_dispatch_equals_the_per_token_reference() -> None:
+    """Biased router and experts, and the clamped SwiGLU with a limit the activations reach."""
+    block = _gpt_oss_block(num_experts=5, top_k=2, d_ff=12)
+    x = torch.randn(3, 7, 16)
+    out, _ = block(x)
+    torch.testing.assert_close(out, reference(block, x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("gpt_oss", [False, True])
 @pytest.mark.parametrize("d_ff", [8, 6])  # 6 float32s: rows of 24 bytes, the per-expert loop, not grouped_mm
-def test_grouped_and_gathered_dispatch_agree(d_ff: int) -> None:
+def test_grouped_and_gathered_dispatch_agree(d_ff: int, gpt_oss: bool) -> None:
     """The grouped path (torch's grouped GEMM or the per-expert loop) equals the one torch.compile (few
-    tokens) and torch.export take, values and gradients."""
+    tokens) and torch.export take, values and gradients (with gpt-oss's expert biases too)."""
     from zoo.blocks.moe import _grouped_mm_fits
 
-    block = MoEFeedForward(MoESpec(num_experts=4, top_k=3, d_ff=d_ff), d_model=16)
-    block.init_weights(std=0.3)
+    if gpt_oss:
+        block = _gpt_oss_block(num_experts=4, top_k=3, d_ff=d_ff)
+    else:
+        block = MoEFeedForward(MoESpec(num_experts=4, top_k=3, d_ff=d_ff), d_model=16)
+        block.init_weights(std=0.3)
     up, down = block.experts.weights()
     assert _grouped_mm_fits(torch.zeros(1, 16), up, down) == (d_ff == 8 and hasattr(torch, "_grouped_mm"))
     x = torch.randn(20, 16, requires_grad=True)
     token, experts, weight = torch.randint(0, 20, (30,)), torch.randint(0, 4, (30,)), torch.rand(30)
     order = experts.argsort(stable=True)
     counts = torch.bincount(experts, minlength=4)
-    grouped = block.experts.grouped(x, token[order], weight[order], counts)
+    grouped = block.experts.grouped(x, token[order], weight[order], counts, experts[order])
     gathered = block.experts.gathered(x, token, weight, experts)
     torch.testing.assert_close(grouped, gathered, atol=1e-5, rtol=1e-5)
     params = [x, block.experts.up_proj.weight, block.experts.down_proj.weight]
+    params += [block.experts.up_bias, block.experts.down_bias] if gpt_oss else []
     grads = [torch.autograd.grad(out.square().sum(), params) for out in (grouped, gathered)]
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
@@ -148,3 +180,10 @@ def test_a_saved_moe_model_loads_with_the_same_outputs(tmp_path: Path) -> None:
     ids = torch.randint(3, 100, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)
+
+
+def test_the_clamped_glu_takes_silu_as_the_activation_it_replaces() -> None:
+    with pytest.raises(
+        ValueError, match=r"clamped_glu replaces the experts' activation: activation must be 'silu'"
+    ):
+        MoESpec.model_validate({"activation": "gelu", **GPT_OSS})

@@ -142,7 +142,7 @@ def test_convert_usage_breaks_its_alternatives_inside_the_group(monkeypatch: pyt
     convert = dict(every_parser())["zoo convert"]
     usage = convert.format_usage()
     assert max(map(len, usage.splitlines())) <= 80
-    assert "(--from-hf DIR|ID | --to-hf DIR|PRESET |" in usage and "--to-peft RUN|FILE)" in usage
+    assert "(--from-hf DIR|ID | --to-hf DIR|PRESET |" in usage and "--to-gguf DIR|PRESET)" in usage
 
 
 def test_wrap_alternatives_keeps_a_short_line_and_breaks_after_a_bar() -> None:

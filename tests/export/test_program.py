@@ -51,13 +51,32 @@ SPECS = {
         decoder={"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]},
         **{"attention.qk_norm": True, "position.local_theta": 1000.0},
     ),
+    # YaRN's scaled tables with a layer that rotates nothing; dynamic NTK's rates from the batch's longest
+    # position (a torch.where on it: past the original context of 4 on some shapes, within it on others)
+    "yarn-nope": lambda: zoo.preset("llama-tiny", num_layers=2).override(
+        **{
+            "position.scaling": {"type": "yarn", "factor": 4.0, "original_max_positions": 4},
+            "position.nope_layers": [1],
+        }
+    ),
+    "dynamic": lambda: zoo.preset("llama-tiny", num_layers=1).override(
+        **{"position.scaling": {"type": "dynamic", "factor": 4.0, "original_max_positions": 4}}
+    ),
     # experts dispatched by gathered weights (no data-dependent shapes), a shared expert; aux_loss returned
     "moe": lambda: zoo.preset("moe-tiny", num_layers=1).override(**{"ffn.shared_d_ff": 16}),
     # latent attention (a q bottleneck) and DeepSeek-V3's routing: sigmoid scores, groups, a routing bias
     "deepseek": lambda: zoo.preset("deepseek-tiny", num_layers=2),
+    # OLMo 2: norms on each sub-layer's output, q/k norms over all heads
+    "olmo2": lambda: zoo.preset("olmo2-tiny", num_layers=1),
+    # Cohere 2: one norm feeding parallel branches, scaled logits, a sliding window
+    "cohere2": lambda: zoo.preset("cohere2-tiny", num_layers=1),
+    # attention sinks (the SDPA sink column), a sliding layer, biased router and experts, the clamped SwiGLU
+    "gpt-oss": lambda: zoo.preset("gpt-oss-tiny").override(
+        decoder={"layer_patterns": [{"kind": "sliding_window", "window": 3}, {"kind": "causal"}]}
+    ),
 }
 # 2-6 s each on a loaded 2-core machine; the default suite keeps the rest
-SLOW = {"t5", "bart", "alibi", "gemma"}
+SLOW = {"t5", "bart", "alibi", "gemma", "olmo2", "cohere2", "gpt-oss"}
 OUTPUTS = {
     "encoder": ["logits", "last_hidden_state", "pooler_output"],
     "decoder": ["logits", "last_hidden_state"],
@@ -87,7 +106,7 @@ def test_exported_program_equals_eager_on_new_batches_and_lengths(name: str) -> 
         example = example_inputs(model, batch=batch, length=length, target_length=target, seed=batch)
         differences = compare_program(model, program, example)
         assert list(differences) == OUTPUTS[model.spec.family] + (
-            ["aux_loss"] if name in ("moe", "deepseek") else []
+            ["aux_loss"] if name in ("moe", "gpt-oss", "deepseek") else []
         )
         assert max(differences.values()) <= TOLERANCE, (batch, length, differences)
 

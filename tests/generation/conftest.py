@@ -18,7 +18,8 @@ def _with_position(name: str, position: dict) -> zoo.ModelSpec:
     return zoo.parse_spec(data)
 
 
-# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, Gemma's and experts.
+# Decoder-only shapes: learned, rotary + GQA, ALiBi, sinusoidal, ALBERT-style shared layers, Gemma's, experts,
+# YaRN with no-rope layers.
 DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     "gpt2-tiny": lambda: zoo.preset("gpt2-tiny"),
     "llama-tiny": lambda: zoo.preset("llama-tiny"),
@@ -29,6 +30,19 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     # (1 + w) q/k norms, local and global layers with their own rope bases (no one HF Gemma has all of them)
     "gemma-tiny": lambda: zoo.preset("gemma-tiny").override(
         **{"attention.qk_norm": True, "position.local_theta": 1000.0}
+    ),
+    # YaRN past an original context of 8 (with DeepSeek's attention factor) and a layer without rotary (NoPE)
+    "yarn-nope": lambda: zoo.preset("llama-tiny").override(
+        **{
+            "position.scaling": {
+                "type": "yarn",
+                "factor": 4.0,
+                "original_max_positions": 8,
+                "mscale": 0.8,
+                "mscale_all_dim": 1.0,
+            },
+            "position.nope_layers": [1],
+        }
     ),
     # Mixture-of-Experts: a dense layer, then a sparse one with a gated shared expert
     "moe-tiny": lambda: zoo.preset("moe-tiny").override(
@@ -45,6 +59,17 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
             ]
         }
     ),
+    # OLMo 2: norms on each sub-layer's output only, q/k norms over all heads
+    "olmo2-tiny": lambda: zoo.preset("olmo2-tiny"),
+    # Cohere 2: one norm feeding parallel branches, scaled logits, a local layer of 4 (rolling) and a global one
+    "cohere2-tiny": lambda: zoo.preset("cohere2-tiny").override(
+        decoder={
+            "pattern": None,
+            "layer_patterns": [{"kind": "sliding_window", "window": 4}, {"kind": "causal"}],
+        }
+    ),
+    # gpt-oss: attention sinks, sliding and full layers alternating, biased router and experts, clamped SwiGLU
+    "gpt-oss-tiny": lambda: zoo.preset("gpt-oss-tiny"),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

@@ -17,6 +17,9 @@ from zoo.generation.session import Session, decode_step
         pytest.param("gemma-tiny", marks=pytest.mark.slow),
         pytest.param("moe-tiny", marks=pytest.mark.slow),
         pytest.param("deepseek-tiny", marks=pytest.mark.slow),
+        pytest.param("olmo2-tiny", marks=pytest.mark.slow),
+        pytest.param("cohere2-tiny", marks=pytest.mark.slow),
+        pytest.param("gpt-oss-tiny", marks=pytest.mark.slow),
     ],
 )
 def test_compiled_decode_step_gives_the_eager_tokens(tiny, prompts, name):
@@ -54,7 +57,18 @@ def test_frozen_bf16_compile_follows_weight_updates(tiny, prompts):
 
 @pytest.mark.parametrize(
     "name",
-    ["gpt2-tiny", "llama-tiny", "t5-tiny", "transformer-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny"],
+    [
+        "gpt2-tiny",
+        "llama-tiny",
+        "t5-tiny",
+        "transformer-tiny",
+        "gemma-tiny",
+        "moe-tiny",
+        "olmo2-tiny",
+        "cohere2-tiny",
+        "gpt-oss-tiny",
+        "deepseek-tiny",
+    ],
 )
 def test_a_left_padded_decode_step_compiles_to_one_graph(tiny, prompts, name):
     """The step never asks the mask whether it pads (a host sync, and a graph break per stack)."""

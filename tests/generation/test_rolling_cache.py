@@ -84,13 +84,15 @@ def test_layers_with_different_windows_share_a_buffer_of_the_largest(tiny, promp
     assert caches[0].window == WINDOW
 
 
-@pytest.mark.parametrize("name", ["llama-tiny", "gemma-tiny"])
+@pytest.mark.parametrize("name", ["llama-tiny", "gemma-tiny", "yarn-nope"])
 def test_alternating_layers_roll_the_local_ones_and_keep_every_key_for_the_global_ones(
     tiny, prompts, caches, name
 ):
-    """Gemma-style alternation: the sliding layers decode through W slots, the full ones the whole run."""
+    """Gemma-style alternation: the sliding layers decode through W slots, the full ones the whole run
+    (``yarn-nope``: the sliding layers rotate nothing, as SmolLM3's may)."""
     local = {"kind": "sliding_window", "window": 3}
-    model = tiny(name, num_layers=4, decoder={"layer_patterns": [local, {"kind": "causal"}] * 2})
+    nope = {"position.nope_layers": [0, 2]} if name == "yarn-nope" else {}
+    model = tiny(name, num_layers=4, decoder={"layer_patterns": [local, {"kind": "causal"}] * 2}, **nope)
     ids, mask = prompts(model.spec.vocab_size, [6, 3, 5])
     kwargs = dict(attention_mask=mask, max_new_tokens=12, eos_token_id=[])
     assert torch.equal(model.generate(ids, **kwargs), model.generate(ids, **kwargs, use_cache=False))

@@ -159,7 +159,7 @@ def test_llama_unsupported_rope_scaling_is_refused_naming_the_rope_type(tmp_path
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA))
     save_hf(hf, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 32.0}
+    config["rope_parameters"] = {"rope_type": "proportional", "rope_theta": 500000.0, "factor": 32.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="rope_type='yarn'"):
+    with pytest.raises(ValueError, match="rope_type='proportional'"):
         zoo.from_hf(tmp_path)

@@ -9,6 +9,7 @@ left-padded, as in `test_hf_moe`.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import hf_decoder_parity as parity
@@ -35,6 +36,13 @@ CASES: dict[str, dict[str, Any]] = {
                            n_group=1, topk_group=1, first_k_dense_replace=0, norm_topk_prob=False,
                            routed_scaling_factor=1.5, tie_word_embeddings=True,
                            rms_norm_eps=1e-5),
+    # the release's rotary: YaRN with mscale / mscale_all_dim (the softmax scale grows by mscale²) over a
+    # short original context, so the 40-token batch goes past it
+    "yarn": dict(q_lora_rank=16, n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1,
+                 first_k_dense_replace=1, routed_scaling_factor=2.5,
+                 rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                  "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 1.0, "mscale_all_dim": 1.0}),
 }  # fmt: skip
 
 
@@ -65,7 +73,7 @@ def test_import_reads_latent_attention_and_routing_into_the_spec(case) -> None:
     name, _, _, model = case
     dumped = model.spec.model_dump()
     latent, ffn = dumped["attention"]["latent"], dumped["ffn"]
-    assert latent == {"q_lora_rank": 24 if name == "q-lora-groups" else None, "kv_lora_rank": 20,
+    assert latent == {"q_lora_rank": {"q-lora-groups": 24, "yarn": 16}.get(name), "kv_lora_rank": 20,
                       "rope_head_dim": 8, "v_head_dim": 10, "norm_eps": 1e-6}  # fmt: skip
     assert dumped["attention"]["head_dim"] == 12
     expected = {
@@ -73,6 +81,7 @@ def test_import_reads_latent_attention_and_routing_into_the_spec(case) -> None:
                           "routed_scale": 2.5, "normalize_top_k": True},
         "no-q-lora-bias": {"num_groups": 1, "top_groups": 1, "shared_d_ff": 16, "dense_layers": [],
                            "routed_scale": 1.5, "normalize_top_k": False},
+        "yarn": {"num_groups": 2, "top_groups": 1, "dense_layers": [0], "routed_scale": 2.5},
     }[name]  # fmt: skip
     assert {k: ffn[k] for k in expected} == expected
     assert ffn["scoring"] == "sigmoid" and ffn["score_bias"]
@@ -107,13 +116,23 @@ def test_absorbed_decode_equals_the_plain_path(case) -> None:
 # -- refusals ----------------------------------------------------------------------------------------------
 
 
-def test_yarn_is_refused_naming_the_rope_type(tmp_path) -> None:
-    hf = hf_model(q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1)
-    hf.config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
-                                 "original_max_position_embeddings": 16}  # fmt: skip
-    hf.save_pretrained(tmp_path, safe_serialization=True)
-    with pytest.raises(HFError, match=r"rope_type='yarn' is not supported"):
-        zoo.from_hf(tmp_path)
+def test_yarn_scales_the_softmax_by_mscale_squared(case) -> None:
+    name, _, _, model = case
+    attention = model.spec.attention
+    if name != "yarn":
+        assert attention.scale is None
+        return
+    mscale = 0.1 * math.log(4.0) + 1.0  # mscale(factor 4, mscale_all_dim 1)
+    assert attention.scale == pytest.approx((12 + 8) ** -0.5 * mscale**2)
+    assert model.spec.position.scaling.type == "yarn"
+
+
+def test_a_scale_that_disagrees_with_the_yarn_settings_is_refused_on_export(tmp_path) -> None:
+    hf = hf_model(**CASES["yarn"])
+    hf.save_pretrained(tmp_path / "src", safe_serialization=True)
+    spec = zoo.read_hf_spec(tmp_path / "src").override(**{"attention.scale": 0.5})
+    with pytest.raises(HFError, match=r"attention\.scale"):
+        zoo.to_hf(zoo.build(spec, device="meta", init=False), tmp_path / "out")
 
 
 def test_rotate_half_rope_rows_are_refused(tmp_path) -> None:
@@ -174,6 +193,10 @@ def test_the_preset_exports_the_published_config_fields(tmp_path) -> None:
             "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
             "routed_scaling_factor", "norm_topk_prob", "vocab_size", "rms_norm_eps"]  # fmt: skip
     assert {k: config[k] for k in keys} == {k: published[k] for k in keys}
+    # the release's YaRN (transformers' config class defaults leave it out)
+    assert config["max_position_embeddings"] == 163840
+    assert config["rope_parameters"] == {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                                         "mscale": 1.0, "mscale_all_dim": 1.0, "rope_theta": 10000.0}  # fmt: skip
 
 
 # -- GLM-4 MoE: Llama-style attention over DeepSeek-V3's routed experts -------------------------------------

@@ -186,10 +186,13 @@ def _saved_llama(path: Path, **config_changes: Any) -> Path:
     ("rope", "message"),
     [
         (
-            {"rope_type": "dynamic", "factor": 2.0},
-            r"rope_type='dynamic'.*longest sequence the model has seen",
+            {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+            r"rope_type='longrope' is not supported.*llama3, linear, yarn, dynamic",
         ),
-        ({"rope_type": "yarn", "factor": 4.0}, r"rope_type='yarn' is not supported.*llama3, linear"),
+        (
+            {"rope_type": "ntk-by-parts", "factor": 4.0},
+            r"rope_type='ntk-by-parts' is not supported.*no field",
+        ),
         ({"rope_type": "llama3", "factor": 8.0}, r"rope_type='llama3' needs 'low_freq_factor'"),
         ({"rope_type": "default", "partial_rotary_factor": 0.5}, r"partial_rotary_factor=0.5"),
     ],

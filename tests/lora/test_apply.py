@@ -15,7 +15,16 @@ from torch import nn
 import zoo
 from zoo.lora import LoraError, LoraLinear, LoraSpec
 
-FAMILIES = ["bert-tiny", "gpt2-tiny", "llama-tiny", "t5-tiny", "bart-tiny", "gemma-tiny"]
+FAMILIES = [
+    "bert-tiny",
+    "gpt2-tiny",
+    "llama-tiny",
+    "t5-tiny",
+    "bart-tiny",
+    "gemma-tiny",
+    "olmo2-tiny",
+    "cohere2-tiny",
+]
 ALL_TARGETS = ["qkv", "out", "ffn_in", "ffn_out"]
 
 

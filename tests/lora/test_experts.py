@@ -81,3 +81,33 @@ def test_peft_export_of_expert_adapters_is_refused(tmp_path) -> None:
     model = zoo.lora.apply(moe_model(), targets=["ffn_out"])
     with pytest.raises(LoraError, match="one adapter per expert"):
         zoo.lora.to_peft(model, tmp_path / "peft")
+
+
+def gpt_oss_model() -> zoo.ZooModel:
+    """gpt-oss-tiny with lively sinks and expert/router biases (they are not adapted: LoRA must keep them)."""
+    torch.manual_seed(0)
+    model = zoo.build("gpt-oss-tiny").eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("sinks", "bias")):
+                param.normal_(0.0, 1.0)
+    return model
+
+
+def test_gpt_oss_experts_and_attention_adapt_with_their_biases_and_sinks_kept() -> None:
+    targets = ["qkv", "out", "ffn_in", "ffn_out"]
+    model = zoo.lora.apply(gpt_oss_model(), r=4, alpha=8, targets=targets)
+    assert isinstance(
+        zoo.lora.adapter_modules(model)["decoder.layers.0.ffn.experts.up_proj"], LoraStackedLinear
+    )
+    inputs = batch(model)
+    liven(model)
+    adapted = logits(model, inputs)
+    reference = gpt_oss_model()
+    with torch.no_grad():
+        for path, adapter in zoo.lora.adapter_modules(model).items():
+            reference.get_submodule(path).weight.add_(adapter.delta_weight())
+    torch.testing.assert_close(adapted, logits(reference, inputs), atol=1e-5, rtol=1e-5)
+    plain = zoo.lora.merge_and_unload(model)
+    torch.testing.assert_close(logits(plain, inputs), adapted, atol=1e-5, rtol=1e-5)
+    assert set(plain.state_dict()) == set(reference.state_dict())

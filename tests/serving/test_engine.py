@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import zoo
+from tests.generation.conftest import liven
 from tests.serving.conftest import tiny_decoder
 from zoo.serving import Completion, Delta, Done, Engine, Failed, PromptTooLong, QueueFull, RequestError
 from zoo.serving.requests import StopText
@@ -111,8 +112,54 @@ def test_greedy_under_concurrency_equals_generate_alone(moves: list[int]) -> Non
     _run_staggered(tiny_decoder(), max_length=72, moves=moves)
 
 
+def test_a_yarn_model_with_no_rope_layers_batches_as_generate_alone(moves: list[int]) -> None:
+    scaling = {
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_positions": 8,
+        "mscale": 0.8,
+        "mscale_all_dim": 1.0,
+    }
+    model = tiny_decoder(position={"kind": "rotary", "scaling": scaling, "nope_layers": [0]})
+    _run_staggered(model, max_length=72, moves=moves)
+
+
+def test_a_dynamic_ntk_model_is_refused_by_the_batching_engine() -> None:
+    scaling = {"type": "dynamic", "factor": 2.0, "original_max_positions": 16}
+    model = tiny_decoder(position={"kind": "rotary", "scaling": scaling})
+    with pytest.raises(ValueError, match="dynamic-NTK rotary scaling cannot be batched"):
+        Engine(model, Digits(), max_length=32)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        # OLMo 2: norms on each sub-layer's output, q/k norms over all heads
+        {"norm.placement": "post_sublayer", "attention.qk_norm": True, "attention.qk_norm_scope": "all_heads"},
+        # Cohere 2: one norm feeding parallel branches, scaled logits, a window
+        {"norm.residual": "parallel_shared", "lm_head.scale": 0.5,
+         "decoder": {"pattern": {"kind": "sliding_window", "window": 6}}},
+    ],
+    ids=["post-sublayer", "parallel-shared"],
+)  # fmt: skip
+def test_new_layer_wirings_batch_as_generate_alone(moves: list[int], options: dict) -> None:
+    _run_staggered(tiny_decoder(**options), max_length=72, moves=moves)
+
+
 def test_a_sliding_window_model_batches_through_a_full_cache(moves: list[int]) -> None:
     model = tiny_decoder(decoder={"pattern": {"kind": "sliding_window", "window": 6}})
+    _run_staggered(model, max_length=72, moves=moves)
+
+
+def test_a_gpt_oss_model_batches_with_its_sinks_windows_and_experts(moves: list[int]) -> None:
+    """Attention sinks (zero keys, zero values added per step must not see the slots' padding), sliding and
+    full layers alternating, biased experts with the clamped SwiGLU: the engine's tokens are generate's."""
+    torch.manual_seed(0)
+    spec = zoo.preset("gpt-oss-tiny", vocab_size=120, eos_token_id=None)
+    model = liven(zoo.build(spec)).eval()
+    with torch.no_grad():
+        for layer in model.decoder.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
     _run_staggered(model, max_length=72, moves=moves)
 
 

@@ -21,6 +21,8 @@ HEADER = "family: decoder\nvocab_size: 100\nd_model: 64\nattention: {num_heads: 
 REQUIRED: dict[str, dict[str, Any]] = {
     "LinearRopeScaling": {"factor": 2.0},
     "LongRopeScaling": {"short_factor": [1.0], "long_factor": [1.0], "original_max_positions": 4},
+    "YarnRopeScaling": {"factor": 2.0, "original_max_positions": 4},
+    "DynamicRopeScaling": {"factor": 2.0, "original_max_positions": 4},
     "SequenceClassifierSpec": {"num_labels": 2},
     "TokenClassifierSpec": {"num_labels": 2},
     **{name: {"vocab_size": 100} for name in ("EncoderSpec", "DecoderSpec", "EncoderDecoderSpec")},

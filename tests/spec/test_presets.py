@@ -55,15 +55,28 @@ PUBLISHED_COUNTS = {
     # Qwen/Qwen3-30B-A3B's config.json
     "mixtral-8x7b": 46_702_792_704,
     "qwen3-30b-a3b": 30_532_122_624,
+    # SmolLM3ForCausalLM on the meta device from HuggingFaceTB/SmolLM3-3B's config.json (tied head)
+    "smollm3-3b": 3_075_098_624,
+    # Olmo2ForCausalLM / Starcoder2ForCausalLM on the meta device from allenai/OLMo-2-0425-1B's,
+    # allenai/OLMo-2-1124-7B's and bigcode/starcoder2-3b's config.json (tests/io/test_hf_olmo2_starcoder2.py)
+    "olmo-2-1b": 1_484_916_736,
+    "olmo-2-7b": 7_298_617_344,
+    "starcoder2-3b": 3_030_371_328,
+    # transformers' GptOssForCausalLM built on meta from openai/gpt-oss-{20b,120b}'s config.json
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
     # DeepseekV3ForCausalLM on the meta device from DeepseekV3Config() (transformers' defaults are
     # deepseek-ai/DeepSeek-V3's config.json): its 61 layers, without the checkpoint's MTP layer
     "deepseek-v3": 671_026_404_352,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
+# gpt-oss's model card says 3.61B and 5.13B active: the same counts less the 579,133,440 of the embedding table.
 ACTIVE_COUNTS = {
     "mixtral-8x7b": 12_879_925_248,
     "qwen3-30b-a3b": 3_353_032_704,
+    "gpt-oss-20b": 3_608_307_264 + 201_088 * 2880,
+    "gpt-oss-120b": 5_132_849_472 + 201_088 * 2880,
     "deepseek-v3": 37_552_282_624,  # the technical report's "37B activated for each token"
 }
 EXPECTED = {
@@ -71,6 +84,9 @@ EXPECTED = {
     "albert-base", "gpt2", "gpt2-medium", "t5-small", "t5-base", "bart-base", "bart-large", "marian-en-de",
     "llama-3.2-1b", "mistral-7b", "qwen2-0.5b", "qwen3-0.6b", "opt-125m", "opt-350m", "ctrl",
     "m2m100-418m", "bigbird-roberta-base", "pythia-160m", "phi-3-mini-4k", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "gemma-tiny", "modernbert-base", "modernbert-tiny", "mixtral-8x7b", "qwen3-30b-a3b", "moe-tiny",
+    "smollm3-3b",
+    "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
+    "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
     "deepseek-v3", "deepseek-tiny",
 }  # fmt: skip
 
@@ -89,10 +105,15 @@ def test_moe_preset_has_the_published_active_parameter_count(name):
     from zoo.spec import parameter_count
 
     assert parameter_count(zoo.preset(name), active=True) == ACTIVE_COUNTS[name]
-    assert (
-        round(ACTIVE_COUNTS[name] / 1e9, 1)
-        == {"mixtral-8x7b": 12.9, "qwen3-30b-a3b": 3.4, "deepseek-v3": 37.6}[name]
-    )
+    card = {
+        "mixtral-8x7b": 12.9,
+        "qwen3-30b-a3b": 3.4,
+        "gpt-oss-20b": 3.61,
+        "gpt-oss-120b": 5.13,
+        "deepseek-v3": 37.6,
+    }[name]
+    embedding = 201_088 * 2880 if name.startswith("gpt-oss") else 0  # gpt-oss's card leaves the table out
+    assert round((ACTIVE_COUNTS[name] - embedding) / 1e9, 2 if embedding else 1) == card
 
 
 @pytest.mark.parametrize("name", zoo.list_presets())

@@ -82,17 +82,34 @@ def test_parallel_files_are_for_seq2seq_only(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "tokenizer.json").exists()
 
 
-def test_packing_is_for_language_models_only(tmp_path: Path) -> None:
+def test_packing_is_for_language_models_and_seq2seq_only(tmp_path: Path) -> None:
     config = TrainConfig.from_dict(
         {
-            "model": "transformer-tiny",
+            "model": "bert-tiny",
+            "task": "sequence_classification",
             "data": {"train": "a.tsv", "packing": {"block_size": 64}},
             "epochs": 1,
             "output_dir": str(tmp_path / "run"),
         }
     )
-    assert config.data.packing is not None and config.data.packing.documents == "joined"
-    with pytest.raises(ConfigError, match=r"data\.packing is for causal_lm, masked_lm and chat, not seq2seq"):
+    assert config.data.packing is not None and config.data.packing.documents is None  # the task's default
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.packing is for causal_lm, masked_lm, chat and seq2seq, not sequence_classification",
+    ):
+        Trainer(config, progress=False)
+
+
+def test_seq2seq_refuses_joined_pairs(tmp_path: Path) -> None:
+    config = TrainConfig.from_dict(
+        {
+            "model": "transformer-tiny",
+            "data": {"train": "a.tsv", "packing": {"block_size": 64, "documents": "joined"}},
+            "epochs": 1,
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
+    with pytest.raises(ConfigError, match=r"^data\.packing\.documents: joined would let a pair attend"):
         Trainer(config, progress=False)
 
 

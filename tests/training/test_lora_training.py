@@ -231,6 +231,43 @@ def test_a_lora_run_resumes_exactly(lora_config: Callable[..., TrainConfig], tmp
     )
 
 
+def test_a_qlora_run_trains_on_an_nf4_base_and_resumes_exactly(
+    lora_config: Callable[..., TrainConfig], base: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("torchao")
+    from zoo.lora.nf4 import is_nf4
+
+    def make(run: Path, steps: int, **overrides: Any) -> TrainConfig:
+        return lora_config(
+            run,
+            max_steps=steps,
+            checkpoint={"every_steps": 2, "keep_last": 5},
+            **{"lora.quantize_base": "nf4", "lora.dropout": 0.1, **overrides},
+        )
+
+    straight = train(make(tmp_path / "straight", 4), progress=False)
+    assert any(is_nf4(p) for p in straight.model.parameters())  # the base the run trained on was NF4
+    train(make(tmp_path / "split", 2), progress=False)
+    second = train(make(tmp_path / "split", 4), resume=True, progress=False)
+    expected, got = losses(tmp_path / "straight"), losses(tmp_path / "split")
+    for step in (3, 4):
+        assert abs(expected[step] - got[step]) < 1e-6, step
+    for name, tensor in zoo.lora.adapter_state(straight.model).items():
+        torch.testing.assert_close(zoo.lora.adapter_state(second.model)[name], tensor, atol=1e-6, rtol=0)
+    # The saved model is merged and dense; the adapters load onto the dense base (same fingerprint).
+    merged = zoo.load(tmp_path / "split")
+    assert not any(is_nf4(p) for p in merged.parameters())
+    torch.testing.assert_close(logits(merged), logits(second.model), atol=1e-5, rtol=1e-5)
+    zoo.lora.load(zoo.load(base), tmp_path / "split" / "adapter.safetensors")
+    with pytest.raises(ResumeError, match=r"lora section differs from this config's in: quantize_base"):
+        train(make(tmp_path / "split", 6, **{"lora.quantize_base": None}), resume=True, progress=False)
+
+
+def test_quantize_base_takes_only_nf4(lora_config: Callable[..., TrainConfig]) -> None:
+    with pytest.raises(ConfigError, match=r"lora.quantize_base: Input should be 'nf4'"):
+        lora_config(**{"lora.quantize_base": "int4"})
+
+
 def test_a_lora_checkpoint_resumes_only_with_the_same_adapters_on_the_same_base(
     lora_config: Callable[..., TrainConfig], base: Path, tmp_path: Path
 ) -> None:

@@ -87,10 +87,32 @@ def test_separate_documents_get_ids_and_no_target_across_a_boundary(tmp_path: Pa
     assert (batch.targets[:, :-1][boundary] == IGNORE_INDEX).all()
 
 
-@pytest.mark.parametrize("model", ["llama-tiny", "gpt2-tiny", "deepseek-tiny"])  # rotary, learned, latent
+OPTIONS: dict[str, dict[str, object]] = {
+    # YaRN (original context 4, shorter than the documents) with a layer that rotates nothing
+    "llama-tiny-yarn-nope": {
+        "position": {
+            "kind": "rotary",
+            "scaling": {
+                "type": "yarn",
+                "factor": 4.0,
+                "original_max_positions": 4,
+                "mscale": 0.8,
+                "mscale_all_dim": 1.0,
+            },
+            "nope_layers": [0],
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "model", ["llama-tiny", "gpt2-tiny", "llama-tiny-yarn-nope", "deepseek-tiny"]
+)  # rotary, learned, options, latent
 def test_a_packed_batch_of_separate_documents_has_the_losses_of_each_document_alone(
     model: str, tmp_path: Path
 ) -> None:
+    options = OPTIONS.get(model, {})
+    model = model.removesuffix("-yarn-nope")
     split = split_of(tmp_path, DOCS)
     block = sum(len(doc) + 2 for doc in DOCS)  # one window holds them all
     _, packed = collator(
@@ -99,7 +121,7 @@ def test_a_packed_batch_of_separate_documents_has_the_losses_of_each_document_al
     _, alone = collator("causal_lm", split, model=model, packing=None)
     torch.manual_seed(0)
     net = build_model(
-        preset(model).override(vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        preset(model).override(vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, **options)
     ).eval()
     with torch.no_grad():
         together = token_losses(net, packed(np.array([0])))

@@ -98,6 +98,8 @@ def write_conversations(path: Path, seed: int) -> Path:
 # task (variant) -> (writer, suffix, model, config extras, a validation score the task adds)
 DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str, Any], str | None]] = {
     "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"task.bleu_samples": 4, "task.max_new_tokens": 4}, "val_bleu"),
+    "seq2seq packed": (write_pairs, ".tsv", TRANSFORMER, {"task.bleu_samples": 4, "task.max_new_tokens": 4,
+                                                          "data.packing": {"block_size": 32}}, "val_bleu"),
     "causal_lm": (write_text, ".txt", GPT, {}, None),
     "causal_lm packed": (write_text, ".txt", GPT, {"data.packing": {"block_size": 32, "documents": "separate"}},
                          None),

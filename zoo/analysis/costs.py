@@ -51,6 +51,12 @@ def assumptions(spec: ModelSpec) -> tuple[str, ...]:
         "training states: weights and gradients in the given dtype, Adam's two moments in float32, "
         "plus float32 master weights when the dtype is 16-bit (Rajbhandari et al. 2020: 16 bytes/parameter)",
     ]
+    if causal and getattr(spec, "lm_head", None) is not None:
+        lines.append(
+            "the loss's float32 log-probabilities are counted for every token, as model(labels=...) and "
+            "loss.chunk_tokens: null keep them; zoo train's default chunked loss holds one chunk at a time "
+            "(docs/large-models.md)"
+        )
     if causal:
         lines.append(
             "KV cache: keys and values of every decoder layer in the given dtype (GQA: kv heads only)"

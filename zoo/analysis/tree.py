@@ -125,7 +125,8 @@ def _attention(m: Attention, **_: Any) -> str:
     parts += [] if m.scale != 1.0 else ["unscaled logits"]
     parts += [f"logits × {m.scale:.4g}"] if m.scale not in (1.0, m.head_dim**-0.5) else []
     parts += [f"logits soft-capped at {m.softcap:g}"] if m.softcap is not None else []
-    parts += ["qk-norm"] if m.q_norm is not None else []
+    if m.q_norm is not None:
+        parts.append("qk-norm over all heads" if m.qk_norm_all_heads else "qk-norm")
     parts += [f"dropout {m.dropout}"] if m.dropout else []
     if not m.cross:
         H, K, D = m.num_heads, m.num_kv_heads, m.head_dim
@@ -189,6 +190,8 @@ def _head(m: LMHead | MLMHead, *, paths: dict[int, str], **_: Any) -> str:
         text += f", hidden × {m.rescale:.4g} before the tied matrix"
     if getattr(m, "final_logits_bias", None) is not None:
         text += ", final_logits_bias buffer (not trained)"
+    if getattr(m, "scale", None) is not None:
+        text += f", logits × {m.scale:g}"
     if getattr(m, "softcap", None) is not None:
         text += f", logits soft-capped at {m.softcap:g}"
     return text
@@ -199,11 +202,16 @@ def _stack(m: Stack, **_: Any) -> str:
     norm = (
         "post-norm"
         if not first.pre_norm
+        else "post-sublayer norm"
+        if not first.input_norm
         else "sandwich-norm"
         if first.ffn_post_norm is not None
         else "pre-norm"
     )
-    return f"{m.num_layers} layers, {'causal' if m.causal else 'bidirectional'}, {norm}"
+    nope = [i for i, unrotated in enumerate(m.unrotated) if unrotated]
+    no_rope = f", no rotary in layers {', '.join(map(str, nope))}" if nope else ""
+    residual = ", parallel (one shared norm)" if first.shared_norm else ", parallel" if first.parallel else ""
+    return f"{m.num_layers} layers, {'causal' if m.causal else 'bidirectional'}, {norm}{residual}{no_rope}"
 
 
 def _layer(m: Layer, **_: Any) -> str:
@@ -239,6 +247,12 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
         RotaryPositions,
         lambda m, **_: (
             f"rotary, θ {m.theta:g}"
+            + (f", {m.scaling.type} scaling × {m.scaling.factor:g}" if hasattr(m.scaling, "factor") else "")
+            + (
+                f", {m.scaling.type} scaling"
+                if m.scaling is not None and m.scaling.type == "longrope"
+                else ""
+            )
             + (f" (sliding-window layers: θ {m.local_theta:g})" if m.local_theta is not None else "")
             + f", head_dim {m.head_dim}, applied to q and k"
         ),

@@ -22,6 +22,18 @@ mask) have no SDPA form: with a flex ``BlockMask`` they run as flex_attention's 
 the math path (the eager one, weights not returned) computes them. It holds (B, H, T, S) scores, as
 transformers' eager Gemma 2 does; the flex path is the fused one (``attention_kernel("flex")``).
 
+q/k norms (``qk_norm``) are RMSNorms over each head's D dims with one weight for every head (Qwen3), or with
+``qk_norm_scope: all_heads`` (OLMo 2) over the whole (B, T, H D) query and (B, T, K D) key projections,
+before they split into heads.
+
+Attention sinks (``sinks``, gpt-oss): each head has a learned logit that joins every query's softmax as
+one more key with a zero value, so weights over the real keys may sum to less than one. SDPA has no sink
+input: the dense path appends a zero key and value and puts the sink logits in the float mask's extra
+column (`with_sink_column`), exact and still a fused kernel; flex_attention returns the log-sum-exp of the
+real keys' logits and its output is rescaled by sigmoid(lse - sink) = Z / (Z + exp(sink)), the same
+softmax; the math path (and torch.export) concatenates the sink column to the scores, as transformers'
+eager gpt-oss does.
+
 The KV-cache hook: pass ``cache``, an object with ``update(k, v) -> (k_all, v_all)`` (self-attention:
 append this step's keys/values, return all so far), ``filled`` and ``get()`` (cross-attention: the
 encoder's keys/values are projected once, stored with ``update`` and reused).
@@ -36,7 +48,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from zoo.blocks.flex import BlockMask, flex_attend
-from zoo.blocks.masks import additive_as, causal_mask
+from zoo.blocks.masks import additive_as, causal_mask, with_sink_column
 from zoo.blocks.norm import RMSNorm
 from zoo.blocks.position import apply_rotary
 from zoo.spec import AttentionSpec
@@ -93,8 +105,12 @@ class Attention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
         self.out_proj = nn.Linear(q_width, d_model, bias=spec.has_out_bias)
         eps = spec.qk_norm_eps
-        self.q_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        self.qk_norm_all_heads = spec.qk_norm and spec.qk_norm_scope == "all_heads"
+        q_dim, k_dim = (q_width, kv_width) if self.qk_norm_all_heads else (self.head_dim, self.head_dim)
+        self.q_norm = RMSNorm(q_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        self.k_norm = RMSNorm(k_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        # (H,) one sink logit per head; zero at init: the sink starts as one more key of logit 0
+        self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if spec.sinks else None
 
     @torch.no_grad()
     def init_weights(self, *, residual_std: float | None = None, fold_scale_into_query: bool = False) -> None:
@@ -130,8 +146,9 @@ class Attention(nn.Module):
         if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
             q = q.to(k.dtype)
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
-            out, weights = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap), None
-        elif output_attentions or self.softcap is not None:  # SDPA cannot soft-cap: the math path
+            out = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
+            weights = None
+        elif output_attentions or self.softcap is not None or self._sink_math():  # SDPA cannot: math path
             out, weights = self._eager(q, k, v, mask, is_causal)
             weights = weights if output_attentions else None
         else:
@@ -145,6 +162,11 @@ class Attention(nn.Module):
         out = out.reshape(B, T, self.num_heads * self.head_dim)  # (B, T, H D)
         return self.out_proj(out if out.dtype == dtype else out.to(dtype)), weights
 
+    def _sink_math(self) -> bool:
+        """Sinks under torch.export take the math path: SDPA over the sink column (S + 1 keys) makes the
+        exporter guard on stride relations that do not hold for every length."""
+        return self.sinks is not None and torch.compiler.is_exporting()
+
     def _project(
         self,
         x: torch.Tensor,
@@ -154,8 +176,12 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, _ = x.shape
         H, K, D = self.num_heads, self.num_kv_heads, self.head_dim
+        whole = self.qk_norm_all_heads  # q/k norms over all heads: before the split into heads
         if self.cross:
-            q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+            q = self.q_proj(x)  # (B, T, H D)
+            if whole and self.q_norm is not None:
+                q = self.q_norm(q)
+            q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
             if cache is not None and cache.filled:
                 k, v = cache.get()
             else:
@@ -163,18 +189,25 @@ class Attention(nn.Module):
                 S = memory.shape[1]
                 kv = self.kv_proj(memory).view(B, S, 2, K, D)
                 k, v = kv.unbind(dim=2)  # (B, S, K, D) each
+                if whole and self.k_norm is not None:
+                    k = self.k_norm(k.reshape(B, S, K * D)).view(B, S, K, D)
                 k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, K, S, D)
-                if self.k_norm is not None:
+                if self.k_norm is not None and not whole:
                     k = self.k_norm(k)
                 if cache is not None:
                     k, v = cache.update(k, v)
-            if self.q_norm is not None:
+            if self.q_norm is not None and not whole:
                 q = self.q_norm(q)
             return q, k, v
-        qkv = self.qkv_proj(x).view(B, T, H + 2 * K, D)
-        q, k, v = qkv.split([H, K, K], dim=2)  # (B, T, H|K, D)
+        qkv = self.qkv_proj(x)  # (B, T, (H + 2K) D)
+        if whole and self.q_norm is not None and self.k_norm is not None:
+            q, k, v = qkv.split([H * D, K * D, K * D], dim=-1)  # (B, T, H D | K D)
+            q, k = self.q_norm(q), self.k_norm(k)
+            q, k, v = q.view(B, T, H, D), k.view(B, T, K, D), v.view(B, T, K, D)
+        else:
+            q, k, v = qkv.view(B, T, H + 2 * K, D).split([H, K, K], dim=2)  # (B, T, H|K, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|K, T, D)
-        if self.q_norm is not None and self.k_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None and not whole:
             q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
@@ -185,6 +218,16 @@ class Attention(nn.Module):
     def _sdpa(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
     ) -> torch.Tensor:
+        if self.sinks is not None:  # one more key: zero key and value, its logit the sink (mask column)
+            B, H, T, _ = q.shape
+            mask = with_sink_column(
+                causal_mask(T, k.shape[2], device=q.device) if is_causal and mask is None else mask,
+                self.sinks,
+                shape=(B, H, T, k.shape[2]),
+                dtype=q.dtype,
+            )  # (B|1, H, T, S + 1)
+            zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])  # (B, K, 1, D)
+            k, v = torch.cat([k, zero], dim=2), torch.cat([v, zero], dim=2)  # (B, K, S + 1, D)
         return sdpa(
             q, k, v, mask, is_causal, scale=self.scale, dropout=self.dropout if self.training else 0.0
         )
@@ -202,6 +245,7 @@ class Attention(nn.Module):
             softcap=self.softcap,
             dropout=self.dropout,
             training=self.training,
+            sinks=self.sinks,
         )
 
 
@@ -246,8 +290,10 @@ def eager_attention(
     softcap: float | None = None,
     dropout: float = 0.0,
     training: bool = False,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The math path of `sdpa`, with Gemma 2's soft-cap: ((B, H, T, Dv) output, (B, H, T, S) weights)."""
+    """The math path of `sdpa`, with Gemma 2's soft-cap and gpt-oss's ``sinks`` (H,): ((B, H, T, Dv)
+    output, (B, H, T, S) weights)."""
     H, K = q.shape[1], k.shape[1]
     if K != H:
         k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # (B, H, S, D)
@@ -261,6 +307,11 @@ def eager_attention(
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + mask.float()
-    weights = scores.softmax(dim=-1)
+    if sinks is not None:  # the sink column joins the softmax, then is dropped
+        B, _, T, _ = scores.shape
+        sink = sinks.float().view(1, H, 1, 1).expand(B, H, T, 1)  # (B, H, T, 1)
+        weights = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # (B, H, T, S)
+    else:
+        weights = scores.softmax(dim=-1)
     dropped = F.dropout(weights, p=dropout, training=training)
     return dropped.to(v.dtype) @ v, weights  # (B, H, T, Dv), (B, H, T, S)

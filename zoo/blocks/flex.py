@@ -166,15 +166,23 @@ def flex_attend(
     *,
     scale: float,
     softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q (B, H, T, D), k/v (B, K, S, D) with K dividing H -> (B, H, T, D), through compiled flex_attention;
-    ``softcap``: soft-capped scores (`softcap_score_mod`)."""
+    ``softcap``: soft-capped scores (`softcap_score_mod`); ``sinks`` (H,): attention sinks, one more logit
+    per head in each softmax (`zoo.blocks.attention`), applied from the log-sum-exp flex returns."""
     score_mod = softcap_score_mod(softcap) if softcap is not None else None
-    out = _compiled()(
-        q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1]
-    )
-    assert isinstance(out, torch.Tensor)  # no return_lse: a tensor, not a tuple
-    return out
+    gqa = k.shape[1] != q.shape[1]
+    if sinks is None:
+        out = _compiled()(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=gqa)
+        assert isinstance(out, torch.Tensor)  # no return_lse: a tensor, not a tuple
+        return out
+    out, lse = _compiled()(
+        q, k, v, score_mod=score_mod, block_mask=mask, scale=scale, enable_gqa=gqa, return_lse=True
+    )  # (B, H, T, D), (B, H, T): lse of the real keys' logits (-inf where a row sees none)
+    # softmax with the sink = softmax over the keys x Z / (Z + exp(sink)) = sigmoid(lse - sink)
+    keep = torch.sigmoid(lse.float() - sinks.float().view(1, -1, 1))  # (B, H, T)
+    return out * keep.unsqueeze(-1).to(out.dtype)
 
 
 @functools.cache

@@ -9,6 +9,10 @@
 prefix lengths. Packed documents (``document_ids``) AND every pattern with `masks.within_documents`; on
 long rows flex_attention then skips the blocks between documents, as it does for the sparse patterns.
 A sliding window at least as long as the sequence is plain causal (or full) attention and takes that path.
+
+Cross-attention has one mask for every layer (`cross_attention_mask`): the source padding, or for packed
+(source, target) pairs the pair rule (`masks.pair_rule`), dense for SDPA or a flex `BlockMask` on the
+same terms as self-attention's.
 """
 
 from __future__ import annotations
@@ -157,3 +161,34 @@ def with_position_bias(
             folded[key] = masks.with_bias(dense, bias, dtype=dtype), False
         out.append(folded[key])
     return out
+
+
+def cross_attention_mask(
+    memory_mask: torch.Tensor | None,
+    *,
+    document_ids: torch.Tensor | None = None,
+    memory_document_ids: torch.Tensor | None = None,
+    q_len: int,
+    dense_only: bool = False,
+    grad: bool = False,
+    device: torch.device,
+) -> torch.Tensor | BlockMask | None:
+    """Cross-attention's mask, shared by every layer: ``memory_mask`` (B, S) source padding -> (B, 1, 1, S)
+    (None without padding). With packed pairs, ``document_ids`` (B, q_len) and ``memory_document_ids``
+    (B, S), a pair id per target and per source token: each target query reads only its own pair's source,
+    a dense (B, 1, q_len, S) mask, or a flex `BlockMask` where `flex.use_flex` picks flex for packed rows.
+    ``dense_only`` and ``grad`` as in `self_attention_masks`."""
+    if document_ids is None or memory_document_ids is None:
+        return masks.cross_attention_mask(memory_mask)
+    frame = masks.cross_frame(
+        memory_mask,
+        q_len=q_len,
+        k_len=memory_document_ids.shape[1],
+        rows=document_ids.shape[0],
+        device=device,
+    )
+    rule = masks.pair_rule(document_ids.to(device), memory_document_ids.to(device))
+    dense_only = dense_only or (grad and device.type == "cpu")
+    if flex.use_flex("full", q_len=q_len, device=device, dense_only=dense_only, documents=True):
+        return flex.block_mask(rule, frame)
+    return masks.pattern_mask(rule, frame)

@@ -22,7 +22,11 @@ the same as without it, so windows see the same tokens. A caller's own ``(B, T, 
 attend) rides in the frame and is ANDed in.
 
 Packed rows (several documents cut into one training window) add one more rule, ANDed with the pattern's:
-a query sees only keys of its own document (`within_documents`, from per-token document ids).
+a query sees only keys of its own document (`within_documents`, from per-token document ids). Packed
+encoder-decoder rows (several (source, target) pairs a row) carry a document id per source token and per
+target token, the same id for the two sides of one pair: the encoder's self-attention is block-diagonal
+and the decoder's causal per pair (`within_documents` on each side), and cross-attention reads only its
+pair's source (`same_pair`, composed with the source padding in `cross_frame`).
 
 "No padding" is a ``None`` mask. Whether a given mask pads anything is a question about its values, and
 asking it costs a device-to-host sync on an accelerator (and a graph break under ``torch.compile``), once
@@ -161,6 +165,26 @@ def with_bias(
     return torch.where(mask, bias, torch.finfo(dtype).min)  # broadcasts (B, 1, 1, S) against (1, H, T, S)
 
 
+def with_sink_column(
+    mask: torch.Tensor | None, sinks: torch.Tensor, *, shape: tuple[int, int, int, int], dtype: torch.dtype
+) -> torch.Tensor:
+    """SDPA's float mask for attention with sinks (gpt-oss), which SDPA has no input for: the keys' mask
+    (bool or additive, broadcastable to ``shape`` (B, H, T, S); None: every key) as an additive bias, and one
+    more column holding each head's sink logit ``sinks`` (H,), for an extra zero key (with a zero value)
+    that every query sees. -> (B or 1, H, T, S + 1)."""
+    _, H, T, S = shape
+    if mask is None:
+        bias = torch.zeros(1, 1, T, S, device=sinks.device, dtype=dtype)
+    elif mask.dtype == torch.bool:
+        bias = torch.zeros((), device=mask.device, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    else:
+        bias = additive_as(mask, dtype)
+    rows = bias.shape[0] if bias.dim() == 4 else 1
+    bias = bias.expand(rows, H, T, S)  # (B|1, H, T, S)
+    sink = sinks.to(dtype).view(1, H, 1, 1).expand(rows, H, T, 1)  # (B|1, H, T, 1)
+    return torch.cat([bias, sink], dim=-1)
+
+
 def additive_as(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An additive float mask in ``dtype``, saturating instead of overflowing.
 
@@ -238,6 +262,29 @@ def same_document(
     """Packed sequences: query q of row b sees key k only inside its own document (a block-diagonal mask;
     flex_attention's document mask). ``documents`` (B, L): a document id per absolute position."""
     return documents[b, q] == documents[b, k]
+
+
+def same_pair(
+    b: torch.Tensor, q: torch.Tensor, k: torch.Tensor, *, targets: torch.Tensor, sources: torch.Tensor
+) -> torch.Tensor:
+    """Packed (source, target) pairs: target query q of row b reads source key k only when both belong to
+    the same pair. ``targets`` (B, T), ``sources`` (B, S): a pair id per target and per source token."""
+    return targets[b, q] == sources[b, k]
+
+
+def pair_rule(targets: torch.Tensor, sources: torch.Tensor) -> Rule:
+    """Cross-attention's rule for packed pairs (`same_pair`), on target (query) and source (key) indices."""
+    return lambda b, q, k: same_pair(b, q, k, targets=targets, sources=sources)
+
+
+def cross_frame(
+    memory_mask: torch.Tensor | None, *, q_len: int, k_len: int, rows: int, device: torch.device
+) -> Frame:
+    """The frame of a cross-attention call over packed pairs: ``q_len`` target queries, ``k_len`` source
+    keys, ``memory_mask`` (B, S) 1 = a real source token (None: no padding)."""
+    padded = padding_of(memory_mask)
+    keep = padded.bool() if padded is not None else None
+    return Frame(torch.arange(q_len, device=device), torch.arange(k_len, device=device), keep, batch=rows)
 
 
 def within_documents(rule: Rule | None, documents: torch.Tensor) -> Rule:

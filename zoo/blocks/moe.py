@@ -25,6 +25,11 @@ The expert weights are stacked: ``up_proj`` ``(E, 2F, C)`` (gate rows first, the
 That one method is where `zoo.lora` adds an adapter's per-expert update (`zoo.lora.experts`), so the
 dispatch stays the same, vectorised, with or without adapters.
 
+gpt-oss's options (`MoESpec.router_bias`, ``expert_bias``, ``clamped_glu``): a biased router, biased experts
+(``experts.up_bias`` (E, 2F), ``experts.down_bias`` (E, C), each pair adding its expert's row), and the
+clamped SwiGLU ``(clamp(up) + 1) * g * sigmoid(alpha * g)``, ``g = min(gate, limit)``, in place of
+``act(gate) * up``. gpt-oss's softmax over the top-k logits is Mixtral's renormalised top-k of the softmax.
+
 Router statistics (softmax probabilities and the chosen experts) come back with the output; the model turns
 them into the load-balancing loss (`zoo.losses.load_balancing_loss`).
 """
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo.blocks.ffn import ACTIVATIONS, FeedForward
-from zoo.spec import FFNSpec, MoESpec
+from zoo.spec import ClampedGLU, FFNSpec, MoESpec
 
 
 @dataclass
@@ -68,12 +73,25 @@ class StackedLinear(nn.Module):
 class Experts(nn.Module):
     """``E`` gated experts with stacked weights: expert ``e`` maps x -> down[e] @ (act(gate) * up)."""
 
-    def __init__(self, *, num_experts: int, d_model: int, d_ff: int, activation: str) -> None:
+    def __init__(
+        self,
+        *,
+        num_experts: int,
+        d_model: int,
+        d_ff: int,
+        activation: str,
+        bias: bool = False,
+        clamped_glu: ClampedGLU | None = None,
+    ) -> None:
         super().__init__()
         self.d_ff = d_ff
         self.up_proj = StackedLinear(num_experts, d_model, 2 * d_ff)  # (E, 2F, C): gate rows, then up
         self.down_proj = StackedLinear(num_experts, d_ff, d_model)  # (E, C, F)
         self.act = ACTIVATIONS[activation]
+        self.clamped_glu = clamped_glu
+        # Biases beside the stacked weights, not in them: a LoRA wrapper replaces the StackedLinear alone.
+        self.up_bias = nn.Parameter(torch.zeros(num_experts, 2 * d_ff)) if bias else None  # (E, 2F)
+        self.down_bias = nn.Parameter(torch.zeros(num_experts, d_model)) if bias else None  # (E, C)
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(up (E, 2F, C), down (E, C, F)) as the experts use them."""
@@ -81,24 +99,47 @@ class Experts(nn.Module):
 
     def _swiglu(self, h: torch.Tensor) -> torch.Tensor:
         gate, up = h.split(self.d_ff, dim=-1)  # (..., F) each
+        if self.clamped_glu is not None:  # gpt-oss: clamped, and the up half offset by one
+            limit, alpha = self.clamped_glu.limit, self.clamped_glu.alpha
+            gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+            return (up + 1) * gate * torch.sigmoid(gate * alpha)
         return self.act(gate) * up
 
+    def _biased(
+        self, h: torch.Tensor, bias: torch.Tensor | None, experts: torch.Tensor | int
+    ) -> torch.Tensor:
+        """h (A, O) plus each row's expert's bias row (bias (E, O); ``experts`` (A,) or one expert)."""
+        return h if bias is None else h + bias[experts]
+
     def grouped(
-        self, x: torch.Tensor, token: torch.Tensor, weight: torch.Tensor, counts: torch.Tensor
+        self,
+        x: torch.Tensor,
+        token: torch.Tensor,
+        weight: torch.Tensor,
+        counts: torch.Tensor,
+        experts: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x (N, C); the A pairs sorted by expert, ``counts[e]`` (E,) of expert e: their token (A,) and
-        router weight (A,) -> (N, C), each token's weighted sum over its experts."""
+        router weight (A,) -> (N, C), each token's weighted sum over its experts. ``experts`` (A,): each
+        pair's expert, for the expert biases (needed only with them)."""
         up, down = self.weights()
         if _grouped_mm_fits(x, up, down):
             offsets = counts.cumsum(0, dtype=torch.int32)  # (E,) where each expert's rows end
             h = torch._grouped_mm(x[token], up.transpose(1, 2), offs=offsets)  # (A, C) @ (E, C, 2F): (A, 2F)
+            if self.up_bias is not None:
+                assert experts is not None, "biased experts need each pair's expert"
+                h = self._biased(h, self.up_bias, experts)
             y = torch._grouped_mm(self._swiglu(h), down.transpose(1, 2), offs=offsets)  # (A, C)
+            if self.down_bias is not None:
+                assert experts is not None
+                y = self._biased(y, self.down_bias, experts)
             return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
         out = x.new_zeros(x.shape)
         sizes = counts.tolist()  # the one host sync
         for e, (rows, w) in enumerate(zip(token.split(sizes), weight.split(sizes))):  # experts, not tokens
             if rows.shape[0]:
-                y = F.linear(self._swiglu(F.linear(x[rows], up[e])), down[e])  # (n_e, C)
+                h = self._biased(F.linear(x[rows], up[e]), self.up_bias, e)  # (n_e, 2F)
+                y = self._biased(F.linear(self._swiglu(h), down[e]), self.down_bias, e)  # (n_e, C)
                 out.index_add_(0, rows, y * w.unsqueeze(-1))
         return out
 
@@ -109,7 +150,9 @@ class Experts(nn.Module):
         each pair gathers its expert's weights (A, 2F, C) and (A, C, F) for one batched matmul each."""
         up, down = self.weights()
         h = torch.bmm(up[experts], x[token].unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
+        h = self._biased(h, self.up_bias, experts)
         y = torch.bmm(down[experts], self._swiglu(h).unsqueeze(-1)).squeeze(-1)  # (A, C)
+        y = self._biased(y, self.down_bias, experts)
         return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
 
 
@@ -124,14 +167,19 @@ class MoEFeedForward(nn.Module):
         self.sigmoid, self.routed_scale = spec.scoring == "sigmoid", spec.routed_scale
         self.num_groups, self.top_groups = spec.num_groups, spec.active_groups
         self.bias_update_rate = spec.bias_update_rate
-        self.router = nn.Linear(d_model, spec.num_experts, bias=False)
+        self.router = nn.Linear(d_model, spec.num_experts, bias=spec.router_bias)
         self.score_bias: torch.Tensor | None
         if spec.score_bias:  # a buffer: set by its update rule (or the checkpoint), never by gradients
             self.register_buffer("score_bias", torch.zeros(spec.num_experts))
         else:
             self.score_bias = None
         self.experts = Experts(
-            num_experts=spec.num_experts, d_model=d_model, d_ff=spec.d_ff, activation=spec.activation
+            num_experts=spec.num_experts,
+            d_model=d_model,
+            d_ff=spec.d_ff,
+            activation=spec.activation,
+            bias=spec.expert_bias,
+            clamped_glu=spec.clamped_glu,
         )
         self.shared: FeedForward | None = None
         self.shared_gate: nn.Linear | None = None
@@ -146,6 +194,9 @@ class MoEFeedForward(nn.Module):
         (`zoo.models.init`: nn.Linear layers are drawn there, these parameters are not Linear)."""
         self.experts.up_proj.weight.normal_(0.0, std)
         self.experts.down_proj.weight.normal_(0.0, residual_std if residual_std is not None else std)
+        for bias in (self.experts.up_bias, self.experts.down_bias):
+            if bias is not None:
+                bias.zero_()
         if self.shared is not None:
             self.shared.init_weights(residual_std=residual_std)
 
@@ -216,7 +267,7 @@ class MoEFeedForward(nn.Module):
             return self.experts.gathered(x, token, weights.reshape(-1), pairs)
         order = pairs.argsort(stable=True)  # (A,) pairs grouped by expert, in token order within one
         counts = torch.bincount(pairs, minlength=self.num_experts)  # (E,)
-        return self.experts.grouped(x, order // self.top_k, weights.reshape(-1)[order], counts)
+        return self.experts.grouped(x, order // self.top_k, weights.reshape(-1)[order], counts, pairs[order])
 
 
 _GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -20,8 +20,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from zoo.blocks.rope_scaling import (
+    attention_factor,
+    dynamic_frequencies,
+    longrope_frequencies,
+    rotary_frequencies,
+)
 from zoo.spec import PositionSpec
-from zoo.spec.blocks import LongRopeScaling, RopeScaling
+from zoo.spec.blocks import RopeScaling
 
 
 def sinusoidal_table(
@@ -128,56 +134,17 @@ class LearnedPositions(nn.Module):
         return self.weight[position_ids + self.offset]  # (B, T, E)
 
 
-def rotary_frequencies(theta: float, head_dim: int, scaling: RopeScaling | None = None) -> torch.Tensor:
-    """(D/2,) float32 angle rates theta^(-2i/D), rescaled for long contexts as ``scaling`` says.
-
-    ``head_dim`` is the number of dims that rotate (all of a head's, or its rotary fraction's). LongRoPE's
-    rates here are its short-context set (`longrope_frequencies` gives either). Computed in float32 in the
-    order transformers' ``modeling_rope_utils`` uses, so the tables agree with a Hugging Face model to the
-    last bits.
-    """
-    if scaling is not None and scaling.type == "longrope":
-        return longrope_frequencies(theta, head_dim, scaling.short_factor)
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (D/2,)
-    if scaling is None:
-        return inv_freq
-    if scaling.type == "linear":  # positions p / factor, folded into the rates
-        return inv_freq / scaling.factor
-    # llama3: keep short wavelengths, slow long ones by `factor`, blend those in between
-    factor, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
-    original = scaling.original_max_positions
-    wavelength = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
-    smooth = (original / wavelength - low) / (high - low)  # 0 at the long end of the band, 1 at the short
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    in_band = ~(wavelength < original / high) & ~(wavelength > original / low)
-    return torch.where(in_band, blended, scaled)
-
-
-def longrope_frequencies(theta: float, head_dim: int, factors: list[float]) -> torch.Tensor:
-    """(D/2,) LongRoPE rates: rate i is theta^(-2i/D) divided by its own factor (as transformers divides)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim  # (D/2,)
-    return 1.0 / (torch.tensor(factors, dtype=torch.float32) * theta**exponents)
-
-
-def longrope_attention_factor(scaling: LongRopeScaling, max_positions: int) -> float:
-    """The cos/sin scale: given, or transformers' default sqrt(1 + ln(s) / ln(original)), s = extension."""
-    if scaling.attention_factor is not None:
-        return scaling.attention_factor
-    extension = max_positions / scaling.original_max_positions
-    if extension <= 1.0:
-        return 1.0
-    return math.sqrt(1 + math.log(extension) / math.log(scaling.original_max_positions))
-
-
 class RotaryPositions(FixedTables):
     """RoPE with the rotate-half layout (GPT-NeoX, Llama): dims (i, i + R/2) form a rotating pair, for the
     first R = ``rotary_dims`` dims of each head (all of them unless the spec's ``fraction`` < 1).
 
-    ``scaling`` (Llama 3's or linear) only changes the angle rates; the tables stay fixed per position.
-    LongRoPE keeps two pairs of tables, short and long, and each forward reads the long pair when its
-    largest position id reaches past ``original_max_positions`` (transformers' rule, per call): a
-    ``torch.where`` on that one flag, so compiled and exported graphs keep both branches.
+    ``scaling`` (Llama 3's, linear, YaRN) only changes the angle rates and, for YaRN, the cos/sin scale; the
+    tables stay fixed per position (`zoo.blocks.rope_scaling`). LongRoPE keeps two pairs of tables, short and
+    long, and each forward reads the long pair when its largest position id reaches past
+    ``original_max_positions`` (transformers' rule, per call): a ``torch.where`` on that one flag, so
+    compiled and exported graphs keep both branches. Dynamic NTK reads the tables while a forward stays
+    within its original context and computes the angles from the forward's length past it, behind the same
+    kind of ``torch.where``.
     ``local_theta`` adds a second pair of tables, plain RoPE with that base, for the sliding-window layers
     (Gemma 3, ModernBERT): the stack asks for them with ``local=True``.
     """
@@ -202,6 +169,8 @@ class RotaryPositions(FixedTables):
         super().__init__()
         self.theta, self.max_positions, self.head_dim, self.scaling = theta, max_positions, head_dim, scaling
         self.longrope = scaling if scaling is not None and scaling.type == "longrope" else None
+        self.dynamic = scaling if scaling is not None and scaling.type == "dynamic" else None
+        self.scale = attention_factor(scaling, max_positions)  # of cos and sin: LongRoPE's, YaRN's
         self.local_theta = local_theta
         wanted = {"long": self.longrope is not None, "local": local_theta is not None}
         for name in ("cos", "sin", "long_cos", "long_sin", "local_cos", "local_sin"):
@@ -231,9 +200,8 @@ class RotaryPositions(FixedTables):
         angles = torch.arange(self.max_positions, dtype=torch.float32)[:, None] * inv_freq  # (P, R/2)
         angles = torch.cat([angles, angles], dim=-1)  # (P, R)
         cos, sin = angles.cos(), angles.sin()
-        if scaled and self.longrope is not None:  # transformers scales both sets, short contexts included
-            scale = longrope_attention_factor(self.longrope, self.max_positions)
-            cos, sin = cos * scale, sin * scale
+        if scaled and self.scale != 1.0:  # transformers scales LongRoPE's both sets, short contexts included
+            cos, sin = cos * self.scale, sin * self.scale
         return cos.to(self.cos.device), sin.to(self.sin.device)
 
     def forward(
@@ -248,6 +216,13 @@ class RotaryPositions(FixedTables):
             long = position_ids.max() + 1 > self.longrope.original_max_positions  # () bool, no sync
             cos = torch.where(long, self.long_cos[position_ids], cos)
             sin = torch.where(long, self.long_sin[position_ids], sin)
+        if self.dynamic is not None:
+            length = position_ids.max() + 1  # () the forward's sequence length, cache included: no sync
+            inv_freq = dynamic_frequencies(self.theta, self.head_dim, self.dynamic, length)  # (R/2,)
+            angles = position_ids[..., None].float() * inv_freq  # (B, T, R/2)
+            angles = torch.cat([angles, angles], dim=-1)  # (B, T, R)
+            grown = length > self.dynamic.original_max_positions  # () bool
+            cos, sin = torch.where(grown, angles.cos(), cos), torch.where(grown, angles.sin(), sin)
         return cos[:, None], sin[:, None]  # (B, 1, T, R) each
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from zoo.blocks.moe import StackedLinear
 from zoo.lora.errors import LoraError
+from zoo.lora.nf4 import Nf4Linear
 from zoo.spec import LoraSpec
 from zoo.spec.errors import clip, number, short_repr
 from zoo.spec.lora import TARGET_GRAMMAR
@@ -27,11 +28,12 @@ ACCEPTED = {
     "dropout": "a number in [0, 1)",
     "targets": f"a non-empty list of target names, each {TARGET_GRAMMAR}",
     "dora": "True or False",
+    "quantize_base": "'nf4' or None (QLoRA: the frozen base projections stored 4-bit)",
 }
 
 
 def spec_from_arguments(arguments: Mapping[str, Any], *, where: str, model_has: str) -> LoraSpec:
-    """``arguments`` (``r``, ``alpha``, ``targets``, ``dropout``, ``dora``) as a `LoraSpec`; else one
+    """``arguments`` (``r``, ``alpha``, ``targets``, ``dropout``, ``dora``, ``quantize_base``) as a `LoraSpec`; else one
     `LoraError` line naming the first bad argument and what it takes (``model_has``: the model's attention
     and FFN blocks, said with a bad target)."""
     unknown = sorted(set(arguments) - set(ACCEPTED))
@@ -63,7 +65,7 @@ def spec_problem(error: ValidationError) -> tuple[str, str]:
     return f"{field} must be {ACCEPTED[field]}, got {short_repr(item.get('input'))}", field
 
 
-def check_rank(targeted: Mapping[str, nn.Linear | StackedLinear], r: int) -> None:
+def check_rank(targeted: Mapping[str, nn.Linear | Nf4Linear | StackedLinear], r: int) -> None:
     """Refuse ``r`` above ``min(in_features, out_features)`` of a targeted layer, naming the narrowest (an
     ``nn.Linear``, or a `StackedLinear` of experts: the bound holds per expert)."""
     if not targeted:

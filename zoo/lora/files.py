@@ -16,7 +16,6 @@ the fingerprint (unless ``check_base=False``), every tensor name and shape; only
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +32,20 @@ from zoo.io.jsonfile import parse_json
 from zoo.io.names import ADAPTER_NAME
 from zoo.lora.checks import spec_problem
 from zoo.lora.errors import LoraError
-from zoo.lora.inject import adapter_modules, adapter_shapes, adapter_state, apply, resolve_targets
+from zoo.lora.fingerprint import FINGERPRINT_METHOD, base_fingerprint
+from zoo.lora.inject import (
+    adapter_modules,
+    adapter_shapes,
+    adapter_state,
+    apply,
+    base_weights,
+    resolve_targets,
+)
 from zoo.spec import DecoderSpec, EncoderDecoderSpec, EncoderSpec, LoraSpec, ModelSpec, parse_spec
 from zoo.spec.presets import format_validation_error
 
 FORMAT_NAME = "zoo-lora"
 FORMAT_VERSION = "1"
-FINGERPRINT_METHOD = "sha256/bf16-strided-4096/v1"
-_SAMPLES = 4096  # values read from each targeted weight for the fingerprint
 _DESCRIPTIVE = ("name", "source")  # spec fields that never change the math: not compared
 _SPEC_CLASSES = (EncoderSpec, DecoderSpec, EncoderDecoderSpec)  # ModelSpec is their (annotated) union
 
@@ -56,27 +61,6 @@ class AdapterInfo:
     fingerprint: str
     tensors: int  # how many tensors the file holds
     bytes: int  # their data, in bytes
-
-
-def base_fingerprint(weights: dict[str, torch.Tensor]) -> str:
-    """A cheap hash that tells two bases of the same shapes apart: sha256 over each targeted base weight's
-    name and shape, and 4,096 of its values taken at evenly spaced positions, rounded to bfloat16.
-
-    The rounding makes a base loaded in float32 and the same base in bfloat16 give the same fingerprint
-    (float16 usually does too, save where double rounding or its narrower range changes a sampled value).
-    It is a check against a mix-up, not a signature: two bases differing only off the sampled positions
-    share it.
-    """
-    digest = hashlib.sha256(FINGERPRINT_METHOD.encode())
-    for name, weight in sorted(weights.items()):
-        if weight.is_meta:
-            raise LoraError(f"{name}: a meta tensor (the base was never loaded); cannot fingerprint it")
-        flat = weight.detach().reshape(-1)
-        picks = torch.linspace(0, flat.numel() - 1, min(_SAMPLES, flat.numel())).round().long()
-        sample = flat[picks.to(flat.device)].to(torch.bfloat16).float().cpu()
-        digest.update(f"{name}:{list(weight.shape)};".encode())
-        digest.update(sample.numpy().tobytes())
-    return digest.hexdigest()
 
 
 def save(model: torch.nn.Module, path: str | os.PathLike[str], *, base_id: str | None = None) -> Path:
@@ -106,9 +90,10 @@ def save(model: torch.nn.Module, path: str | os.PathLike[str], *, base_id: str |
     metadata = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "lora_spec": spec.model_dump_json(),
+        # The adapters alone: how the base was held while training (quantize_base) is not theirs to say.
+        "lora_spec": spec.model_copy(update={"quantize_base": None}).model_dump_json(),
         "base_spec": base_spec.to_json(),
-        "base_fingerprint": base_fingerprint({name: m.weight for name, m in modules.items()}),
+        "base_fingerprint": base_fingerprint(base_weights(modules)),
         "fingerprint_method": FINGERPRINT_METHOD,
     } | ({"base_id": str(base_id)} if base_id is not None else {})
     write_atomic(target, lambda temp: save_file(tensors, str(temp), metadata=metadata))
@@ -166,13 +151,20 @@ def read_adapter(path: str | os.PathLike[str]) -> AdapterInfo:
     )
 
 
-def load(model: torch.nn.Module, path: str | os.PathLike[str], *, check_base: bool = True) -> torch.nn.Module:
+def load(
+    model: torch.nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    check_base: bool = True,
+    quantize_base: str | None = None,
+) -> torch.nn.Module:
     """Apply the adapters saved at ``path`` to the base ``model`` (in place) and return it.
 
     Refused, with the model left untouched: a file that is not an adapter file (or is truncated), a base whose
     spec differs from the one the adapter was trained on (the fields named), a base whose weights differ
     (the fingerprint; ``check_base=False`` skips this check only), a model that already has adapters, and
-    tensors that are missing, unexpected or of the wrong shape.
+    tensors that are missing, unexpected or of the wrong shape. ``quantize_base="nf4"``: the base's
+    projections are stored NF4 as `zoo.lora.apply` does (QLoRA; an NF4 base from `zoo.lora.load_base` needs it).
     """
     info = read_adapter(path)
     source = info.path
@@ -193,7 +185,7 @@ def load(model: torch.nn.Module, path: str | os.PathLike[str], *, check_base: bo
     except LoraError as error:
         raise LoraError(f"{source}: {error}") from None
     if check_base:
-        found = base_fingerprint({name: linear.weight for name, linear in targeted.items()})
+        found = base_fingerprint(base_weights(targeted))
         if found != info.fingerprint:
             raise LoraError(
                 f"{source}: the adapter was trained on another base ({_base_name(info)}; weights fingerprint "
@@ -201,7 +193,8 @@ def load(model: torch.nn.Module, path: str | os.PathLike[str], *, check_base: bo
                 "pass check_base=False to apply it anyway"
             )
     tensors = _read_tensors(source, adapter_shapes(targeted, info.spec))
-    apply(model, info.spec)
+    del targeted  # QLoRA: no reference to a dense weight outlives its quantisation
+    apply(model, info.spec.model_copy(update={"quantize_base": quantize_base}))
     with torch.no_grad():
         for name, tensor in adapter_state(model).items():
             tensor.copy_(tensors[name])

@@ -19,6 +19,12 @@ stacked `StackedLinear` weights: a `LoraStackedLinear` gives each expert its own
 
 Every target is resolved (and a target that matches nothing refused) before any module is replaced, so a
 refused call leaves the model as it was.
+
+QLoRA (``quantize_base="nf4"``): every frozen projection of the attention and FFN blocks is stored NF4
+(`zoo.lora.nf4`), the adapted ones inside their `LoraLinear`, the others as `Nf4Linear` — as
+bitsandbytes' 4-bit loading quantises every linear layer before PEFT wraps its targets. Embeddings, norms
+and the head keep the compute dtype. Each projection is quantised and its dense weight released before the
+next, so the model never holds both copies of more than one matrix.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ from zoo.blocks.moe import Experts, StackedLinear
 from zoo.lora.checks import check_rank, spec_from_arguments
 from zoo.lora.errors import LoraError
 from zoo.lora.experts import LoraStackedLinear
+from zoo.lora.fingerprint import WeightSample
 from zoo.lora.layer import LoraLinear
+from zoo.lora.nf4 import BLOCK, Nf4Linear
 from zoo.spec import LoraSpec
-from zoo.spec.lora import LoraTarget
+from zoo.spec.lora import TARGET_KINDS, LoraTarget
 
 # target kind -> (projection attributes on a self-attention block, ... on a cross-attention block)
 _ATTENTION_PROJECTIONS = {
@@ -48,7 +56,7 @@ _ATTENTION_PROJECTIONS = {
 _FFN_PROJECTIONS = {"ffn_in": "up_proj", "ffn_out": "down_proj"}
 _FLAGS_ATTR = "_lora_base_requires_grad"  # on the model: each base parameter's requires_grad before `apply`
 Adapter = LoraLinear | LoraStackedLinear
-Projection = nn.Linear | StackedLinear
+Projection = nn.Linear | Nf4Linear | StackedLinear
 
 
 def adapter_modules(model: nn.Module) -> dict[str, Adapter]:
@@ -94,9 +102,14 @@ def apply(
     targets: Sequence[str] = ("qkv", "out"),
     dropout: float = 0.0,
     dora: bool = False,
+    quantize_base: str | None = None,
 ) -> nn.Module:
     """Add adapters to ``model`` in place and return it: every targeted projection becomes a `LoraLinear`
     (B = 0, so the outputs are unchanged until B is trained), every other parameter is frozen.
+
+    ``quantize_base="nf4"`` (QLoRA): every attention and FFN projection of the frozen base is stored NF4
+    (torchao, the ``quant`` extra) and dequantised per matmul, one matrix at a time; the outputs then
+    differ from the dense base's by NF4's rounding. A model from `zoo.lora.load_base` is NF4 already.
 
     ``spec`` (a `LoraSpec`) or the keyword arguments (validated into one) say which projections and how;
     ``model.lora_spec`` holds it afterwards. Refuses a model that already has adapters and a target that
@@ -106,6 +119,7 @@ def apply(
     """
     if not isinstance(spec, LoraSpec):  # the keyword arguments, or a mapping of them, each checked by name
         arguments = dict(r=r, alpha=alpha, targets=targets, dropout=dropout, dora=dora)
+        arguments |= {"quantize_base": quantize_base} if quantize_base is not None else {}
         if spec is not None and not isinstance(spec, Mapping):
             raise LoraError(
                 f"zoo.lora.apply: spec must be a LoraSpec, a dict or None, got {type(spec).__name__}"
@@ -127,8 +141,14 @@ def apply(
             "attention there, or use dora: false and dropout: 0",
             field="dora" if spec.dora else "dropout",
         )
+    quantized = quantized_projections(model, spec)  # checked before anything is replaced
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
-    for path, linear in targeted.items():
+    paths = list(targeted)
+    del targeted  # no reference to a dense weight outlives its quantisation
+    quantize_projections(model, quantized)
+    for path in paths:
+        linear = model.get_submodule(path)  # the projection, or the Nf4Linear that replaced it
+        assert isinstance(linear, Projection)
         parent, attr = _parent(model, path)
         adapter: Adapter = (
             LoraStackedLinear(linear, r=spec.r, alpha=spec.alpha)
@@ -173,6 +193,9 @@ def merge_and_unload(model: nn.Module) -> nn.Module:
         module.merge_(keep_original=False)
         parent, attr = _parent(model, path)
         setattr(parent, attr, module.to_linear())
+    for path, frozen in nf4_modules(model).items():  # QLoRA's unadapted projections: dequantised
+        parent, attr = _parent(model, path)
+        setattr(parent, attr, frozen.to_linear())
     flags: dict[str, bool] = getattr(model, _FLAGS_ATTR, {})
     for name, p in model.named_parameters():
         p.requires_grad_(flags.get(name, True))
@@ -209,6 +232,20 @@ def disabled(model: nn.Module) -> Iterator[nn.Module]:
             module.disabled = was
 
 
+def nf4_modules(model: nn.Module) -> dict[str, Nf4Linear]:
+    """Every frozen NF4 projection the adapters do not wrap (`Nf4Linear`), by module path."""
+    return {name: module for name, module in model.named_modules() if isinstance(module, Nf4Linear)}
+
+
+def base_weights(modules: Mapping[str, Adapter | Projection]) -> dict[str, torch.Tensor | WeightSample]:
+    """What `zoo.lora.base_fingerprint` reads for each base weight (module path -> its weight, or the sample
+    an NF4 base kept of its dense weight)."""
+    return {
+        name: sample if (sample := getattr(module, "base_sample", None)) is not None else module.weight
+        for name, module in modules.items()
+    }
+
+
 def trainable_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable, total) parameter elements, each distinct tensor counted once (tied ones too)."""
     params = list(model.parameters())  # distinct tensors
@@ -240,6 +277,54 @@ def adapter_shapes(targeted: dict[str, Projection], spec: LoraSpec) -> dict[str,
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
+
+
+def quantize_projections(model: nn.Module, projections: dict[str, Projection]) -> None:
+    """Replace each ``nn.Linear`` of ``projections`` (emptied as it goes) by its `Nf4Linear`, one at a time:
+    the dense weight is released (when nothing else holds it) before the next matrix is quantised."""
+    for path in list(projections):
+        linear = projections.pop(path)
+        if isinstance(linear, nn.Linear):
+            replacement = Nf4Linear.from_linear(linear, name=f"{path}.weight")
+            del linear
+            parent, attr = _parent(model, path)
+            setattr(parent, attr, replacement)
+
+
+def quantized_projections(model: nn.Module, spec: LoraSpec) -> dict[str, Projection]:
+    """The projections ``spec.quantize_base`` stores NF4 (every attention and FFN one, in model order; none
+    without it), each checked first; refuses an NF4 base without ``quantize_base``, Mixture-of-Experts
+    experts and a matrix NF4 cannot block."""
+    held = nf4_modules(model)
+    if spec.quantize_base is None:
+        if held:
+            raise LoraError(
+                f"the base is stored NF4 ({next(iter(held))}, zoo.lora.load_base): pass quantize_base='nf4'",
+                field="quantize_base",
+            )
+        return {}
+    found: dict[str, Projection] = {}
+    for kind in TARGET_KINDS:
+        try:
+            found |= resolve_targets(model, LoraSpec(r=1, targets=[kind]))
+        except LoraError:
+            continue  # a kind this model does not have
+    experts = [path for path, linear in found.items() if isinstance(linear, StackedLinear)]
+    if experts:
+        raise LoraError(
+            f"lora quantize_base nf4 does not reach Mixture-of-Experts experts ({experts[0]}: a stacked weight "
+            "per expert); fine-tune this model with a dense base (quantize_base: null)",
+            field="quantize_base",
+        )
+    for path, linear in found.items():
+        if linear.in_features * linear.out_features % BLOCK:
+            raise LoraError(
+                f"lora quantize_base nf4: {path}.weight ({linear.out_features} x {linear.in_features}) cannot "
+                f"be stored NF4: its element count is not a multiple of {BLOCK}",
+                field="quantize_base",
+            )
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    return dict(sorted(found.items(), key=lambda item: order[item[0]]))
 
 
 def _named_adapter_tensors(module: Adapter) -> Iterable[tuple[str, nn.Parameter]]:

@@ -16,9 +16,11 @@ from torch import nn
 
 from zoo.generation.protocol import GenerationState
 from zoo.losses import select_labels, shift_labels_left, token_cross_entropy
+from zoo.losses.chunked import ChunkedLoss
 from zoo.models.base import GenerationMixin, ZooModel, aux_loss, build_embedding, build_stack, repeat_rows
 from zoo.models.heads import LMHead, select_positions
 from zoo.models.inputs import (
+    check_chunked_loss,
     check_devices,
     check_labels,
     check_logits_mask,
@@ -71,6 +73,7 @@ class DecoderModel(GenerationMixin, ZooModel):
         output_attentions: bool = False,
         prefix_lengths: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        chunked_loss: ChunkedLoss | None = None,
     ) -> ModelOutput:
         """input_ids (B, T); attention_mask (B, cached + T); labels (B, T) are the inputs themselves:
         the loss predicts token t + 1 from tokens <= t (shifted here, as in Hugging Face).
@@ -86,6 +89,10 @@ class DecoderModel(GenerationMixin, ZooModel):
         loss counts only those positions (position t is scored against label t + 1, so pass
         ``shift_labels_left(labels) != -100`` to skip padding and the last position).
 
+        ``chunked_loss`` (the trainer's): no logits; ``token_losses`` (N,) holds each scored position's loss
+        against ``chunked_loss.targets`` (N,), aligned with the logits ``logits_mask`` would select, computed
+        through the LM head a chunk of tokens at a time (`zoo.losses.chunked`). Not with ``labels``.
+
         ``last_hidden_state`` is (B, T, E): after ``project_out`` where the spec projects (as transformers'
         OPTModel returns it), else the stack's (B, T, C) output.
 
@@ -100,6 +107,7 @@ class DecoderModel(GenerationMixin, ZooModel):
             logits_mask=logits_mask,
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
+            chunked_loss=chunked_loss,
         )
         out = self.decoder(
             self._embed(input_ids),
@@ -111,11 +119,19 @@ class DecoderModel(GenerationMixin, ZooModel):
             document_ids=document_ids,
         )
         hidden = self._project_out(out.hidden)  # (B, T, E)
-        logits, loss = self._scores(hidden, labels, logits_mask)
+        token_losses = None
+        if chunked_loss is not None:
+            assert self.lm_head is not None  # `check_chunked_loss`
+            logits, loss = None, None
+            rows = select_positions(hidden, logits_mask).reshape(-1, hidden.shape[-1])  # (N, E)
+            token_losses = self.lm_head.token_losses(rows, chunked_loss)
+        else:
+            logits, loss = self._scores(hidden, labels, logits_mask)
         return ModelOutput(
             logits=logits,
             last_hidden_state=hidden,
             loss=loss,
+            token_losses=token_losses,
             attentions=out.attentions,
             aux_loss=aux_loss((out, attention_mask)),
         )
@@ -131,6 +147,7 @@ class DecoderModel(GenerationMixin, ZooModel):
         logits_mask: torch.Tensor | None,
         prefix_lengths: torch.Tensor | None,
         document_ids: torch.Tensor | None,
+        chunked_loss: ChunkedLoss | None,
     ) -> None:
         """Every argument of `forward`, before any compute (`zoo.models.inputs`)."""
         where, V, cached = (
@@ -175,6 +192,14 @@ class DecoderModel(GenerationMixin, ZooModel):
             rows=B,
             length=T + cached,
             patterned=any(pattern.kind == "prefix_lm" for pattern in self.decoder.patterns.distinct),
+        )
+        check_chunked_loss(
+            chunked_loss,
+            where=where,
+            device=model_device(self),
+            positions=B * T if logits_mask is None else logits_mask,
+            labels=labels,
+            has_head=self.lm_head is not None,
         )
 
     def _scores(

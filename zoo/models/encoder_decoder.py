@@ -7,6 +7,17 @@
 `encode` and `decode` are separate so generation runs the encoder once and the decoder step by step.
 Source and target share one embedding table (and, when tied, the output projection) unless the spec
 gives the source its own vocabulary.
+
+Packed training rows hold several (source, target) pairs each: ``document_ids`` gives every source token
+its pair, ``decoder_document_ids`` every target token (the same id for the two sides of a pair). Each pair
+is then computed as it would be alone: the encoder attends within each source, the decoder causally within
+each target, cross-attention only to the pair's own source (`zoo.blocks.masks.same_pair`), positions (and
+T5's relative-bias buckets, which depend on the distance inside a pair) restart at each pair, and labels
+shift right behind one start token per pair:
+
+    source row   [a1 a2 eos][b1 eos][c1 c2 c3 eos]          document_ids          0 0 0 1 1 2 2 2 2
+    target row   [x1 eos][y1 y2 eos][z1 eos]                decoder_document_ids  0 0 1 1 1 2 2
+    decoder in   [bos x1][bos y1 y2][bos z1]                ``shift_right(labels, decoder_document_ids)``
 """
 
 from __future__ import annotations
@@ -78,11 +89,19 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         return self._encode(input_ids, attention_mask, output_attentions=output_attentions)
 
     def _encode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, output_attentions: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        *,
+        output_attentions: bool = False,
+        document_ids: torch.Tensor | None = None,
     ) -> StackOutput:
         embed = self.source_embed if self.source_embed is not None else self.embed
         return self.encoder(
-            embed(input_ids), attention_mask=attention_mask, output_attentions=output_attentions
+            embed(input_ids),
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+            document_ids=document_ids,
         )
 
     def _check_source(self, input_ids: object, attention_mask: object, *, where: str) -> tuple[int, int]:
@@ -172,6 +191,8 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         cache: Any = None,
         logits_mask: torch.Tensor | None,
         output_attentions: bool,
+        document_ids: torch.Tensor | None = None,
+        memory_document_ids: torch.Tensor | None = None,
     ) -> tuple[StackOutput, torch.Tensor]:
         out = self.decoder(
             self.embed(decoder_input_ids),
@@ -181,6 +202,8 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             memory_mask=memory_mask,
             cache=cache,
             output_attentions=output_attentions,
+            document_ids=document_ids,
+            memory_document_ids=memory_document_ids,
         )
         return out, self.lm_head(select_positions(out.hidden, logits_mask))
 
@@ -194,9 +217,16 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         *,
         logits_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
+        document_ids: torch.Tensor | None = None,
+        decoder_document_ids: torch.Tensor | None = None,
     ) -> ModelOutput:
         """input_ids (B, S) source; decoder_input_ids (B, T) target inputs, or made from labels (B, T) by
         shifting right behind the decoder start token (teacher forcing, as in Hugging Face).
+
+        ``document_ids`` (B, S) and ``decoder_document_ids`` (B, T), given together: packed rows of several
+        (source, target) pairs, a pair id per token (the same id on both sides of a pair; padding a pair of
+        its own, -1 say). Each pair is computed as it would be alone (see the module's docstring); labels
+        shift right per pair.
 
         ``attention_mask`` may be a (B, S, S) bool mask for the encoder's self-attention and
         ``decoder_attention_mask`` a (B, T, T) one for the decoder's, True = may attend (ANDed with each
@@ -214,8 +244,12 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             decoder_attention_mask,
             labels,
             logits_mask=logits_mask,
+            document_ids=document_ids,
+            decoder_document_ids=decoder_document_ids,
         )
-        encoded = self._encode(input_ids, attention_mask, output_attentions=output_attentions)
+        encoded = self._encode(
+            input_ids, attention_mask, output_attentions=output_attentions, document_ids=document_ids
+        )
         decoded, logits = self._decode(
             decoder_input_ids,
             memory=encoded.hidden,
@@ -223,6 +257,8 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             attention_mask=decoder_attention_mask,
             logits_mask=logits_mask,
             output_attentions=output_attentions,
+            document_ids=decoder_document_ids,
+            memory_document_ids=document_ids,
         )
         loss = token_cross_entropy(logits, select_labels(labels, logits_mask)) if labels is not None else None
         return ModelOutput(
@@ -245,9 +281,11 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         labels: torch.Tensor | None,
         *,
         logits_mask: torch.Tensor | None,
+        document_ids: torch.Tensor | None = None,
+        decoder_document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Every argument of `forward`, before any compute (`zoo.models.inputs`); returns the decoder inputs,
-        made from the labels (`shift_right`) when none are given."""
+        made from the labels (`shift_right`, per pair with ``decoder_document_ids``) when none are given."""
         where, V = "EncoderDecoderModel.forward", self.spec.vocab_size
         check_devices(
             where,
@@ -257,16 +295,40 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             labels=labels,
+            document_ids=document_ids,
+            decoder_document_ids=decoder_document_ids,
         )
-        B, _ = self._check_source(input_ids, attention_mask, where=where)
+        B, S = self._check_source(input_ids, attention_mask, where=where)
+        if (document_ids is None) != (decoder_document_ids is None):
+            raise ValueError(
+                f"{where}: packed pairs need document_ids (source) and decoder_document_ids (target) together"
+            )
+        check_positions(None, document_ids, where=where, shape=(B, S), max_positions=self.spec.max_positions)
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError(f"{where} needs decoder_input_ids or labels")
             # the labels become the decoder inputs: (B, length) ids before they are shifted
             check_labels(labels, where=where, shape=(B, None), num_classes=V, like="input_ids")
-            decoder_input_ids = self.shift_right(labels)
+            if decoder_document_ids is not None:  # its shape is that of the labels
+                check_positions(
+                    None,
+                    decoder_document_ids,
+                    where=where,
+                    shape=(B, labels.shape[1]),
+                    max_positions=self.spec.max_positions,
+                    documents_name="decoder_document_ids",
+                )
+            decoder_input_ids = self.shift_right(labels, decoder_document_ids)
         rows, T = self._check_target(
             decoder_input_ids, decoder_attention_mask, where=where, mask_name="decoder_attention_mask"
+        )
+        check_positions(
+            None,
+            decoder_document_ids,
+            where=where,
+            shape=(rows, T),
+            max_positions=self.spec.max_positions,
+            documents_name="decoder_document_ids",
         )
         if rows != B:
             raise ValueError(
@@ -314,8 +376,15 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
             memory_mask=repeat_rows(attention_mask, num_beams),
         )
 
-    def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
-        """(B, T) labels -> decoder inputs: the start token, then labels[:, :-1] with -100 made padding."""
+    def shift_right(self, labels: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) labels -> decoder inputs: the start token, then labels[:, :-1] with -100 made padding.
+
+        ``document_ids`` (B, T): packed pairs, a pair id per target token: every pair starts with the start
+        token (never the last label of the pair before it)."""
         start = torch.full_like(labels[:, :1], self.spec.start_token_id)
         shifted = torch.cat([start, labels[:, :-1]], dim=1)
+        if document_ids is not None:
+            first = torch.zeros_like(labels, dtype=torch.bool)  # (B, T): where a pair begins
+            first[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+            shifted = shifted.masked_fill(first, self.spec.start_token_id)
         return shifted.masked_fill(shifted == IGNORE_INDEX, self.spec.pad_token_id or 0)

@@ -8,6 +8,7 @@ from torch.nn import functional as F
 
 from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
+from zoo.losses.chunked import ChunkedLoss, chunked_token_losses
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec, ReplacedTokenHeadSpec
 from zoo.spec.model import ClassifierSpec, HeadTransformSpec
 
@@ -42,7 +43,8 @@ class LMHead(TiedOutput, nn.Module):
     E is d_model, or ``input_dim`` where the model projects its last hidden state back to a narrower
     embedding width first (OPT's project_out). T5 v1.0 scales the hidden state by d_model**-0.5 before a tied
     head (its embeddings are unscaled and large); BART and Marian add a fixed ``final_logits_bias``; CTRL
-    a learned ``bias``; Gemma 2 soft-caps the logits (``softcap * tanh(logits / softcap)``).
+    a learned ``bias``; Cohere scales the logits (``scale``); Gemma 2 soft-caps them (``softcap * tanh(logits /
+    softcap)``).
     """
 
     def __init__(
@@ -54,20 +56,41 @@ class LMHead(TiedOutput, nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if spec.bias else None
         self.rescale = d_model**-0.5 if spec.rescale_tied else 1.0
         self.softcap = spec.softcap
+        self.scale = spec.scale
         if spec.logits_bias:
             self.register_buffer("final_logits_bias", torch.zeros(1, vocab_size))
         else:
             self.final_logits_bias = None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.logits(hidden, self.output_weight, self.bias)
+
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The head's function with its matrices given: hidden (..., E), weight (V, E), bias (V,) or None
+        -> logits (..., V). The chunked loss differentiates it with respect to all three."""
         if self.rescale != 1.0:
             hidden = hidden * self.rescale
-        logits = F.linear(hidden, self.output_weight, self.bias)  # (B, T, V)
+        logits = F.linear(hidden, weight, bias)  # (..., V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
+        if self.scale is not None:
+            logits = logits * self.scale
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+    def token_losses(self, hidden: torch.Tensor, loss: ChunkedLoss) -> torch.Tensor:
+        """hidden (N, E) -> (N,) float32: each token's cross-entropy against ``loss.targets``, through this
+        head in chunks of tokens (`zoo.losses.chunked`): the (N, V) logits never exist at once."""
+        return chunked_token_losses(
+            self.logits,
+            hidden,
+            self.output_weight,
+            self.bias,
+            loss.targets,
+            label_smoothing=loss.label_smoothing,
+            chunk_tokens=loss.chunk_tokens,
+        )
 
 
 class MLMHead(TiedOutput, nn.Module):

@@ -14,6 +14,8 @@ embedding or a mask that silently broadcasts. The rules (Hugging Face's names an
     labels                         like the ids, or (B,) for a classifier: int64 class ids, or -100 (ignored)
     memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
     logits_mask                    (B, T) bool, for a model with the token-level head it selects for
+    chunked_loss                   its targets (N,) integer class ids, one per position the head scores;
+                                   not with labels
 
 Cost. Shapes and dtypes are metadata: always checked, free. Values (id ranges, 0/1 masks) are read only
 where reading is free: a real tensor on the CPU. On an accelerator a read is a host sync per forward, which
@@ -33,6 +35,7 @@ import torch
 
 from zoo.blocks.masks import values_readable
 from zoo.losses import IGNORE_INDEX
+from zoo.losses.chunked import ChunkedLoss
 
 INDICES = (torch.int64, torch.int32)  # what nn.Embedding and a table lookup take: ids, segments, positions
 CLASS_IDS = (torch.int64,)  # what cross-entropy takes as targets
@@ -138,9 +141,11 @@ def check_positions(
     shape: tuple[int, int],
     max_positions: int,
     cached: int = 0,
+    documents_name: str = "document_ids",
 ) -> None:
     """``position_ids`` must be None or (B, T) / (1, T) integers in [0, max_positions); ``document_ids``
-    (packed rows) None or (B, T) integers, and only without a KV cache."""
+    (packed rows; named ``documents_name`` in messages) None or (B, T) integers, and only without a KV
+    cache."""
     if position_ids is not None:
         if (
             not isinstance(position_ids, torch.Tensor)
@@ -162,12 +167,13 @@ def check_positions(
     if document_ids is None:
         return
     if cached:
-        raise ValueError(f"{where}: document_ids (packed training rows) cannot be used with a KV cache")
+        raise ValueError(f"{where}: {documents_name} (packed training rows) cannot be used with a KV cache")
     if not isinstance(document_ids, torch.Tensor) or tuple(document_ids.shape) != shape:
         raise ValueError(
-            f"{where}: document_ids must have shape {shape}, one document id per token; got {_shape(document_ids)}"
+            f"{where}: {documents_name} must have shape {shape}, one document id per token; got "
+            f"{_shape(document_ids)}"
         )
-    _need_integers(document_ids, where=where, name="document_ids", what="document ids")
+    _need_integers(document_ids, where=where, name=documents_name, what="document ids")
 
 
 def check_ids(
@@ -309,6 +315,40 @@ def check_logits_mask(
         raise ValueError(
             f"{where}: logits_mask must be a bool tensor of shape {tuple(ids.shape)} (batch, positions) for "
             f"the {head}; got {dtype} of shape {_shape(logits_mask)}"
+        )
+
+
+def check_chunked_loss(
+    loss: object,
+    *,
+    where: str,
+    device: torch.device,
+    positions: int | torch.Tensor,
+    labels: object,
+    has_head: bool,
+) -> None:
+    """``chunked_loss`` must be None or a `ChunkedLoss` for a model with an LM head, without ``labels``, its
+    targets one integer per scored position: ``positions``, B * T, or the (B, T) ``logits_mask`` whose
+    True count is read where reading is free (a CPU tensor)."""
+    if loss is None:
+        return
+    if not isinstance(loss, ChunkedLoss):
+        raise ValueError(
+            f"{where}: chunked_loss must be a zoo.losses.chunked.ChunkedLoss, got {type(loss).__name__}"
+        )
+    if not has_head:
+        raise ValueError(f"{where}: chunked_loss is computed through the LM head; this model has none")
+    if labels is not None:
+        raise ValueError(f"{where}: pass labels (a mean loss beside the logits) or chunked_loss, not both")
+    targets = loss.targets
+    check_devices(where, device, **{"chunked_loss.targets": targets})
+    _need_integers(targets, where=where, name="chunked_loss.targets", what="class ids", accepted=CLASS_IDS)
+    if isinstance(positions, torch.Tensor):
+        positions = int(positions.sum()) if values_readable(positions) else targets.shape[0]
+    if targets.dim() != 1 or targets.shape[0] != positions:
+        raise ValueError(
+            f"{where}: chunked_loss.targets must have shape ({positions},), one per position the LM head "
+            f"scores; got {_shape(targets)}"
         )
 
 

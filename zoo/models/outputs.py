@@ -33,6 +33,8 @@ class ModelOutput:
     # scalar: the load-balancing loss of the Mixture-of-Experts layers (`zoo.losses.load_balancing_loss`),
     # over every stack, not added to ``loss`` (the trainer adds it times ``loss.router_aux_coef``)
     aux_loss: torch.Tensor | None = None
+    # (N,) float32: each scored position's loss, from a forward given ``chunked_loss`` (logits then None)
+    token_losses: torch.Tensor | None = None
 
 
 # The serialized name keeps a saved ``.pt2`` loadable (`torch.export.load`) wherever zoo is importable.

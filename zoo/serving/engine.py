@@ -171,6 +171,10 @@ class Engine:
             # LongRoPE re-rotates every cached key once a sequence passes its original context (`Session`):
             # slots of different lengths share one forward, so that cannot be done per slot.
             raise ValueError("zoo serve: models with LongRoPE scaling (switch_length) cannot be batched")
+        if getattr(stack.positions, "dynamic", None) is not None:
+            # dynamic NTK's rates follow the longest sequence in each forward: a slot's tokens would depend
+            # on the lengths of the others sharing its steps
+            raise ValueError("zoo serve: models with dynamic-NTK rotary scaling cannot be batched")
         self.stack = stack
         B, L = self.max_batch, self.limit
         self.cache = SlotCache(stack, slots=B, length=L)

@@ -6,6 +6,8 @@ from typing import Any
 from zoo.spec.blocks import (
     AlibiPositions,
     AttentionSpec,
+    ClampedGLU,
+    DynamicRopeScaling,
     EmbeddingSpec,
     FeedForwardSpec,
     FFNSpec,
@@ -23,6 +25,7 @@ from zoo.spec.blocks import (
     RopeScaling,
     RotaryPositions,
     SinusoidalPositions,
+    YarnRopeScaling,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
 from zoo.spec.lora import LoraSpec
@@ -60,8 +63,10 @@ __all__ = [
     "AttentionSpec",
     "BlockSparsePattern",
     "CausalPattern",
+    "ClampedGLU",
     "ClassifierSpec",
     "DecoderSpec",
+    "DynamicRopeScaling",
     "EmbeddingSpec",
     "EncoderDecoderSpec",
     "EncoderHeadsSpec",
@@ -98,6 +103,7 @@ __all__ = [
     "SpecValidationError",
     "StackSpec",
     "TokenClassifierSpec",
+    "YarnRopeScaling",
     "buffer_count",
     "json_schema",
     "list_presets",

@@ -9,6 +9,7 @@ This module imports no torch: specs, presets and the JSON Schema load in a bare 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -98,6 +99,12 @@ class AttentionSpec(Spec):
     qk_norm_eps: Epsilon = Field(
         1e-6, description="Epsilon of the q/k RMS norms (Qwen3 uses its rms_norm_eps); only with qk_norm."
     )
+    qk_norm_scope: Literal["head", "all_heads"] = Field(
+        "head",
+        description="head: one RMSNorm over head_dim, its weight shared by every head (Qwen3, Gemma 3); "
+        "all_heads: one over the whole query (H·D) and key (K·D) projections before they split into heads, "
+        "a weight per channel (OLMo 2); only with qk_norm.",
+    )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
     scale: PositiveFloat | None = Field(
         None,
@@ -108,6 +115,11 @@ class AttentionSpec(Spec):
         None,
         description="Soft-cap the scaled logits to (-softcap, softcap) as softcap * tanh(logits / softcap), "
         "before the mask (Gemma 2's attn_logit_softcapping); takes flex_attention or the math path, not SDPA.",
+    )
+    sinks: bool = Field(
+        False,
+        description="Attention sinks (gpt-oss): a learned logit per head joins every query's softmax as an extra "
+        "key with a zero value, so a head may attend to nothing; one (num_heads,) parameter per layer.",
     )
     latent: LatentAttentionSpec | None = Field(
         None,
@@ -126,6 +138,8 @@ class AttentionSpec(Spec):
             )
         if self.qk_norm:
             raise ValueError("qk_norm cannot go with latent: latent attention normalises its latents instead")
+        if self.sinks:
+            raise ValueError("sinks cannot go with latent: latent attention has no sink column")
         return self
 
     @model_validator(mode="after")
@@ -133,6 +147,10 @@ class AttentionSpec(Spec):
         if self.scale is not None and not self.scaled:
             raise ValueError(
                 f"scale ({self.scale}) is given but scaled is false: unscaled logits take no scale"
+            )
+        if self.qk_norm_scope != "head" and not self.qk_norm:
+            raise ValueError(
+                f"qk_norm_scope {self.qk_norm_scope!r} needs qk_norm: true (there is no q/k norm)"
             )
         return self
 
@@ -229,6 +247,15 @@ class MoESpec(Spec):
     dense_d_ff: PositiveInt | None = Field(
         None, description="Hidden width of the dense layers' gated FFN; needed when a layer is dense."
     )
+    router_bias: bool = Field(False, description="A bias on the router's logits (gpt-oss).")
+    expert_bias: bool = Field(
+        False, description="Biases on every expert's up and down projections (gpt-oss)."
+    )
+    clamped_glu: ClampedGLU | None = Field(
+        None,
+        description="The experts' gate is gpt-oss's clamped SwiGLU (`ClampedGLU`) instead of act(gate) * up; "
+        "activation must then be silu (what the config says; the clamped gate replaces it).",
+    )
     scoring: Literal["softmax", "sigmoid"] = Field(
         "softmax",
         description="Router scores: a softmax over the experts (Mixtral, Qwen), or each expert's sigmoid "
@@ -278,6 +305,10 @@ class MoESpec(Spec):
             )
         if self.bias_update_rate > 0 and not self.score_bias:
             raise ValueError(f"bias_update_rate ({self.bias_update_rate}) needs score_bias: true")
+        if self.clamped_glu is not None and self.activation != "silu":
+            raise ValueError(
+                f"clamped_glu replaces the experts' activation: activation must be 'silu', got {self.activation!r}"
+            )
         return self
 
     @property
@@ -286,14 +317,14 @@ class MoESpec(Spec):
         return self.top_groups if self.top_groups is not None else self.num_groups
 
     # What every expert is, read where any FFN spec is (costs, the dense families' export checks, which
-    # refuse an MoE spec by its kind before they look): gated, bias-free, no dropout inside.
+    # refuse an MoE spec by its kind before they look): gated, biased only with expert_bias, no dropout inside.
     @property
     def gated(self) -> bool:
         return True
 
     @property
     def bias(self) -> bool:
-        return False
+        return self.expert_bias
 
     @property
     def dropout(self) -> float:
@@ -307,6 +338,18 @@ class MoESpec(Spec):
         """The gated FFN of this stack's dense layers (bias-free, as in Qwen-MoE's MLP)."""
         assert self.dense_d_ff is not None  # the stack's validation requires it where a layer is dense
         return FFNSpec(d_ff=self.dense_d_ff, activation=self.activation, gated=True, bias=False)
+
+
+class ClampedGLU(Spec):
+    """gpt-oss's clamped SwiGLU (transformers' ``swiglu_alpha`` / ``swiglu_limit``), in place of the experts'
+    ``act(gate) * up``::
+
+        gate = min(gate, limit); up = clamp(up, -limit, limit)
+        out  = (up + 1) * gate * sigmoid(alpha * gate)
+    """
+
+    alpha: PositiveFloat = Field(1.702, description="Slope inside the sigmoid gate (swiglu_alpha).")
+    limit: PositiveFloat = Field(7.0, description="Gate clamped above, up clamped to +-limit (swiglu_limit).")
 
 
 def _ffn_kind(value: Any) -> str:
@@ -330,13 +373,15 @@ class NormSpec(Spec):
     kind: Literal["layernorm", "rmsnorm"] = "layernorm"
     eps: Epsilon = 1e-5
     bias: bool = Field(True, description="LayerNorm has a bias; ignored by RMSNorm, which never has one.")
-    placement: Literal["pre", "post", "sandwich"] = Field(
+    placement: Literal["pre", "post", "sandwich", "post_sublayer"] = Field(
         "post",
         description="post: x = norm(x + f(x)) as in the paper; pre: x = x + f(norm(x)) as in GPT-2/T5; "
-        "sandwich: x = x + norm2(f(norm1(x))), a norm before and after each sub-layer (Gemma 2/3).",
+        "sandwich: x = x + norm2(f(norm1(x))), a norm before and after each sub-layer (Gemma 2/3); "
+        "post_sublayer: x = x + norm(f(x)), a norm on each sub-layer's output only, inside the residual "
+        "branch (OLMo 2).",
     )
     final: bool | None = Field(
-        None, description="A norm after the last layer; default: yes for pre-norm and sandwich."
+        None, description="A norm after the last layer; default: yes for every placement but post."
     )
     unit_offset: bool = Field(
         False,
@@ -348,12 +393,18 @@ class NormSpec(Spec):
         description="Pre-norm only: false leaves the first layer's self-attention input un-normalised, the "
         "embedding norm standing in for it (ModernBERT).",
     )
-    residual: Literal["sequential", "parallel"] = Field(
+    residual: Literal["sequential", "parallel", "parallel_shared"] = Field(
         "sequential",
-        description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX, GPT-J): "
+        description="sequential: each branch reads the previous branch's output; parallel (GPT-NeoX): "
         "every branch reads the layer's input through its own norm and the outputs are summed, "
-        "x + attn(norm1(x)) + ffn(norm2(x)); pre-norm only.",
+        "x + attn(norm1(x)) + ffn(norm2(x)); parallel_shared (GPT-J, Cohere): the same with one norm that "
+        "every branch reads, x + attn(norm(x)) + ffn(norm(x)); pre-norm only.",
     )
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the branches read the layer's input side by side (``parallel`` or ``parallel_shared``)."""
+        return self.residual != "sequential"
 
     @property
     def has_final(self) -> bool:
@@ -368,13 +419,18 @@ class NormSpec(Spec):
                 f"first_attention_norm: false needs placement 'pre' (got {self.placement!r}): only a pre-norm "
                 "layer has a norm on the attention input to leave out"
             )
+        if not self.first_attention_norm and self.residual == "parallel_shared":
+            raise ValueError(
+                "first_attention_norm: false cannot go with residual 'parallel_shared': the one norm the "
+                "branches share is the attention's"
+            )
         return self
 
     @model_validator(mode="after")
     def _parallel_is_pre(self) -> NormSpec:
-        if self.residual == "parallel" and self.placement != "pre":
+        if self.parallel and self.placement != "pre":
             raise ValueError(
-                f"residual 'parallel' needs placement 'pre' (each branch normalises the layer's input), "
+                f"residual {self.residual!r} needs placement 'pre' (each branch normalises the layer's input), "
                 f"got placement {self.placement!r}"
             )
         return self
@@ -509,7 +565,78 @@ class LongRopeScaling(Spec):
         return self
 
 
-RopeScaling = Annotated[Llama3RopeScaling | LinearRopeScaling | LongRopeScaling, Field(discriminator="type")]
+class YarnRopeScaling(Spec):
+    """YaRN (Peng et al. 2023; transformers' ``rope_type: yarn``): per rotary frequency, a blend of the plain
+    rate (extrapolation) and the rate divided by ``factor`` (interpolation), ramped linearly over the dims
+    whose number of turns within ``original_max_positions`` lies between ``beta_slow`` and ``beta_fast``
+    (dims turning faster are kept, slower ones divided); cos and sin are multiplied by ``attention_factor``.
+
+    The attention factor, unless given, is transformers': mscale(factor, mscale) / mscale(factor,
+    mscale_all_dim) when both are set (DeepSeek), else mscale(factor) = 0.1 ln(factor) + 1 (1 for factor <= 1).
+    The tables are fixed per position: unlike LongRoPE nothing switches with the sequence length.
+    """
+
+    type: Literal["yarn"] = "yarn"
+    factor: PositiveFloat = Field(
+        description="How much the slow frequencies are divided (context extension)."
+    )
+    original_max_positions: PositiveInt = Field(
+        description="The pretraining context, which sets the ramp's dims (original_max_position_embeddings)."
+    )
+    beta_fast: PositiveFloat = Field(
+        32.0, description="Turns within the original context above which a dim is kept."
+    )
+    beta_slow: PositiveFloat = Field(1.0, description="Turns below which a dim is divided by factor.")
+    truncate: bool = Field(
+        True,
+        description="Round the ramp's bounds outward to whole dims (floor / ceil), as transformers' default.",
+    )
+    attention_factor: PositiveFloat | None = Field(
+        None, description="Scale of cos and sin; default: derived from factor (and mscale, mscale_all_dim)."
+    )
+    mscale: PositiveFloat | None = Field(
+        None, description="DeepSeek's numerator weight of ln(factor) in the derived attention factor."
+    )
+    mscale_all_dim: PositiveFloat | None = Field(
+        None, description="DeepSeek's denominator weight; the derived factor uses both or neither."
+    )
+
+    def resolved_attention_factor(self) -> float:
+        """The cos/sin scale, computed as transformers' ``_compute_yarn_parameters`` does."""
+        if self.attention_factor is not None:
+            return self.attention_factor
+
+        def mscale(weight: float = 1.0) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * weight * math.log(self.factor) + 1.0
+
+        if self.mscale and self.mscale_all_dim:
+            return float(mscale(self.mscale) / mscale(self.mscale_all_dim))
+        return mscale()
+
+
+class DynamicRopeScaling(Spec):
+    """Dynamic NTK scaling (bloc97 and emozilla, 2023; transformers' ``rope_type: dynamic``): while a forward's
+    positions stay within ``original_max_positions`` the rates are plain RoPE's; once its largest position
+    p reaches past it, the base becomes theta * (factor * L / original - (factor - 1)) ** (R / (R - 2)),
+    L = p + 1, for that forward (transformers' rule for a fresh model, per call, the batch's largest
+    position counting).
+
+    Keys a cache holds keep the rotation of the forward that computed them, as in transformers' generation:
+    past the original context, cached decoding is not an uncached forward over the whole sequence
+    (docs/hf.md, dynamic NTK and the KV cache).
+    """
+
+    type: Literal["dynamic"] = "dynamic"
+    factor: PositiveFloat = Field(description="The NTK scaling factor.")
+    original_max_positions: PositiveInt = Field(
+        description="The context from which the base grows: transformers' max_position_embeddings."
+    )
+
+
+RopeScaling = Annotated[
+    Llama3RopeScaling | LinearRopeScaling | LongRopeScaling | YarnRopeScaling | DynamicRopeScaling,
+    Field(discriminator="type"),
+]
 
 
 class RotaryPositions(Spec):
@@ -519,7 +646,8 @@ class RotaryPositions(Spec):
     theta: PositiveFloat = 10000.0
     scaling: RopeScaling | None = Field(
         None,
-        description="Frequency scaling for long contexts (llama3, linear, longrope); default: none, plain RoPE.",
+        description="Frequency scaling for long contexts (llama3, linear, longrope, yarn, dynamic); default: "
+        "none, plain RoPE.",
     )
     fraction: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
         1.0,
@@ -535,6 +663,11 @@ class RotaryPositions(Spec):
         None,
         description="The base of layers whose self-attention pattern is sliding_window, plain RoPE without "
         "scaling (Gemma 3's rope_local_base_freq, ModernBERT's local_rope_theta); default: theta for all.",
+    )
+    nope_layers: list[NonNegativeInt] = Field(
+        default_factory=list,
+        description="Layers (from 0) whose attention rotates nothing: no position signal at all there (NoPE, "
+        "Kazemnejad et al. 2023; SmolLM3's and Llama 4's no-rope layers); default: every layer rotates.",
     )
 
 

@@ -15,14 +15,18 @@ A target names projections, optionally narrowed to one stack and to self- or cro
     encoder.ffn_in  the encoder's FFN up_proj (gate and up rows, when gated)
 
 ``self.`` and ``cross.`` go only before ``qkv`` and ``out``; without a stack prefix a target means every stack.
+
+``quantize_base: nf4`` is QLoRA (Dettmers et al. 2023, arXiv:2305.14314): the frozen base projections are
+stored 4-bit NF4 (`zoo.lora.nf4`). It says how the base is held, not what the adapters are, so it is left
+out of the serialised spec while unset (files written before it existed read the same).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from zoo.spec.blocks import Spec
 
@@ -31,6 +35,7 @@ TARGET_KINDS: tuple[str, ...] = ("qkv", "out", "ffn_in", "ffn_out")
 STACK_NAMES: tuple[str, ...] = ("encoder", "decoder")
 ATTENTION_KINDS: tuple[str, ...] = ("self", "cross")
 TARGET_GRAMMAR = "[encoder.|decoder.][self.|cross.]KIND with KIND in qkv|out|ffn_in|ffn_out"
+QUANTIZE_KINDS: tuple[str, ...] = ("nf4",)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,18 @@ class LoraSpec(Spec):
     dora: bool = Field(
         False, description="DoRA: also learn a magnitude per output row (Liu et al. 2024), PEFT's formula."
     )
+    quantize_base: Literal["nf4"] | None = Field(
+        None,
+        description="QLoRA: store every frozen attention and FFN projection of the base as NF4 (4-bit, "
+        "torchao), dequantised per matmul; null: the base keeps its dtype.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_quantize_base(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("quantize_base", "") is None:  # unset: the spec serialises as before the field existed
+            del data["quantize_base"]
+        return data
 
     @field_validator("targets")
     @classmethod

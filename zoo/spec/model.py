@@ -78,6 +78,10 @@ class LMHeadSpec(Spec):
         description="Soft-cap the logits to (-softcap, softcap) as softcap * tanh(logits / softcap) (Gemma 2's "
         "final_logit_softcapping).",
     )
+    scale: PositiveFloat | None = Field(
+        None,
+        description="Multiply the logits by this, before any soft-cap (Cohere's logit_scale); default: none.",
+    )
 
 
 class MLMHeadSpec(Spec):
@@ -334,6 +338,12 @@ class _ModelSpecBase(Spec):
             )
         if position.kind == "rotary":
             _check_rotary(position, head_dim=head_dim, path=position_path)
+            outside = sorted({i for i in position.nope_layers if i >= stack.num_layers})
+            if outside or len(set(position.nope_layers)) != len(position.nope_layers):
+                raise ValueError(
+                    f"{position_path}.nope_layers {position.nope_layers}: each a distinct layer of {stack.name}, "
+                    f"which has {stack.num_layers} (0 .. {stack.num_layers - 1})"
+                )
         width = self.embedding.stack_dim(self.d_model)  # where positions are added
         if position.kind == "sinusoidal" and width % 2:
             raise ValueError(
@@ -553,6 +563,11 @@ def _check_rotary(position: RotaryPositions, *, head_dim: int, path: str) -> Non
         raise ValueError(
             f"{path}.scaling: longrope needs one factor per rotary frequency ({dims // 2} = rotary dims / 2), "
             f"got {len(scaling.short_factor)}"
+        )
+    if scaling is not None and scaling.type == "dynamic" and dims < 4:
+        raise ValueError(
+            f"{path}.scaling: dynamic NTK raises its base to the power R / (R - 2), R = {dims} rotary dims: "
+            "at least 4 are needed"
         )
 
 

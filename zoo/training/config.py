@@ -121,13 +121,18 @@ DataFiles = Path | ParallelFiles | PreparedFiles
 
 class PackingConfig(Section):
     """causal_lm, masked_lm and chat: documents (conversations) framed, concatenated and cut into windows of
-    ``block_size`` tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example."""
+    ``block_size`` tokens (nanoGPT, transformers' ``group_texts``), instead of one padded line per example.
+    seq2seq: whole (source, target) pairs, several a row, at most ``block_size`` tokens a side, each pair
+    attending only to itself."""
 
-    block_size: PositiveInt = Field(1024, description="Tokens per window; at most the model's max_positions.")
-    documents: Literal["joined", "separate"] = Field(
-        "joined",
-        description="joined: a window attends across document boundaries; separate: each document attends "
-        "only to itself (a block-diagonal mask) and its positions restart at 0.",
+    block_size: PositiveInt = Field(
+        1024, description="Tokens per window (seq2seq: per row and side); at most the model's max_positions."
+    )
+    documents: Literal["joined", "separate"] | None = Field(
+        None,
+        description="joined (the language models' default): a window attends across document boundaries; "
+        "separate: each document attends only to itself (a block-diagonal mask) and its positions restart "
+        "at 0. seq2seq always packs pairs separately (joined is refused).",
     )
 
 
@@ -143,7 +148,9 @@ class DataConfig(Section):
     train: DataFiles
     valid: DataFiles | None = None
     packing: PackingConfig | None = Field(
-        None, description="causal_lm / masked_lm / chat: pack documents into block_size windows."
+        None,
+        description="causal_lm / masked_lm / chat: pack documents into block_size windows; seq2seq: pack "
+        "pairs into rows.",
     )
     on_bad_line: Literal["error", "skip"] = Field(
         "error", description="A bad line in raw files: stop naming it, or skip it (counted, with a warning)."
@@ -186,7 +193,12 @@ class TokenizerConfig(Section):
 class OptimConfig(Section):
     """The optimizer; the learning rate itself comes from ``schedule``."""
 
-    name: Literal["adam", "adamw"] = "adam"
+    name: Literal["adam", "adamw", "adamw8bit", "adamw4bit"] = Field(
+        "adam",
+        description="adam | adamw (fp32 moments, 8 bytes per trained parameter) | adamw8bit | adamw4bit "
+        "(torchao's AdamW with 8- / 4-bit block-quantised moments, about 2 / 1 bytes per parameter; the quant "
+        "extra).",
+    )
     betas: tuple[float, float] = (0.9, 0.98)  # section 5.3 of the paper
     eps: PositiveFloat = 1e-9
     weight_decay: float = Field(0.0, ge=0.0, description="Applied to matrices only, never biases or norms.")
@@ -236,6 +248,12 @@ class LossConfig(Section):
         le=1.0,
         description="Mixture-of-Experts models: this times the router's load-balancing loss (the model "
         "output's aux_loss) is added to the objective, as transformers' router_aux_loss_coef; 0 = off.",
+    )
+    chunk_tokens: PositiveInt | Literal["auto"] | None = Field(
+        "auto",
+        description="causal_lm, chat and dpo: compute the loss through the LM head this many tokens at a time "
+        "(zoo.losses.chunked: the same loss and gradients, never every logit at once); auto: 64M logits a "
+        "chunk (523 tokens at a 128k vocabulary); null: all logits at once. Other tasks: auto or null.",
     )
 
 
@@ -302,8 +320,8 @@ class TrainConfig(Section):
     lora: LoraSpec | None = Field(
         None,
         description="Fine-tune with LoRA adapters (zoo.lora) on the frozen model.init_from: r, alpha, dropout, "
-        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora. The run saves "
-        "adapter.safetensors and the merged model.",
+        "targets ([encoder.|decoder.][self.|cross.]qkv|out|ffn_in|ffn_out), dora, quantize_base (nf4: "
+        "QLoRA, the frozen projections stored 4-bit). The run saves adapter.safetensors and the merged model.",
     )
     log_every: PositiveInt = 10
     log_sinks: tuple[Literal["jsonl", "csv", "tensorboard"], ...] = Field(

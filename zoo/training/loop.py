@@ -201,6 +201,11 @@ class Trainer:
                     "this head, or train without lora"
                 )
         if config.lora is not None:  # base frozen; adapters trainable, B = 0 so the outputs are unchanged
+            if config.lora.quantize_base is not None and runtime.distributed:
+                raise ConfigError(
+                    f"lora.quantize_base {config.lora.quantize_base} runs in one process for now ({runtime.world_size} "
+                    "were started): DDP would broadcast the NF4 base; use quantize_base: null, or one process"
+                )
             zoo.lora.apply(self.model, config.lora)
         # What the task trains on (DPO's keeps a frozen reference: the starting weights, never checkpointed).
         self.objective = self.task.objective(
@@ -208,6 +213,7 @@ class Trainer:
             label_smoothing=config.loss.label_smoothing,
             model=self.model,
             starting_model=lambda: self._starting_model(init_from),
+            chunk_tokens=self.task.chunk_tokens(config.loss.chunk_tokens, self.spec),
         )
         self.parameter_counts = zoo.lora.trainable_parameters(self.model)  # (trainable, total)
         if config.activation_checkpointing:

@@ -14,7 +14,9 @@ gradient accumulation and data parallelism give the gradient of one big batch wh
 
 `TokenCrossEntropy` is every token-level task's objective (translation, language modelling,
 classification): label-smoothed cross-entropy in training, the plain NLL in validation (so ``val_ppl`` is a
-true perplexity). DPO's is `zoo.training.tasks.dpo.DirectPreference`.
+true perplexity). DPO's is `zoo.training.tasks.dpo.DirectPreference`. Given ``chunk_tokens`` (a decoder's
+task: ``loss.chunk_tokens``), the model computes the loss through its LM head a chunk of tokens at a time
+(`zoo.losses.chunked`) and returns no logits: the same loss and gradients, never every logit at once.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 from torch import nn
 
 from zoo.losses import IGNORE_INDEX, label_smoothed_cross_entropy
+from zoo.losses.chunked import ChunkedLoss
 from zoo.training.batching import Batch
 
 
@@ -80,10 +83,13 @@ class Objective(ABC):
 
 class TokenCrossEntropy(Objective):
     """Cross-entropy over the scored target tokens (-100 = not scored), label-smoothed in training
-    (`zoo.losses.label_smoothed_cross_entropy`); the output head runs only at the scored positions."""
+    (`zoo.losses.label_smoothed_cross_entropy`); the output head runs only at the scored positions.
+    ``chunk_tokens``: through a decoder's LM head, that many tokens at a time (`zoo.losses.chunked`; the
+    model is given ``chunked_loss`` and returns each token's loss, no logits); None: all logits at once."""
 
-    def __init__(self, *, label_smoothing: float = 0.0) -> None:
+    def __init__(self, *, label_smoothing: float = 0.0, chunk_tokens: int | None = None) -> None:
         self.label_smoothing = label_smoothing
+        self.chunk_tokens = chunk_tokens
         smoothing = f"label smoothing {label_smoothing:g}" if label_smoothing else "no label smoothing"
         self.description = f"training objective per target token: cross-entropy with {smoothing}"
         self.validation_description = (
@@ -106,12 +112,19 @@ class TokenCrossEntropy(Objective):
         scored = batch.logits_mask()  # (B, T), on the CPU: selecting needs no device sync; or None
         targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
         batch = batch.to(device)
+        eps = self.label_smoothing if train else 0.0
+        if self.chunk_tokens is not None:
+            chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens, label_smoothing=eps)
+            with autocast or nullcontext():
+                out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)
+            assert out.token_losses is not None  # (N,): a decoder given chunked_loss
+            return ObjectiveSums(
+                loss=out.token_losses.sum(), aux_loss=out.aux_loss if train else None, targets=targets
+            )
         with autocast or nullcontext():
             out = model(**batch.inputs, logits_mask=scored)
         logits = out.logits  # (N, V) or (B, L)
-        sums = label_smoothed_cross_entropy(
-            logits, targets, label_smoothing=self.label_smoothing if train else 0.0
-        )
+        sums = label_smoothed_cross_entropy(logits, targets, label_smoothing=eps)
         return ObjectiveSums(
             loss=sums.loss if train else sums.nll,
             aux_loss=out.aux_loss if train else None,

@@ -79,6 +79,7 @@ def setup(
         check_lora_targets(spec, config)
     task = resolve_task(config, spec)
     task.check_data(config.data)
+    task.chunk_tokens(config.loss.chunk_tokens, spec)  # a number for a task that cannot chunk: refused now
     check_files(config, task)
     if resume_from is not None:
         tokenizers = load_or_train_tokenizers(config, task=task, saved_dir=resume_from)

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from zoo.lora.nf4 import is_nf4
 from zoo.training import distributed as dist_
 from zoo.training.run import checkpoints, rundir
 
@@ -214,5 +215,7 @@ def _non_finite_weights(model: torch.nn.Module) -> int:
     counts = []
     for p in model.parameters():
         local = p.to_local() if hasattr(p, "to_local") else p  # an FSDP2 DTensor: this process's shard
+        if is_nf4(local):
+            continue  # QLoRA's frozen NF4 base: finite by construction (quantised from finite weights)
         counts.append((~torch.isfinite(local.detach())).sum())
     return int(torch.stack(counts).sum()) if counts else 0

@@ -8,7 +8,7 @@
     (no task: the model's own, its family's or its classifier's, with its settings at their defaults)
 
 A setting lives under the task that reads it, so a setting of another task cannot be written down.
-What several tasks read stays in the config's sections: ``data.packing`` (causal_lm, masked_lm and chat
+What several tasks read stays in the config's sections: ``data.packing`` (causal_lm, masked_lm, chat and seq2seq
 pack; setup leaves packed data uncut), ``loss.label_smoothing`` (every task; dpo's is cDPO's flip
 probability), ``tokenizer.shared`` (with ``tokenizer.source_path``: which tokenizers setup loads or trains).
 

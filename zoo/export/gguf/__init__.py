@@ -5,6 +5,7 @@
 The modules, along the flow:
 
     arches.py   the Hugging Face families llama.cpp runs, as rows: GGUF architecture, metadata, refusals
+    rope.py     rope scaling as llama.cpp reads it: linear as metadata, Llama 3's as rope_freqs.weight
     tensors.py  HF tensors -> llama.cpp's names, layouts (rotary permutation, 1 + weight norms) and types
     vocab.py    a tokenizer.json -> tokenizer.ggml.* metadata and the chat template
     write.py    `export_gguf`: plan, then stream one tensor at a time into an atomic write

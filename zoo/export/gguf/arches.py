@@ -5,7 +5,8 @@ its tensors undergo on the way.
 Facts from llama.cpp's ``convert_hf_to_gguf.py`` and ``src/llama-model.cpp`` (read, not copied):
 
     model_type            arch       rotary pairs    norms        notes
-    llama mistral mixtral llama      interleaved *   weight       * q/k rows permuted from HF's halves
+    llama mistral mixtral llama      interleaved *   weight       * q/k rows permuted from HF's halves;
+                                                                  llama3 rope scaling (rope_freqs.weight)
     qwen2 qwen3           qwen2/3    halves          weight       qwen3: q/k RMSNorm per head
     qwen2_moe qwen3_moe   qwen2moe/3 halves          weight       every layer sparse; stacked experts
     gemma gemma2          gemma/2    halves          1 + weight   head tied to the embeddings
@@ -13,7 +14,9 @@ Facts from llama.cpp's ``convert_hf_to_gguf.py`` and ``src/llama-model.cpp`` (re
     phi3                  phi3       halves          weight       fused qkv and gate-up, as HF stores them
     gpt2                  gpt2       learned         layernorm    Conv1D (in, out) stored (out, in)
 
-Config keys below are the ``config.json`` that `zoo.io.hf.to_hf_state` gives (a missing key reads None).
+Every rotary architecture takes linear rope scaling (its ``rope.scaling`` keys); other scalings are refused
+(`refusals`). Config keys below are the ``config.json`` that `zoo.io.hf.to_hf_state` gives (a missing key
+reads None).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from zoo.export.gguf.rope import linear_factor, linear_type, scaling_kind
 from zoo.spec.errors import short_repr
 
 Config = Mapping[str, Any]
@@ -57,7 +61,9 @@ class Arch:
     rope_permute: llama.cpp's ``llama`` rotates interleaved pairs, HF the two halves of each head: the q and k
     rows are permuted on the way (their biases too). norm_offset: HF scales by ``1 + weight``, llama.cpp by the
     stored weight. transposed: GPT-2's ``Conv1D`` tensors (stored (in, out)), by GGUF name. tied_only: llama.cpp
-    always uses the embeddings as the head. checks: further refusals, each a message or None.
+    always uses the embeddings as the head. checks: further refusals, each a message or None. rope_scalings:
+    the rope scaling types written for it (`rope`: linear as metadata, llama3 as ``rope_freqs.weight``, which
+    only llama.cpp's ``llama`` reads); any other is refused.
     """
 
     name: str
@@ -69,6 +75,7 @@ class Arch:
     norm_offset: bool = False
     transposed: tuple[str, ...] = ()
     tied_only: bool = False
+    rope_scalings: tuple[str, ...] = ("linear",)
 
 
 def head_dim(config: Config) -> int:
@@ -87,7 +94,8 @@ def _window_covers_context(config: Config) -> str | None:
         return None
     return (
         f"sliding_window {window} is shorter than the context ({context}): llama.cpp runs every layer of this "
-        "architecture with full attention"
+        f"architecture with full attention; export a spec with max_positions <= {window} (the same attention "
+        f"up to the window) or a window >= {context} (full attention, as llama.cpp would run it)"
     )
 
 
@@ -139,6 +147,8 @@ _DECODER = (
     Meta("{arch}.attention.layer_norm_rms_epsilon", "rms_norm_eps", "f32"),
     Meta("{arch}.rope.freq_base", "rope_theta", "f32"),
     Meta("{arch}.rope.dimension_count", rotary_dims),
+    Meta("{arch}.rope.scaling.type", linear_type, "str"),
+    Meta("{arch}.rope.scaling.factor", linear_factor, "f32"),
     Meta("{arch}.vocab_size", "vocab_size"),
 )
 _EXPERTS = (
@@ -146,7 +156,6 @@ _EXPERTS = (
     Meta("{arch}.expert_used_count", "num_experts_per_tok"),
 )
 _SILU = Require("hidden_act", ("silu",), "llama.cpp's SwiGLU FFN")
-_NO_ROPE_SCALING = Require("rope_scaling", (None,), "rope scaling is not written yet")
 _GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh")
 
 
@@ -161,21 +170,22 @@ ARCHES: tuple[Arch, ...] = (
         "llama",
         ("llama", "mistral", "mixtral"),
         _DECODER + _EXPERTS,
-        requires=(_SILU, _NO_ROPE_SCALING),
+        requires=(_SILU,),
         checks=(_window_covers_context,),
         rope_permute=True,
+        rope_scalings=("linear", "llama3"),
     ),
     Arch(
         "qwen2",
         ("qwen2",),
         _DECODER,
-        requires=(_SILU, _NO_ROPE_SCALING, Require("use_sliding_window", (None, False), "llama.cpp's qwen2")),
+        requires=(_SILU, Require("use_sliding_window", (None, False), "llama.cpp's qwen2")),
     ),
     Arch(
         "qwen3",
         ("qwen3",),
         _DECODER,
-        requires=(_SILU, _NO_ROPE_SCALING, Require("use_sliding_window", (None, False), "llama.cpp's qwen3")),
+        requires=(_SILU, Require("use_sliding_window", (None, False), "llama.cpp's qwen3")),
     ),
     Arch(
         "qwen2moe",
@@ -188,7 +198,6 @@ ARCHES: tuple[Arch, ...] = (
         ),
         requires=(
             _SILU,
-            _NO_ROPE_SCALING,
             Require("use_sliding_window", (None, False), "llama.cpp's qwen2moe"),
             Require(
                 "norm_topk_prob", (None, False), "llama.cpp's qwen2moe keeps the top-k weights as routed"
@@ -202,7 +211,6 @@ ARCHES: tuple[Arch, ...] = (
         _DECODER + _EXPERTS + (Meta("{arch}.expert_feed_forward_length", "moe_intermediate_size"),),
         requires=(
             _SILU,
-            _NO_ROPE_SCALING,
             Require("use_sliding_window", (None, False), "llama.cpp's qwen3moe"),
             Require("norm_topk_prob", (True,), "llama.cpp's qwen3moe renormalises the top-k weights"),
         ),
@@ -212,7 +220,7 @@ ARCHES: tuple[Arch, ...] = (
         "gemma",
         ("gemma",),
         _DECODER,
-        requires=(Require("hidden_act", _GELU_TANH, "llama.cpp's GeGLU (tanh GELU)"), _NO_ROPE_SCALING),
+        requires=(Require("hidden_act", _GELU_TANH, "llama.cpp's GeGLU (tanh GELU)"),),
         norm_offset=True,
         tied_only=True,
     ),
@@ -225,10 +233,7 @@ ARCHES: tuple[Arch, ...] = (
             Meta("{arch}.final_logit_softcapping", "final_logit_softcapping", "f32"),
             Meta("{arch}.attention.sliding_window", "sliding_window"),
         ),
-        requires=(
-            Require("hidden_activation", _GELU_TANH, "llama.cpp's GeGLU (tanh GELU)"),
-            _NO_ROPE_SCALING,
-        ),
+        requires=(Require("hidden_activation", _GELU_TANH, "llama.cpp's GeGLU (tanh GELU)"),),
         checks=(_pattern(2), _scale_is_head_dim),
         norm_offset=True,
         tied_only=True,
@@ -239,7 +244,6 @@ ARCHES: tuple[Arch, ...] = (
         (*_DECODER, Meta("{arch}.attention.sliding_window", "sliding_window")),
         requires=(
             Require("hidden_activation", _GELU_TANH, "llama.cpp's GeGLU (tanh GELU)"),
-            _NO_ROPE_SCALING,
             Require("rope_local_base_freq", (None, 10000.0), "llama.cpp's gemma3 local layers"),
             Require("attn_logit_softcapping", (None,), "llama.cpp's gemma3 does not soft-cap attention"),
             Require("final_logit_softcapping", (None,), "llama.cpp's gemma3 does not soft-cap the logits"),
@@ -251,7 +255,7 @@ ARCHES: tuple[Arch, ...] = (
         "phi3",
         ("phi3",),
         _DECODER,
-        requires=(_SILU, _NO_ROPE_SCALING),
+        requires=(_SILU,),
         checks=(_window_covers_context,),
     ),
     Arch(
@@ -286,6 +290,15 @@ def refusals(arch: Arch, config: Config) -> list[str]:
         if value not in row.allowed:
             allowed = " or ".join("none" if a is None else repr(a) for a in row.allowed)
             found.append(f"{row.key} {short_repr(value)} (expected {allowed}: {row.why})")
+    kind = scaling_kind(config)
+    if kind is not None and kind not in arch.rope_scalings:
+        written = " or ".join(arch.rope_scalings) or "none"
+        why = (
+            "only llama.cpp's llama reads llama3's per-frequency factors"
+            if kind == "llama3"
+            else f"{kind} rope scaling is not written yet"
+        )
+        found.append(f"rope_scaling {kind!r} (expected none or {written} for llama.cpp's {arch.name}: {why})")
     found += [reason for check in arch.checks if (reason := check(config)) is not None]
     if arch.tied_only and not config.get("tie_word_embeddings", True):
         found.append("an untied head (llama.cpp's gemma uses the embeddings as the head)")

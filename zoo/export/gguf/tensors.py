@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from zoo.export.errors import ExportError
-from zoo.export.gguf.arches import Arch, Config
+from zoo.export.gguf.arches import Arch, Config, rotary_dims
+from zoo.export.gguf.rope import llama3_factors, scaling_kind
 
 GGUFType = Literal["f32", "f16", "bf16", "q8_0"]
 GGUF_TYPES: tuple[GGUFType, ...] = ("f32", "f16", "bf16", "q8_0")
@@ -80,7 +81,7 @@ class Planned:
 
 def plan(arch: Arch, config: Config, tensors: Mapping[str, torch.Tensor], kind: GGUFType) -> list[Planned]:
     """Every Hugging Face tensor's GGUF tensor, in order; a tensor the name map does not know is refused by
-    name (never left out)."""
+    name (never left out). Llama 3's rope scaling comes first, as ``rope_freqs.weight`` (`rope`)."""
     import gguf
 
     arch_id = next((a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == arch.name), None)
@@ -90,6 +91,11 @@ def plan(arch: Arch, config: Config, tensors: Mapping[str, torch.Tensor], kind: 
     names = gguf.get_tensor_name_map(arch_id, layers)
     tied = config.get("tie_word_embeddings", True)
     planned = []
+    if scaling_kind(config) == "llama3":  # refused for every architecture but llama (`arches.refusals`)
+        factors = llama3_factors(config, rotary_dims(config))  # (rotary dims / 2,)
+        freqs = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight"
+        shape = tuple(factors.shape)
+        planned.append(Planned(freqs, "rope_scaling", factors, shape, _qtype(freqs, shape, kind)))
     for hf_name, tensor in stack_experts(tensors).items():
         if (
             tied and hf_name == "lm_head.weight"

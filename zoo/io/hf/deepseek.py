@@ -26,13 +26,15 @@ rotates them into the rotate-half layout on the fly. zoo reads the rope rows of 
 kv_a_proj_with_mqa into that layout once (`Rule.rows`), so the block rotates as Llama does, and export
 writes them back interleaved (``rope_interleave: false`` is refused on import: the tensor table is read
 from the spec alone, which holds no layout). The latent norms' epsilon is transformers' fixed 1e-6. ``num_key_value_heads``
-must equal the heads (latent attention expands a key per head). YaRN (DeepSeek-V3's release) is refused
-until zoo's rotary positions have it; the multi-token-prediction layer (``num_nextn_predict_layers``) is
+must equal the heads (latent attention expands a key per head). YaRN (DeepSeek-V3's release) is read as
+``position.scaling`` with, under ``mscale_all_dim``, its softmax scale in ``attention.scale``
+(`yarn_softmax_scale`); the multi-token-prediction layer (``num_nextn_predict_layers``) is
 not built by transformers and its tensors, if present, are not read.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +56,13 @@ from zoo.io.hf.common import (
     token_id,
 )
 from zoo.io.hf.moe import MoEFormat, moe_rules
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import (
+    LONG_CONTEXT,
+    max_positions_from_config,
+    max_positions_to_config,
+    rope_from_config,
+    rope_to_config,
+)
 from zoo.spec import AttentionSpec, DecoderSpec, ModelSpec, MoESpec, ResolvedStack, parse_spec
 
 PREFIX = "model."
@@ -94,15 +102,17 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
             "rotate-half layout"
         )
     has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
+    position = rope_from_config(config, kinds=LONG_CONTEXT, max_positions=get("max_position_embeddings"))
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
         "d_model": d_model,
         "num_layers": get("num_hidden_layers"),
-        "max_positions": get("max_position_embeddings"),
+        "max_positions": max_positions_from_config(position, get("max_position_embeddings")),
         "attention": {
             "num_heads": heads,
             "head_dim": get("qk_nope_head_dim"),
+            "scale": yarn_softmax_scale(position, get("qk_nope_head_dim") + get("qk_rope_head_dim")),
             "bias": config.get("attention_bias", False),
             "dropout": config.get("attention_dropout", 0.0),
             "latent": {
@@ -115,7 +125,7 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
         },
         "ffn": routed_ffn(config, get),
         "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
-        "position": rope_from_config(config),
+        "position": position,
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
         "dropout": 0.0,
         "init": {"std": config.get("initializer_range", 0.02)},
@@ -185,6 +195,19 @@ def routed_ffn_config(family: str, stack: ResolvedStack) -> dict[str, Any]:
     }
 
 
+def yarn_softmax_scale(position: dict[str, Any], qk_head_dim: int) -> float | None:
+    """DeepSeek's logits scale under YaRN with ``mscale_all_dim`` (transformers' ``yarn_apply_mscale``):
+    1/sqrt(qk_head_dim) times mscale(factor, mscale_all_dim)², written into ``attention.scale``; None (the
+    plain 1/sqrt(qk_head_dim)) otherwise. Read back on export, so a spec whose scale disagrees with its
+    rotary settings is refused by the export guard, naming ``attention.scale``."""
+    scaling = position.get("scaling") or {}
+    if scaling.get("type") != "yarn" or not scaling.get("mscale_all_dim"):
+        return None
+    factor = scaling["factor"]
+    mscale = 0.1 * scaling["mscale_all_dim"] * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return float(qk_head_dim**-0.5 * mscale * mscale)
+
+
 def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("deepseek_v3", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
@@ -216,9 +239,9 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "attention_bias": attention.bias,
         "attention_dropout": attention.dropout,
         "num_nextn_predict_layers": 0,
-        "max_position_embeddings": spec.max_positions,
+        "max_position_embeddings": max_positions_to_config(stack.position, spec.max_positions),
         "rms_norm_eps": norm.eps,
-        **rope_to_config(stack.position),
+        **rope_to_config(stack.position, kinds=LONG_CONTEXT),
         "initializer_range": spec.init.std,
         "tie_word_embeddings": head.tied if head else False,
         "pad_token_id": spec.pad_token_id,

@@ -14,7 +14,7 @@ for both stacks) or what reads back the same but computes otherwise (MPNet's har
 Resolved: one function, one value, however the spec spells it (``num_kv_heads: null`` is ``num_heads``,
 ``out_bias: null`` is ``bias``, ``final: null`` follows the placement, the logit scale is a number, a
 pattern the same in every layer is that pattern), and an option that cannot act is left out (an RMSNorm's
-``bias``, ``qk_norm_eps`` without ``qk_norm``, the logit scale of unscaled attention, a shared-expert gate
+``bias``, ``qk_norm_eps`` or ``qk_norm_scope`` without ``qk_norm``, the logit scale of unscaled attention, a shared-expert gate
 without a shared expert, the dense width where every layer is sparse).
 
 `IGNORED` names the fields left out because they do not change the function a model computes. A family
@@ -129,7 +129,7 @@ def _attention(attention: AttentionSpec | None, d_model: int) -> dict[str, Any] 
         "scale": attention.resolved_scale(d_model),
     }
     if not attention.qk_norm:
-        del found["qk_norm_eps"]
+        del found["qk_norm_eps"], found["qk_norm_scope"]
     if not attention.scaled:
         del found["scale"]  # 1: ``scaled`` says it
     return found

@@ -1,5 +1,5 @@
-"""The Llama family: ``llama``, ``mistral``, ``qwen2``, ``qwen3`` and the Mixture-of-Experts ``mixtral``,
-``qwen2_moe``, ``qwen3_moe`` (``*ForCausalLM`` and headless ``*Model``).
+"""The Llama family: ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``smollm3`` and the Mixture-of-Experts
+``mixtral``, ``qwen2_moe``, ``qwen3_moe`` (``*ForCausalLM`` and headless ``*Model``).
 
 One table serves the four, after transformers' ``models/{llama,mistral,qwen2,qwen3}/modeling_*.py``: pre-norm
 RMSNorm, rotary positions in the rotate-half layout (zoo's too, so q/k weights need no permutation),
@@ -11,6 +11,7 @@ SwiGLU, grouped-query attention. HF keeps q/k/v and gate/up as separate matrices
     mistral     none                        -                       sliding_window, every layer        none
     qwen2       q, k, v always, never o     -                       use_sliding_window + layer_types   none
     qwen3       attention_bias: q, k, v, o  per head, rms_norm_eps  use_sliding_window + layer_types   none
+    smollm3     attention_bias: q, k, v, o  -                       use_sliding_window + layer_types   mlp_bias
     mixtral     none                        -                       sliding_window, every layer        experts
     qwen2_moe   qkv_bias: q, k, v, never o  -                       use_sliding_window + layer_types   experts
     qwen3_moe   attention_bias: q, k, v, o  per head, rms_norm_eps  use_sliding_window, every layer    experts
@@ -18,10 +19,12 @@ SwiGLU, grouped-query attention. HF keeps q/k/v and gate/up as separate matrices
 The MoE variants' FFN rows (router, stacked experts, Qwen2-MoE's shared expert, dense layers) are a
 `zoo.io.hf.moe.MoEFormat` on the variant.
 
-Rotary scaling (``llama3``, ``linear``) is read and written by `zoo.io.hf.rope` for every variant. A
-sliding window (query i sees keys j with i - W < j <= i) becomes ``decoder.pattern`` when every layer has it
-and ``decoder.layer_patterns`` when only some do (Qwen's ``layer_types``); a window at least as long as
-``max_position_embeddings`` never hides a key and is dropped.
+Rotary scaling (``llama3``, ``linear``, ``yarn``, ``dynamic``) is read and written by `zoo.io.hf.rope` for
+every variant. SmolLM3's layers without rotary positions (``no_rope_layers``, 1 = rotates, or one in every
+``no_rope_layer_interval``) are ``position.nope_layers``; without ``layer_types`` its sliding layers are
+those (with ``use_sliding_window``). A sliding window (query i sees keys j with i - W < j <= i) becomes
+``decoder.pattern`` when every layer has it and ``decoder.layer_patterns`` when only some do (Qwen's
+``layer_types``); a window at least as long as ``max_position_embeddings`` never hides a key and is dropped.
 """
 
 from __future__ import annotations
@@ -55,13 +58,20 @@ from zoo.io.hf.moe import (
     moe_rules,
     moe_to_config,
 )
-from zoo.io.hf.rope import rope_from_config, rope_to_config
+from zoo.io.hf.rope import (
+    LONG_CONTEXT,
+    max_positions_from_config,
+    max_positions_to_config,
+    rope_from_config,
+    rope_to_config,
+)
 from zoo.spec import (
     DecoderSpec,
     FFNSpec,
     ModelSpec,
     MoESpec,
     ResolvedStack,
+    RotaryPositions,
     SlidingWindowPattern,
     parse_spec,
 )
@@ -80,7 +90,9 @@ class Variant:
     Mistral's bias-free attention. window: ``mistral`` is one ``sliding_window`` for every layer (null =
     none), ``every`` the same behind ``use_sliding_window`` (Qwen3-MoE), ``qwen`` the per-layer
     ``use_sliding_window`` / ``max_window_layers`` / ``layer_types`` (without ``layer_types``, Qwen2 slides
-    from layer ``max_window_layers`` on, Qwen2-MoE on the even layers below it: ``odd_windows``).
+    from layer ``max_window_layers`` on, Qwen2-MoE on the even layers below it: ``odd_windows``), ``smollm3``
+    the same without ``max_window_layers`` (without ``layer_types``, the no-rope layers slide).
+    nope: config.json has SmolLM3's ``no_rope_layers`` / ``no_rope_layer_interval``.
     moe: how the FFN's experts are written, or None for a dense MLP. defaults: the transformers config
     class's defaults, for keys a config.json may leave out.
     """
@@ -90,10 +102,11 @@ class Variant:
     biases: Literal["config", "qkv", "qkv_bias", "none"]
     mlp_bias: bool  # config.json has ``mlp_bias``
     qk_norm: bool
-    window: Literal["none", "mistral", "every", "qwen"]
+    window: Literal["none", "mistral", "every", "qwen", "smollm3"]
     defaults: dict[str, Any] = field(default_factory=dict)
     moe: MoEFormat | None = None
     odd_windows: bool = False
+    nope: bool = False
 
     @property
     def headed(self) -> str:
@@ -118,9 +131,17 @@ VARIANTS = (
                   "eos_token_id": None},
     ),
     Variant(
+        "smollm3", "SmolLM3", biases="config", mlp_bias=True, qk_norm=False, window="smollm3", nope=True,
+        defaults={"vocab_size": 128256, "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+                  "num_key_value_heads": 4, "max_position_embeddings": 32768, "pad_token_id": 128004,
+                  "bos_token_id": 128000, "eos_token_id": 128001, "sliding_window": None,
+                  "tie_word_embeddings": True, "rope_theta": 2000000.0},
+    ),
+    Variant(
         "mixtral", "Mixtral", biases="none", mlp_bias=False, qk_norm=False, window="mistral", moe=MIXTRAL,
         defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072,
-                  "rms_norm_eps": 1e-5, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2},
+                  "rms_norm_eps": 1e-5, "sliding_window": None, "num_local_experts": 8, "num_experts_per_tok": 2,
+                  "rope_theta": 1000000.0},
     ),
     Variant(
         "qwen2_moe", "Qwen2Moe", biases="qkv_bias", mlp_bias=False, qk_norm=False, window="qwen", moe=QWEN2_MOE,
@@ -142,6 +163,7 @@ _DEFAULTS: dict[str, Any] = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "max_position_embeddings": 2048,
     "rms_norm_eps": 1e-6, "bos_token_id": 1, "eos_token_id": 2, "sliding_window": 4096,
+    "tie_word_embeddings": False, "rope_theta": 10000.0,
 }  # fmt: skip
 
 
@@ -164,13 +186,23 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
         "qkv_bias": config.get("qkv_bias", True),
         "none": False,
     }[variant.biases]
-    windows = _windows_from_config(variant, config, get)
+    position = rope_from_config(
+        config,
+        layer_types=config.get("layer_types"),
+        kinds=LONG_CONTEXT,
+        max_positions=max_positions,
+        default_theta=default("rope_theta"),
+    )
+    nope = _nope_from_config(config, get) if variant.nope else []
+    if nope:
+        position["nope_layers"] = nope
+    windows = _windows_from_config(variant, config, get, nope)
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
         "d_model": d_model,
         "num_layers": get("num_hidden_layers"),
-        "max_positions": max_positions,
+        "max_positions": max_positions_from_config(position, max_positions),
         "attention": {
             "num_heads": num_heads,
             "num_kv_heads": get("num_key_value_heads") or num_heads,
@@ -188,29 +220,56 @@ def config_to_spec(variant: Variant, config: dict[str, Any], names: set[str]) ->
             "bias": config.get("mlp_bias", False) if variant.mlp_bias else False,
         },
         "norm": {"kind": "rmsnorm", "eps": eps, "placement": "pre"},
-        "position": rope_from_config(config, layer_types=config.get("layer_types")),
+        "position": position,
         "decoder": _patterns_spec(windows, max_positions),
-        "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
+        "lm_head": {"tied": get("tie_word_embeddings")} if has_head else None,
         "dropout": 0.0,
         "init": {"std": config.get("initializer_range", 0.02)},
-        "pad_token_id": token_id(config, "pad_token_id", vocab),
+        "pad_token_id": token_id(config, "pad_token_id", vocab, default("pad_token_id")),
         "bos_token_id": token_id(config, "bos_token_id", vocab, default("bos_token_id")),
         "eos_token_id": token_id(config, "eos_token_id", vocab, default("eos_token_id")),
     })  # fmt: skip
 
 
-def _windows_from_config(
-    variant: Variant, config: dict[str, Any], get: Callable[[str], Any]
-) -> list[int | None]:
-    """Per layer: its sliding window, or None for full causal attention (transformers' own rules)."""
-    num_layers, window = get("num_hidden_layers"), get("sliding_window")
-    if not 1 <= num_layers <= LAYERS.value:  # before a list of that many windows is made
+def _num_layers(get: Callable[[str], Any]) -> int:
+    num_layers = get("num_hidden_layers")
+    if not isinstance(num_layers, int) or not 1 <= num_layers <= LAYERS.value:  # before per-layer lists
         raise HFError(
             f"config.json num_hidden_layers={num_layers} must be in [1, {LAYERS.value:,}] ({LAYERS.env} raises it)"
         )
+    return num_layers
+
+
+def _nope_from_config(config: dict[str, Any], get: Callable[[str], Any]) -> list[int]:
+    """SmolLM3's layers without rotary positions: the 0s of ``no_rope_layers`` (1 = the layer rotates; at
+    least one entry per layer), else every ``no_rope_layer_interval``-th layer (transformers' default 4)."""
+    num_layers = _num_layers(get)
+    flags = config.get("no_rope_layers")
+    if flags is None:
+        interval = config.get("no_rope_layer_interval", 4)
+        if not isinstance(interval, int) or isinstance(interval, bool) or interval < 1:
+            raise HFError(f"config.json no_rope_layer_interval={interval!r}: a positive integer is expected")
+        return [i for i in range(num_layers) if (i + 1) % interval == 0]
+    if (
+        not isinstance(flags, list)
+        or len(flags) < num_layers
+        or any(flag not in (0, 1) or isinstance(flag, float) for flag in flags)
+    ):
+        raise HFError(
+            f"config.json no_rope_layers must list 1 (rotary) or 0 (none) for each of the {num_layers} layers "
+            "(num_hidden_layers)"
+        )
+    return [i for i in range(num_layers) if not flags[i]]
+
+
+def _windows_from_config(
+    variant: Variant, config: dict[str, Any], get: Callable[[str], Any], nope: list[int]
+) -> list[int | None]:
+    """Per layer: its sliding window, or None for full causal attention (transformers' own rules)."""
+    num_layers, window = _num_layers(get), get("sliding_window")
     if variant.window == "none":
         return [None] * num_layers
-    if variant.window in ("every", "qwen") and not config.get("use_sliding_window", False):
+    if variant.window in ("every", "qwen", "smollm3") and not config.get("use_sliding_window", False):
         window = None  # switched off: the size says nothing (Qwen2-MoE writes 0 there)
     if window is not None and (not isinstance(window, int) or window < 1):
         raise HFError(f"config.json sliding_window={window!r}: a positive number of keys or null is expected")
@@ -220,6 +279,8 @@ def _windows_from_config(
     # max_window_layers on) say which layers use it.
     window = window if config.get("use_sliding_window", False) else None
     types = config.get("layer_types")
+    if types is None and variant.window == "smollm3":  # the no-rope layers slide
+        types = [SLIDING if window is not None and i in nope else FULL for i in range(num_layers)]
     if types is None:
         first = config.get("max_window_layers", 28)
         below = [(i + 1) % 2 == 1 and i < first for i in range(num_layers)]  # Qwen2-MoE's own rule
@@ -282,9 +343,9 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         "head_dim": attention.resolved_head_dim(spec.d_model),
         "hidden_act": ACTIVATIONS_TO_HF[ffn.activation],
         **(moe_to_config(variant.moe, ffn) if variant.moe and isinstance(ffn, MoESpec) else {}),
-        "max_position_embeddings": spec.max_positions,
+        "max_position_embeddings": max_positions_to_config(position, spec.max_positions),
         "rms_norm_eps": norm.eps,
-        **rope_to_config(position),
+        **rope_to_config(position, kinds=LONG_CONTEXT),
         "attention_dropout": attention.dropout,
         "initializer_range": spec.init.std,
         "tie_word_embeddings": head.tied if head else False,
@@ -298,6 +359,9 @@ def spec_to_config(variant: Variant, spec: ModelSpec) -> dict[str, Any]:
         config["qkv_bias"] = attention.bias
     if variant.mlp_bias:
         config["mlp_bias"] = ffn.bias
+    if variant.nope:
+        nope = position.nope_layers if isinstance(position, RotaryPositions) else []
+        config["no_rope_layers"] = [int(i not in nope) for i in range(stack.num_layers)]
     return config | _windows_to_config(variant, stack)
 
 
@@ -314,6 +378,8 @@ def _windows_to_config(variant: Variant, stack: ResolvedStack) -> dict[str, Any]
     if variant.window == "every":
         return {"use_sliding_window": window is not None, "sliding_window": window}
     types = [FULL if w is None else SLIDING for w in windows]
+    if variant.window == "smollm3":
+        return {"use_sliding_window": window is not None, "sliding_window": window, "layer_types": types}
     return {
         "use_sliding_window": window is not None,
         "sliding_window": window,

@@ -13,6 +13,12 @@ reads either; `rope_to_config` writes both, so either version loads the export.
     {type: longrope, short_factor,       longrope (Phi-3's su)    short_factor, long_factor,
      long_factor, original_max_positions,                         original_max_position_embeddings,
      attention_factor}                                            attention_factor (or factor: derived)
+    {type: yarn, factor,                 yarn                     factor (or max_position_embeddings /
+     original_max_positions, beta_fast,                           original), original_max_position_embeddings,
+     beta_slow, truncate, attention_factor,                       beta_fast, beta_slow, truncate,
+     mscale, mscale_all_dim}                                      attention_factor, mscale, mscale_all_dim
+    {type: dynamic, factor,              dynamic                  factor; original_max_position_embeddings is
+     original_max_positions}                                      the config's max_position_embeddings
     fraction (partial rotary)            partial_rotary_factor    read only where the family's attention
                                                                   slices it (``partial=True``: Phi-3, GPT-NeoX)
 
@@ -21,11 +27,14 @@ A scaling zoo cannot run is refused naming the field, as is an invalid one: a ``
 disagrees with ``rope_type`` beside it (what transformers 5 leaves when it merges a legacy ``rope_scaling``
 into Gemma 3's or ModernBERT's ``rope_parameters``: 4.x applied the one, 5.x the other).
 
-``dynamic`` (NTK) is refused: transformers recomputes its frequencies from the longest sequence a model
-has seen since it was built, so the angles of a position depend on earlier calls, and no fixed table (nor
-any stateless function of the current batch) reproduces that. YaRN has no zoo field either. LongRoPE's
-switch between its two factor sets depends only on the current call's position ids, so zoo makes the same
-choice (`zoo.blocks.position.RotaryPositions`).
+Dynamic NTK grows its base once a call's sequence passes ``max_position_embeddings``, so that length is
+the scaling's ``original_max_positions`` and zoo's ``max_positions`` (the longest sequence it accepts) is
+``floor(max_position_embeddings * factor)``, as vLLM sizes it (`max_positions_from_config`); an export
+writes the original length back (`max_positions_to_config`). transformers keeps the rates of the longest
+call since the last one within the original context; zoo computes them from each call alone, which is the
+same while calls do not shrink (a fresh model, one ``generate``). LongRoPE's switch between its two factor
+sets depends only on the current call's position ids, so zoo makes the same choice
+(`zoo.blocks.position.RotaryPositions`).
 """
 
 from __future__ import annotations
@@ -39,12 +48,11 @@ from zoo.spec import PositionSpec, RotaryPositions
 from zoo.spec.errors import short_repr
 
 SUPPORTED = ("default", "llama3", "linear")  # what a family reads unless it says otherwise (`kinds`)
+LONG_CONTEXT = (*SUPPORTED, "yarn", "dynamic")  # the families that size max_positions by the scaling too
+_ZOO_KINDS = {*LONG_CONTEXT, "longrope"}  # every kind zoo's RotaryPositions runs
 _ALIASES = {"su": "longrope"}  # Phi-3's first releases; transformers reads it as longrope
 _LLAMA3 = ("factor", "low_freq_factor", "high_freq_factor")
-_WHY_NOT = {
-    "dynamic": "transformers recomputes dynamic-NTK frequencies from the longest sequence the model has seen "
-    "so far (state kept between calls), which no fixed rotary table reproduces",
-}
+_YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0}  # transformers' ``or`` defaults (0 reads as these)
 
 
 def rope_from_config(
@@ -54,6 +62,8 @@ def rope_from_config(
     partial: bool = False,
     kinds: tuple[str, ...] = SUPPORTED,
     where: str | None = None,
+    max_positions: int | None = None,
+    default_theta: float = 10000.0,
 ) -> dict[str, Any]:
     """The ``position`` sub-spec (a dict) for a config's rotary settings; HFError for what zoo cannot run.
 
@@ -64,7 +74,11 @@ def rope_from_config(
     ``kinds``: the rope types the family reads. ``longrope`` only where transformers' generation recomputes
     the cache when the factors switch, as zoo's does (Phi-3): elsewhere greedy decoding would differ.
     ``where``: the config key the settings came from, for messages (by default the one read).
+    ``max_positions``: the config's ``max_position_embeddings`` with the family's default (by default the
+    config's own); ``default_theta``: the family's base when the config gives none.
     """
+    if max_positions is None:
+        max_positions = config.get("max_position_embeddings")
     where = where or ("rope_scaling" if config.get("rope_scaling") else "rope_parameters")
     params = _flat(config.get("rope_scaling") or config.get("rope_parameters") or {}, layer_types)
     if "rope_type" in params and "type" in params and _kind(params["type"]) != _kind(params["rope_type"]):
@@ -74,7 +88,9 @@ def rope_from_config(
         )
     kind = _kind(params.get("rope_type", params.get("type", "default")))
     if not isinstance(kind, str) or kind not in kinds:
-        why = _WHY_NOT.get(kind, "zoo's RotaryPositions has no field for it") if isinstance(kind, str) else ""
+        why = "zoo's RotaryPositions has no field for it" if isinstance(kind, str) else ""
+        if isinstance(kind, str) and kind in _ZOO_KINDS:
+            why = "zoo runs it, but this family's import does not read it"
         if kind == "longrope":
             why = "this family's transformers generation keeps keys cached before the factors switch"
         raise HFError(
@@ -84,7 +100,9 @@ def rope_from_config(
     fraction = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
     if fraction != 1.0 and not partial:
         raise HFError(f"config.json partial_rotary_factor={fraction} is not supported; zoo rotates every dim")
-    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))  # the spec checks it is a number
+    theta = params.get(
+        "rope_theta", config.get("rope_theta", default_theta)
+    )  # the spec checks it is a number
     position: dict[str, Any] = {"kind": "rotary", "theta": theta}
     if fraction != 1.0:
         position["fraction"] = fraction
@@ -95,7 +113,7 @@ def rope_from_config(
         # rotary dict's, then the whole context
         original = config.get(
             "original_max_position_embeddings",
-            params.get("original_max_position_embeddings", config.get("max_position_embeddings")),
+            params.get("original_max_position_embeddings", max_positions),
         )
         position["scaling"] = {
             "type": "llama3",
@@ -104,7 +122,64 @@ def rope_from_config(
         }
     elif kind == "longrope":
         position["scaling"] = _longrope_from_config(config, params, where)
+    elif kind == "yarn":
+        position["scaling"] = _yarn_from_config(config, params, where, max_positions)
+    elif kind == "dynamic":
+        position["scaling"] = {
+            "type": "dynamic",
+            "factor": _positive(params, "factor", kind, where),
+            "original_max_positions": max_positions,
+        }
     return position
+
+
+def max_positions_from_config(position: Mapping[str, Any], max_position_embeddings: Any) -> Any:
+    """zoo's ``max_positions`` for a config read as ``position``: ``max_position_embeddings``, or for dynamic
+    NTK (whose scaling starts there) that length times the factor, as vLLM's longest accepted sequence."""
+    scaling = position.get("scaling") or {}
+    if scaling.get("type") != "dynamic" or not isinstance(max_position_embeddings, int):
+        return max_position_embeddings
+    return math.floor(max_position_embeddings * scaling["factor"])
+
+
+def max_positions_to_config(position: PositionSpec, max_positions: int) -> int:
+    """The config's ``max_position_embeddings`` for a model of ``max_positions``: dynamic NTK's original
+    length (where transformers starts growing the base), else ``max_positions``."""
+    scaling = position.scaling if isinstance(position, RotaryPositions) else None
+    return (
+        scaling.original_max_positions if scaling is not None and scaling.type == "dynamic" else max_positions
+    )
+
+
+def _yarn_from_config(
+    config: Mapping[str, Any], params: Mapping[str, Any], where: str, max_positions: Any
+) -> dict[str, Any]:
+    """YaRN's fields with transformers' defaults: the original context as Llama 3's; ``factor`` missing is
+    max_position_embeddings / original; beta_fast/beta_slow 0 or missing read as 32/1 and a zero mscale as
+    none (transformers tests them for truth)."""
+    original = config.get(
+        "original_max_position_embeddings", params.get("original_max_position_embeddings", max_positions)
+    )
+    if not isinstance(original, int) or isinstance(original, bool) or original < 1:
+        raise HFError(
+            "config.json rope_type='yarn' needs original_max_position_embeddings (a positive integer), "
+            f"got {short_repr(original)}"
+        )
+    if params.get("factor") is None and isinstance(max_positions, int):
+        factor: float = max_positions / original
+    else:
+        factor = _positive(params, "factor", "yarn", where)
+    scaling: dict[str, Any] = {"type": "yarn", "factor": factor, "original_max_positions": original}
+    for name, default in _YARN_DEFAULTS.items():
+        scaling[name] = _positive(params, name, "yarn", where) if params.get(name) else default
+    for name in ("mscale", "mscale_all_dim", "attention_factor"):
+        if params.get(name) is not None and (name == "attention_factor" or params[name]):
+            scaling[name] = _positive(params, name, "yarn", where)
+    truncate = params.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise HFError(f"config.json {where} truncate={short_repr(truncate)}: true or false is expected")
+    scaling["truncate"] = truncate
+    return scaling
 
 
 def legacy_scaling(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,6 +271,18 @@ def rope_to_config(
         }
         if scaling.attention_factor is not None:
             fields["attention_factor"] = scaling.attention_factor
+    elif scaling is not None and scaling.type == "yarn":
+        fields = {
+            "rope_type": "yarn",
+            "factor": scaling.factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+            **{name: getattr(scaling, name) for name in _YARN_DEFAULTS if getattr(scaling, name) != _YARN_DEFAULTS[name]},
+            **{name: getattr(scaling, name) for name in ("mscale", "mscale_all_dim", "attention_factor")
+               if getattr(scaling, name) is not None},
+            **({"truncate": False} if not scaling.truncate else {}),
+        }  # fmt: skip
+    elif scaling is not None and scaling.type == "dynamic":
+        fields = {"rope_type": "dynamic", "factor": scaling.factor}  # the family writes the original length
     elif scaling is not None:
         fields = {
             "rope_type": "llama3",

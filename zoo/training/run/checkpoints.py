@@ -4,6 +4,7 @@
         model.safetensors, spec.json, tokenizer.json   zoo.save: a loadable model on its own
         adapter.safetensors                             a LoRA run's adapters (zoo.lora.save)
         optimizer.safetensors                           Adam moments by parameter name; groups in metadata
+                                                        (8- / 4-bit moments: their codes and scales)
         rng.safetensors                                 every rank's torch (and CUDA) RNG state
         trainer_state.json                              step, epoch, batch position, elapsed time;
                                                         fp16: the loss scale (``grad_scaler``);
@@ -102,26 +103,59 @@ def remove_checkpoint(path: Path) -> None:
 # --- optimizer state as safetensors + JSON ------------------------------------------------------------------
 
 
+# torchao's quantised optimizer states a checkpoint may hold: class name -> its module. Saved as their own
+# parts (codes, scales, lookup table) with the class's few attributes in the metadata, and rebuilt from them:
+# exactly the state the optimizer had, never dequantised and quantised again.
+_QUANTIZED_STATES = {
+    "OptimState8bit": "torchao.optim.subclass_8bit",
+    "OptimState4bit": "torchao.optim.subclass_4bit",
+}
+_PART = "::"  # "<param>/<key>::<part>": one part of a quantised state
+
+
 def flatten_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """A full optimizer state dict (keyed by parameter name) -> (tensors, JSON metadata)."""
-    tensors, scalars = {}, {}
+    tensors, scalars, quantized = {}, {}, {}
     for name, values in state["state"].items():
         for key, value in values.items():
-            if isinstance(value, torch.Tensor):
+            if type(value).__name__ in _QUANTIZED_STATES:
+                parts, attributes = value.__tensor_flatten__()
+                for part in parts:
+                    tensors[f"{name}/{key}{_PART}{part}"] = getattr(value, part).detach().cpu().contiguous()
+                quantized[f"{name}/{key}"] = {
+                    "class": type(value).__name__,
+                    "attributes": [_json_attribute(a) for a in attributes],
+                }
+            elif isinstance(value, torch.Tensor):
                 tensors[f"{name}/{key}"] = value.detach().cpu().contiguous()
             else:
                 scalars[f"{name}/{key}"] = value
-    metadata = {"param_groups": json.dumps(state["param_groups"]), "scalars": json.dumps(scalars)}
+    groups = [  # torchao keeps the learning rate as a tensor: saved as its number
+        {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in group.items()}
+        for group in state["param_groups"]
+    ]
+    metadata = {"param_groups": json.dumps(groups), "scalars": json.dumps(scalars)}
+    if quantized:
+        metadata["quantized_states"] = json.dumps(quantized)
     return tensors, metadata
 
 
 def unflatten_optimizer_state(path: Path) -> dict[str, Any]:
     state: dict[str, dict[str, Any]] = {}
+    parts: dict[str, dict[str, torch.Tensor]] = {}
     with safe_open(str(path), framework="pt") as f:
         metadata = f.metadata() or {}
         for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+            if _PART in key:
+                whole, _, part = key.rpartition(_PART)
+                parts.setdefault(whole, {})[part] = f.get_tensor(key)
+                continue
             name, _, field = key.rpartition("/")
             state.setdefault(name, {})[field] = f.get_tensor(key)
+    quantized = parse_json(metadata.get("quantized_states", "{}"), where=f"{path}: quantized_states")
+    for whole, record in quantized.items():
+        name, _, field = whole.rpartition("/")
+        state.setdefault(name, {})[field] = _quantized_state(path, whole, record, parts.get(whole, {}))
     for key, value in parse_json(metadata.get("scalars", "{}"), where=f"{path}: scalars").items():
         name, _, field = key.rpartition("/")
         state.setdefault(name, {})[field] = value
@@ -130,6 +164,36 @@ def unflatten_optimizer_state(path: Path) -> dict[str, Any]:
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
     return {"state": state, "param_groups": groups}
+
+
+def _json_attribute(value: Any) -> Any:
+    """A quantised state's attribute (a flag, a shape, a dtype) as JSON."""
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, tuple | list):  # torch.Size too
+        return {"shape": [int(v) for v in value]}
+    return value
+
+
+def _quantized_state(path: Path, whole: str, record: Any, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+    """torchao's quantised optimizer state rebuilt from its saved parts and attributes."""
+    name = record.get("class") if isinstance(record, dict) else None
+    if name not in _QUANTIZED_STATES:
+        raise ResumeError(f"{path}: {whole} is a quantised optimizer state of unknown kind {name!r}")
+    import importlib
+
+    cls = getattr(importlib.import_module(_QUANTIZED_STATES[name]), name)
+    attributes = []
+    for value in record.get("attributes", []):
+        if isinstance(value, dict) and "dtype" in value:
+            value = getattr(torch, str(value["dtype"]))
+        elif isinstance(value, dict) and "shape" in value:
+            value = tuple(value["shape"])
+        attributes.append(value)
+    missing = [part for part in cls.tensor_attrs if part not in parts]
+    if missing:
+        raise ResumeError(f"{path}: {whole} lacks its part(s) {', '.join(missing)}")
+    return cls.__tensor_unflatten__(parts, attributes, None, None)
 
 
 # --- writing and reading ------------------------------------------------------------------------------------

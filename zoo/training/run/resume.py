@@ -34,6 +34,7 @@ import zoo
 import zoo.lora
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import ADAPTER_NAME, OPTIMIZER_NAME, SPEC_NAME, WEIGHTS_NAME
+from zoo.lora.nf4 import dense
 from zoo.spec import LoraSpec, ModelSpec
 from zoo.training import distributed as dist_
 from zoo.training.precision import LossScaling
@@ -103,7 +104,9 @@ class CheckpointIO:
         adapters = zoo.lora.adapter_state(self.model)
         zoo.lora.merge(self.model, keep_original=True)
         try:
-            weights = {k: v for k, v in self.model.state_dict().items() if k not in adapters}
+            # QLoRA: merged weights are dense; the unadapted NF4 projections are dequantised here.
+            state = self.model.state_dict()
+            weights = {k: dense(v) for k, v in state.items() if k not in adapters}
             copy = build_model(self.spec, device="cpu", init=False)
             copy.load_state_dict(weights)
         finally:
@@ -225,7 +228,7 @@ class CheckpointIO:
         file = path / ADAPTER_NAME
         info = zoo.lora.read_adapter(file)
         modules = zoo.lora.adapter_modules(self.model)
-        fingerprint = zoo.lora.base_fingerprint({name: module.weight for name, module in modules.items()})
+        fingerprint = zoo.lora.base_fingerprint(zoo.lora.base_weights(modules))
         if fingerprint != info.fingerprint:
             raise checkpoints.ResumeError(
                 f"{file}: the adapters were trained on another base (fingerprint {info.fingerprint[:12]}; "

@@ -1,6 +1,6 @@
 """Training tasks behind one protocol (`zoo.training.tasks.base.Task`), looked up by name here only.
 
-    seq2seq                    `zoo.training.tasks.seq2seq`          parallel text, teacher forcing, BLEU
+    seq2seq                    `zoo.training.tasks.seq2seq`          parallel text, teacher forcing, BLEU, packing
     causal_lm, masked_lm       `zoo.training.tasks.language_model`   plain text, packing, BERT's masking
     sequence_classification    `zoo.training.tasks.classification`   labelled text, a classifier head,
     token_classification                                             accuracy (and token F1)

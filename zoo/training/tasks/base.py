@@ -14,7 +14,7 @@ pieces they need (tokenizers, the spec, a split), never the whole config:
                    `Task.units` (what batches are planned from: examples, or packed windows);
                    `Task.collator` (units -> one `Batch`)
     loss, metrics  `Task.objective` (what each batch's loss is: token cross-entropy, or DPO's),
-                   `Task.label_smoothing`, `Task.metric` (accuracy), `Task.scores` (BLEU),
+                   `Task.label_smoothing`, `Task.chunk_tokens`, `Task.metric` (accuracy), `Task.scores` (BLEU),
                    `Task.has_unused_parameters`
 
 Prepared data holds raw token ids, without special tokens: a task frames them (``bos ids eos``, or
@@ -39,7 +39,8 @@ import torch
 
 from zoo.io.tokenizer import Tokenizer
 from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
-from zoo.spec import ModelSpec
+from zoo.losses.chunked import auto_chunk_tokens
+from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig, PackingConfig, ParallelFiles, TokenizerConfig
 from zoo.training.data import DataError
@@ -140,6 +141,7 @@ class Task(ABC):
     sides: ClassVar[tuple[str, ...]]  # the token arrays of its prepared data, e.g. ("source", "target")
     fields: ClassVar[tuple[str, ...]]  # the record fields its raw data has, e.g. ("source", "target")
     packs: ClassVar[bool] = False  # whether it reads ``data.packing`` (documents packed into windows)
+    chunks_loss: ClassVar[bool] = False  # its loss reads a decoder's LM head at the scored tokens only
 
     def __init__(self, settings: TaskSettings | None = None, *, packing: PackingConfig | None = None) -> None:
         """The task with its ``settings`` (default: all at their defaults) and ``data.packing``; packing
@@ -150,7 +152,7 @@ class Task(ABC):
                 f"task {self.name} takes {self.settings_type.__name__}, not {type(settings).__name__}"
             )
         if packing is not None and not self.packs:
-            raise ConfigError(f"data.packing is for causal_lm, masked_lm and chat, not {self.name}")
+            raise ConfigError(f"data.packing is for causal_lm, masked_lm, chat and seq2seq, not {self.name}")
         self.settings: TaskSettings = settings
         self.packing = packing
 
@@ -295,6 +297,22 @@ class Task(ABC):
         default (0)."""
         return eps if eps is not None else 0.0
 
+    def chunk_tokens(self, setting: int | Literal["auto"] | None, spec: ModelSpec) -> int | None:
+        """Tokens per chunk of the loss through the LM head (``loss.chunk_tokens``, `zoo.losses.chunked`),
+        or None: all logits at once. A task whose loss reads a decoder's LM head at the scored tokens
+        (``chunks_loss``) takes a number, or ``auto``: `auto_chunk_tokens` of the vocabulary; any other task
+        computes its loss whole, and refuses a number (a `ConfigError`)."""
+        if setting is None:
+            return None
+        if not (self.chunks_loss and isinstance(spec, DecoderSpec) and spec.lm_head is not None):
+            if setting == "auto":
+                return None
+            raise ConfigError(
+                f"loss.chunk_tokens ({setting}) is for causal_lm, chat and dpo on a decoder with an LM head, "
+                f"not {self.name}: leave it at auto or null"
+            )
+        return auto_chunk_tokens(spec.vocab_size) if setting == "auto" else setting
+
     def objective(
         self,
         spec: ModelSpec,
@@ -302,13 +320,17 @@ class Task(ABC):
         label_smoothing: float | None,
         model: ZooModel,
         starting_model: Callable[[], ZooModel],
+        chunk_tokens: int | None = None,
     ) -> Objective:
         """What the loop and validation compute on each batch (`zoo.training.objectives`): token
         cross-entropy, label-smoothed as `label_smoothing` says of ``label_smoothing``
         (``loss.label_smoothing``), by default. ``model`` is the model being trained (its adapters added,
         for LoRA); ``starting_model()`` builds a new one holding the weights the run started from
-        (``model.init_from``'s, or the seed's), for an objective that needs them."""
-        return TokenCrossEntropy(label_smoothing=self.label_smoothing(label_smoothing))
+        (``model.init_from``'s, or the seed's), for an objective that needs them; ``chunk_tokens``: as
+        `chunk_tokens` resolved ``loss.chunk_tokens``."""
+        return TokenCrossEntropy(
+            label_smoothing=self.label_smoothing(label_smoothing), chunk_tokens=chunk_tokens
+        )
 
     def metric(self, spec: ModelSpec) -> ScoreAccumulator | None:
         """A fresh accumulator of validation scores beyond the loss (None: the loss says it all)."""

@@ -98,6 +98,7 @@ class Chat(Task):
     settings_type = ChatSettings
     settings: ChatSettings
     family = "decoder"
+    chunks_loss = True
     sides: ClassVar[tuple[str, ...]] = ("tokens", "labels")
     fields: ClassVar[tuple[str, ...]] = ("json",)  # the raw line; `records` parses it
     packs = True

@@ -43,6 +43,7 @@ from torch import nn
 
 import zoo.lora
 from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
+from zoo.losses.chunked import ChunkedLoss
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
@@ -70,6 +71,7 @@ from zoo.training.tasks.language_model import framing
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
+    from zoo.models.outputs import ModelOutput
 
 RESPONSES = ("chosen", "rejected")
 
@@ -81,6 +83,7 @@ class DPO(Task):
     family = "decoder"
     sides: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
     fields: ClassVar[tuple[str, ...]] = ("prompt", "chosen", "rejected")
+    chunks_loss = True
 
     # -- the model -------------------------------------------------------------------------------------------
 
@@ -205,6 +208,7 @@ class DPO(Task):
         label_smoothing: float | None,
         model: ZooModel,
         starting_model: Callable[[], ZooModel],
+        chunk_tokens: int | None = None,
     ) -> DirectPreference:
         settings = {
             "beta": self.settings.beta,
@@ -212,8 +216,10 @@ class DPO(Task):
             "nll_coef": self.settings.nll_coef,
         }
         if zoo.lora.adapter_modules(model):  # LoRA: the base is the trained model with its adapters disabled
-            return DirectPreference(model, adapters=True, **settings)
-        return DirectPreference(frozen(starting_model()), adapters=False, **settings)
+            return DirectPreference(model, adapters=True, chunk_tokens=chunk_tokens, **settings)
+        return DirectPreference(
+            frozen(starting_model()), adapters=False, chunk_tokens=chunk_tokens, **settings
+        )
 
 
 def frozen(model: nn.Module) -> nn.Module:
@@ -268,6 +274,9 @@ class DirectPreference(Objective):
     answers' likelihood along with the rejected ones' (what they share, such as the right number in both a
     short and a long answer, is pushed down in the rejected context); the NLL term holds it up. Its mean is
     logged as ``nll/chosen``.
+
+    ``chunk_tokens``: both models compute the scored tokens' log-probabilities through their LM head that
+    many tokens at a time (`zoo.losses.chunked`), never holding every logit; None: all at once.
     """
 
     unit = "preference pair"
@@ -281,8 +290,10 @@ class DirectPreference(Objective):
         beta: float,
         label_smoothing: float = 0.0,
         nll_coef: float = 0.0,
+        chunk_tokens: int | None = None,
     ) -> None:
         self.reference, self.adapters = reference, adapters
+        self.chunk_tokens = chunk_tokens
         self.beta, self.label_smoothing, self.nll_coef = beta, label_smoothing, nll_coef
         cdpo = f", conservative (cDPO) with label smoothing {label_smoothing:g}" if label_smoothing else ""
         rpo = f", plus {nll_coef:g} x the chosen response's mean token NLL (RPO)" if nll_coef else ""
@@ -310,9 +321,7 @@ class DirectPreference(Objective):
         targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
         batch = batch.to(device)
         reference = self.reference_log_probs(batch, scored, targets, row, autocast=autocast)  # (2P,)
-        with autocast or nullcontext():
-            out = model(**batch.inputs, logits_mask=scored)
-        policy = sequence_log_probs(out.logits, targets, row, rows_)  # (2P,)
+        out, policy = self.log_probs(model, batch, scored, targets, row, autocast=autocast)  # (2P,)
         result = dpo_loss(
             policy[:pairs],
             policy[pairs:],
@@ -351,11 +360,35 @@ class DirectPreference(Objective):
         was_training = model.training
         model.eval()  # no dropout; the policy's mode is restored below
         try:
-            with zoo.lora.disabled(model) if self.adapters else nullcontext(), autocast or nullcontext():
-                logits = model(**batch.inputs, logits_mask=scored).logits  # (N, V)
+            with zoo.lora.disabled(model) if self.adapters else nullcontext():
+                _, log_probs = self.log_probs(model, batch, scored, targets, row, autocast=autocast)
         finally:
             model.train(was_training)
-        return sequence_log_probs(logits, targets, row, scored.shape[0])
+        return log_probs
+
+    def log_probs(
+        self,
+        model: nn.Module,
+        batch: Batch,
+        scored: torch.Tensor,
+        targets: torch.Tensor,
+        row: torch.Tensor,
+        *,
+        autocast: AbstractContextManager | None = None,
+    ) -> tuple[ModelOutput, torch.Tensor]:
+        """``model``'s output on ``batch`` (run under ``autocast``) and each row's summed log-probability of
+        its scored targets (2P,): from the logits, or through the LM head in chunks (``chunk_tokens``; the
+        output then has no logits)."""
+        if self.chunk_tokens is None:
+            with autocast or nullcontext():
+                out = model(**batch.inputs, logits_mask=scored)
+            return out, sequence_log_probs(out.logits, targets, row, scored.shape[0])
+        chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens)
+        with autocast or nullcontext():
+            out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)
+        assert out.token_losses is not None  # (N,): a decoder given chunked_loss
+        token = -out.token_losses  # (N,) log p(target)
+        return out, token.new_zeros(scored.shape[0]).index_add(0, row, token)
 
     def summary(self, loss: float, count: int, metrics: Mapping[str, float]) -> dict[str, Any]:
         return {**super().summary(loss, count, metrics), "val_ppl": None}

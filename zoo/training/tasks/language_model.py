@@ -147,6 +147,7 @@ class CausalLM(LanguageModel):
     settings_type = CausalLMSettings
     settings: CausalLMSettings
     family = "decoder"
+    chunks_loss = True
 
     def check_model(self, spec: ModelSpec, *, where: str) -> None:
         if isinstance(spec, DecoderSpec) and spec.lm_head is None:
