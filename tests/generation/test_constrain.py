@@ -122,6 +122,34 @@ def test_constrain_leaves_free_rows_untouched(setup) -> None:  # type: ignore[no
     assert max(allowed) < tokenizer.vocab_size  # the padded ids past the tokenizer's are never allowed
 
 
+def test_a_stop_token_whose_text_is_valid_json_is_allowed_only_where_the_text_may_end() -> None:
+    """A model whose eos is an ordinary token ("a", say) must not end inside a string that "a" continues."""
+    tokenizer = byte_level_tokenizer()  # its prefix below encodes as the grammar writes it
+    V = decoder_for(tokenizer).spec.vocab_size
+    vocab = vocabulary(tokenizer, V)
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    inside = Constraint(Grammar.json_schema(schema), vocab)
+    for token in tokenizer.encode('{"name": "', add_bos=False, add_eos=False):
+        inside.advance(token)
+    bits = torch.zeros((V + 31) // 32, dtype=torch.int32)
+    inside.fill(bits)
+    letters = [
+        t
+        for t in range(V)
+        if tokenizer.decode([t]).strip().isalpha() and (int(bits[t // 32]) >> (t % 32)) & 1
+    ]
+    assert letters, "letters continue the string"
+    stop = letters[0]
+    held = Constraint(Grammar.json_schema(schema), vocab, stop=(stop,))
+    for token in tokenizer.encode('{"name": "', add_bos=False, add_eos=False):
+        held.advance(token)
+    masked = constrain(torch.zeros(1, V), [held])
+    assert not masked[0, stop].isfinite()  # inside the string: the stop token may not be taken as text
+    for token in tokenizer.encode('x"}', add_bos=False, add_eos=False):
+        held.advance(token)
+    assert held.accepting and constrain(torch.zeros(1, V), [held])[0, stop].isfinite()
+
+
 def test_refusals_are_one_line() -> None:
     with pytest.raises(GrammarError, match=r"cannot be compiled: .*objectx"):
         Grammar.json_schema({"type": "objectx"})

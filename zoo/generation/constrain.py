@@ -251,10 +251,15 @@ class Constraint:
             if self.matcher.is_error():
                 raise GrammarError(f"structured output: {_one_line(self.matcher.get_error())}")
             bits.copy_(self._bits[: bits.numel()])  # the engine's ids past the model's V are cut
-        if self.accepting:
-            for token in self.stop:
-                word, bit = divmod(token, 32)
+        # A stop token ends the text: allowed only where the grammar accepts it, even when its bytes would
+        # spell a valid continuation (a model whose eos is an ordinary token, such as "#").
+        accepting = self.accepting
+        for token in self.stop:
+            word, bit = divmod(token, 32)
+            if accepting:
                 bits[word] |= _bit(bit)
+            else:
+                bits[word] &= ~_bit(bit)
 
     def advance(self, token: int) -> None:
         if self.ended:
