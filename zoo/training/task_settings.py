@@ -3,6 +3,7 @@
     task: dpo                                          # a task by name, its settings at their defaults
     task: {kind: dpo, beta: 0.1, nll_coef: 0.0}
     task: {kind: dpo, loss: simpo, beta: 2.0, gamma: 1.0}
+    task: {kind: kto, beta: 0.1, desirable_weight: 1.0, undesirable_weight: 1.0}
     task: {kind: masked_lm, mlm_probability: 0.15}
     task: {kind: chat, train_on_prompt: false}
     task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
@@ -151,6 +152,23 @@ class DPOSettings(TaskSettings):
         return None
 
 
+class KTOSettings(TaskSettings):
+    """kto: Kahneman-Tversky Optimization on unpaired completions labelled desirable or not, against a
+    frozen reference."""
+
+    kind: Literal["kto"] = "kto"
+    beta: PositiveFloat = Field(0.1, description="How far the policy may move from the reference.")
+    desirable_weight: PositiveFloat = Field(
+        1.0, description="The desirable examples' loss weight (lambda_D)."
+    )
+    undesirable_weight: PositiveFloat = Field(
+        1.0, description="The undesirable examples' loss weight (lambda_U)."
+    )
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        return f"loss.label_smoothing ({eps}) is not read by kto" if eps else None
+
+
 # The union the config's ``task`` validates into: every task's settings, listed once.
 TaskSettingsUnion = Annotated[
     Seq2SeqSettings
@@ -159,7 +177,8 @@ TaskSettingsUnion = Annotated[
     | SequenceClassificationSettings
     | TokenClassificationSettings
     | ChatSettings
-    | DPOSettings,
+    | DPOSettings
+    | KTOSettings,
     Field(discriminator="kind"),
 ]
 SETTINGS: dict[str, type[TaskSettings]] = {

@@ -270,10 +270,70 @@ class PreferenceCollator:
 # --- the objective -----------------------------------------------------------------------------------------
 
 
+class SequenceScores(Objective):
+    """What the sequence-level preference objectives share (`DirectPreference`, KTO's): each row's summed
+    log-probability of its scored tokens under the policy and, in eval mode and without a gradient, under
+    the frozen ``reference`` (``adapters``: the policy itself with its LoRA adapters disabled); through the
+    LM head ``chunk_tokens`` tokens at a time (`zoo.losses.chunked`), or all at once (None)."""
+
+    reference: nn.Module | None
+    adapters: bool
+    chunk_tokens: int | None
+
+    @torch.no_grad()
+    def reference_log_probs(
+        self,
+        batch: Batch,
+        scored: torch.Tensor,
+        targets: torch.Tensor,
+        row: torch.Tensor,
+        *,
+        autocast: AbstractContextManager | None = None,
+    ) -> torch.Tensor:
+        """(2P,) each row's summed log-probability of its scored targets under the reference, in eval mode."""
+        model = self.reference
+        assert model is not None  # only the losses that read a reference ask for it
+        was_training = model.training
+        model.eval()  # no dropout; the policy's mode is restored below
+        try:
+            with zoo.lora.disabled(model) if self.adapters else nullcontext():
+                _, log_probs = self.log_probs(model, batch, scored, targets, row, autocast=autocast)
+        finally:
+            model.train(was_training)
+        return log_probs
+
+    def log_probs(
+        self,
+        model: nn.Module,
+        batch: Batch,
+        scored: torch.Tensor,
+        targets: torch.Tensor,
+        row: torch.Tensor,
+        *,
+        autocast: AbstractContextManager | None = None,
+    ) -> tuple[ModelOutput, torch.Tensor]:
+        """``model``'s output on ``batch`` (run under ``autocast``) and each row's summed log-probability of
+        its scored targets (2P,): from the logits, or through the LM head in chunks (``chunk_tokens``; the
+        output then has no logits)."""
+        if self.chunk_tokens is None:
+            with autocast or nullcontext():
+                out = model(**batch.inputs, logits_mask=scored)
+            return out, sequence_log_probs(out.logits, targets, row, scored.shape[0])
+        chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens)
+        with autocast or nullcontext():
+            out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)
+        assert out.token_losses is not None  # (N,): a decoder given chunked_loss
+        token = -out.token_losses  # (N,) log p(target)
+        return out, token.new_zeros(scored.shape[0]).index_add(0, row, token)
+
+    def summary(self, loss: float, count: int, metrics: Mapping[str, float]) -> dict[str, Any]:
+        return {**super().summary(loss, count, metrics), "val_ppl": None}
+
+
 LOSS_NAMES = {"sigmoid": "DPO", "ipo": "IPO", "hinge": "hinge", "simpo": "SimPO", "orpo": "ORPO"}
 
 
-class DirectPreference(Objective):
+class DirectPreference(SequenceScores):
     """A preference loss per pair (``loss``: DPO's sigmoid, `zoo.losses.dpo_loss`, or a variant of
     `zoo.losses.preference`), with the reference model's sequence log-probabilities computed alongside the
     policy's where the loss reads them; its metrics, means over the pairs, are TRL's: ``rewards/chosen``
@@ -394,52 +454,3 @@ class DirectPreference(Objective):
             losses = losses + nll_coef * nll
             metrics["nll/chosen"] = nll.detach().sum()
         return ObjectiveSums(loss=losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics)
-
-    @torch.no_grad()
-    def reference_log_probs(
-        self,
-        batch: Batch,
-        scored: torch.Tensor,
-        targets: torch.Tensor,
-        row: torch.Tensor,
-        *,
-        autocast: AbstractContextManager | None = None,
-    ) -> torch.Tensor:
-        """(2P,) each row's summed log-probability of its scored targets under the reference, in eval mode."""
-        model = self.reference
-        assert model is not None  # only the losses that read a reference ask for it
-        was_training = model.training
-        model.eval()  # no dropout; the policy's mode is restored below
-        try:
-            with zoo.lora.disabled(model) if self.adapters else nullcontext():
-                _, log_probs = self.log_probs(model, batch, scored, targets, row, autocast=autocast)
-        finally:
-            model.train(was_training)
-        return log_probs
-
-    def log_probs(
-        self,
-        model: nn.Module,
-        batch: Batch,
-        scored: torch.Tensor,
-        targets: torch.Tensor,
-        row: torch.Tensor,
-        *,
-        autocast: AbstractContextManager | None = None,
-    ) -> tuple[ModelOutput, torch.Tensor]:
-        """``model``'s output on ``batch`` (run under ``autocast``) and each row's summed log-probability of
-        its scored targets (2P,): from the logits, or through the LM head in chunks (``chunk_tokens``; the
-        output then has no logits)."""
-        if self.chunk_tokens is None:
-            with autocast or nullcontext():
-                out = model(**batch.inputs, logits_mask=scored)
-            return out, sequence_log_probs(out.logits, targets, row, scored.shape[0])
-        chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens)
-        with autocast or nullcontext():
-            out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)
-        assert out.token_losses is not None  # (N,): a decoder given chunked_loss
-        token = -out.token_losses  # (N,) log p(target)
-        return out, token.new_zeros(scored.shape[0]).index_add(0, row, token)
-
-    def summary(self, loss: float, count: int, metrics: Mapping[str, float]) -> dict[str, Any]:
-        return {**super().summary(loss, count, metrics), "val_ppl": None}
