@@ -208,7 +208,7 @@ class KTO(Task):
         chunk_tokens: int | None = None,
     ) -> KahnemanTversky:
         s = self.settings
-        options = {
+        options: dict[str, Any] = {
             "beta": s.beta,
             "desirable_weight": s.desirable_weight,
             "undesirable_weight": s.undesirable_weight,
