@@ -412,7 +412,17 @@ def test_zoo_train_runs_dpo_from_a_yaml_file(
     out = capsys.readouterr().out
     assert "step 4: val_loss" in out and "reward accuracy" in out and "ppl" not in out
     saved = yaml.safe_load((tmp_path / "run" / "train_config.yaml").read_text())
-    assert saved["task"] == {"kind": "dpo", "beta": 0.2, "nll_coef": 0.0} and "dpo_beta" not in saved["loss"]
+    assert (
+        saved["task"]
+        == {
+            "kind": "dpo",
+            "loss": "sigmoid",
+            "beta": 0.2,
+            "gamma": None,
+            "nll_coef": 0.0,
+        }
+        and "dpo_beta" not in saved["loss"]
+    )
     assert zoo.load(tmp_path / "run").spec.family == "decoder"
 
 

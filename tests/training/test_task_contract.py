@@ -76,6 +76,13 @@ def write_preferences(path: Path, seed: int) -> Path:
     return path
 
 
+def write_unpaired(path: Path, seed: int) -> Path:
+    rows = [{"prompt": " ".join(s[:2]), "completion": " " + " ".join(s[2:]), "label": k % 3 != 0}
+            for k, s in enumerate(sentences(60, seed))]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 def write_tagged(path: Path, seed: int) -> Path:
     rows = [{"tokens": s, "tags": ["N" if w in ("cat", "dog", "fish", "bird") else "O" for w in s]}
             for s in sentences(60, seed)]  # fmt: skip
@@ -111,6 +118,8 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "chat packed": (write_conversations, ".jsonl", GPT, {"data.packing": {"block_size": 48, "documents": "separate"}},
                     None),
     "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
+    "dpo simpo": (write_preferences, ".jsonl", GPT, {"task.loss": "simpo"}, "val_rewards/accuracy"),
+    "kto": (write_unpaired, ".jsonl", GPT, {}, "val_rewards/accuracy"),
 }  # fmt: skip
 
 

@@ -2,6 +2,8 @@
 
     task: dpo                                          # a task by name, its settings at their defaults
     task: {kind: dpo, beta: 0.1, nll_coef: 0.0}
+    task: {kind: dpo, loss: simpo, beta: 2.0, gamma: 1.0}
+    task: {kind: kto, beta: 0.1, desirable_weight: 1.0, undesirable_weight: 1.0}
     task: {kind: masked_lm, mlm_probability: 0.15}
     task: {kind: chat, train_on_prompt: false}
     task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
@@ -28,7 +30,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from zoo.spec.errors import CleanModel, short_repr
 
@@ -96,12 +98,27 @@ class ChatSettings(TaskSettings):
     )
 
 
+PREFERENCE_LOSSES = ("sigmoid", "ipo", "hinge", "simpo", "orpo")
+REFERENCE_FREE = ("simpo", "orpo")  # the losses that read no reference model (none is built)
+
+
 class DPOSettings(TaskSettings):
-    """dpo: Direct Preference Optimization on preference pairs against a frozen reference."""
+    """dpo: preference pairs; DPO's sigmoid loss against a frozen reference, or a variant (``loss``)."""
 
     kind: Literal["dpo"] = "dpo"
+    loss: Literal["sigmoid", "ipo", "hinge", "simpo", "orpo"] = Field(
+        "sigmoid",
+        description="sigmoid (DPO), ipo, hinge, simpo or orpo (these two need no reference model).",
+    )
     beta: PositiveFloat = Field(
-        0.1, description="How far the policy may move from the reference (DPO's KL weight)."
+        0.1,
+        description="How far the policy may move from the reference (DPO's KL weight); IPO's tau, SimPO's "
+        "reward scale, ORPO's lambda (the odds-ratio term's weight).",
+    )
+    gamma: float | None = Field(
+        None,
+        ge=0.0,
+        description="SimPO's target reward margin (TRL's simpo_gamma); only for loss simpo, default 0.5.",
     )
     nll_coef: float = Field(
         0.0,
@@ -110,10 +127,46 @@ class DPOSettings(TaskSettings):
         "TRL's rpo_alpha), so the chosen answers' likelihood does not fall with the rejected ones'; 0 = off.",
     )
 
+    @model_validator(mode="after")
+    def _settings_of_the_loss(self) -> DPOSettings:
+        if self.gamma is not None and self.loss != "simpo":
+            raise ValueError(f"task.gamma is SimPO's margin: only for loss simpo, not {self.loss}")
+        if self.nll_coef and self.loss == "orpo":
+            raise ValueError("task.nll_coef is not for loss orpo: its loss holds the chosen response's NLL")
+        return self
+
+    @property
+    def simpo_gamma(self) -> float:
+        """SimPO's margin, its default (0.5, TRL's) when not given."""
+        return 0.5 if self.gamma is None else self.gamma
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.loss not in REFERENCE_FREE
+
     def label_smoothing_problem(self, eps: float) -> str | None:
+        if eps and self.loss not in ("sigmoid", "simpo"):
+            return f"loss.label_smoothing ({eps}) is for dpo losses sigmoid and simpo, not {self.loss}"
         if eps >= 0.5:
             return f"loss.label_smoothing ({eps}) for dpo is a label-flip probability: below 0.5"
         return None
+
+
+class KTOSettings(TaskSettings):
+    """kto: Kahneman-Tversky Optimization on unpaired completions labelled desirable or not, against a
+    frozen reference."""
+
+    kind: Literal["kto"] = "kto"
+    beta: PositiveFloat = Field(0.1, description="How far the policy may move from the reference.")
+    desirable_weight: PositiveFloat = Field(
+        1.0, description="The desirable examples' loss weight (lambda_D)."
+    )
+    undesirable_weight: PositiveFloat = Field(
+        1.0, description="The undesirable examples' loss weight (lambda_U)."
+    )
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        return f"loss.label_smoothing ({eps}) is not read by kto" if eps else None
 
 
 # The union the config's ``task`` validates into: every task's settings, listed once.
@@ -124,7 +177,8 @@ TaskSettingsUnion = Annotated[
     | SequenceClassificationSettings
     | TokenClassificationSettings
     | ChatSettings
-    | DPOSettings,
+    | DPOSettings
+    | KTOSettings,
     Field(discriminator="kind"),
 ]
 SETTINGS: dict[str, type[TaskSettings]] = {

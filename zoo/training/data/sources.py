@@ -11,9 +11,9 @@
               ``data-*.arrow``), or ``*.arrow`` files / folders of them (pyarrow, the ``data`` extra)
 
 A field's value is a string, or a list of strings (token classification's words and tags). Integers, in
-JSON and Arrow, become their decimal string (a class label ``1`` reads as ``"1"``); anything else (an
-object, a list of lists, a float, a boolean, null) is a bad line, since guessing how to write it as text
-would silently change the data. Blank lines (tsv, text, jsonl) are not examples and are passed over; in
+JSON and Arrow, become their decimal string (a class label ``1`` reads as ``"1"``), and booleans JSON's
+``"true"`` / ``"false"`` (kto's labels); anything else (an object, a list of lists, a float, null) is a bad
+line, since guessing how to write it as text would silently change the data. Blank lines (tsv, text, jsonl) are not examples and are passed over; in
 aligned files a blank line on either side is a bad line (the pair would be half empty).
 
 A bad line -- not UTF-8, the wrong number of columns, an empty field, unparsable JSON, a line-count
@@ -341,7 +341,9 @@ def _value(value: Any) -> tuple[Value | None, str | None]:
         return None, "empty (null)"
     if isinstance(value, str):
         return (value, None) if value.strip() else (None, "empty")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool):  # JSON's own spelling (kto's labels)
+        return ("true" if value else "false"), None
+    if isinstance(value, int):
         return str(value), None
     if isinstance(value, list):
         if not value:

@@ -6,8 +6,11 @@
     token_classification                                             accuracy (and token F1)
     chat                       `zoo.training.tasks.chat`             conversations (JSON lines), the loss on
                                                                      the assistant's turns, packing
-    dpo                        `zoo.training.tasks.dpo`              preference pairs, DPO's loss, a frozen
-                                                                     reference (or LoRA's base)
+    dpo                        `zoo.training.tasks.dpo`              preference pairs, DPO's loss (or IPO,
+                                                                     hinge, SimPO, ORPO), a frozen reference
+                                                                     (or LoRA's base)
+    kto                        `zoo.training.tasks.kto`              unpaired completions labelled good or
+                                                                     bad, KTO's loss, dpo's reference
 
 A task is built with its own settings, the config's ``task: {kind: NAME, ...}`` (`build_task`); setup
 (`zoo.training.setup`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
@@ -24,13 +27,14 @@ from zoo.training.tasks.base import Task
 from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
 from zoo.training.tasks.dpo import DPO
+from zoo.training.tasks.kto import KTO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
 from zoo.training.tasks.seq2seq import Seq2Seq
 
 # The registry: a task's name (its settings' kind) -> the class that implements it.
 TASKS: dict[str, type[Task]] = {
     task.name: task
-    for task in (Seq2Seq, CausalLM, MaskedLM, SequenceClassification, TokenClassification, Chat, DPO)
+    for task in (Seq2Seq, CausalLM, MaskedLM, SequenceClassification, TokenClassification, Chat, DPO, KTO)
 }
 assert set(TASKS) == set(SETTINGS), "every task the config accepts is registered, and only those"
 assert all(TASKS[kind].settings_type is settings for kind, settings in SETTINGS.items()), "each its own"

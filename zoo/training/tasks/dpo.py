@@ -25,8 +25,11 @@ the policy and under the reference model, the weights the run started from, froz
     without             a frozen copy of ``model.init_from`` (or of the seed's initialisation), built once at
                         setup and kept in eval mode: it doubles the weights' memory, as TRL's does
 
-Its settings (`zoo.training.task_settings.DPOSettings`) are ``beta`` and ``nll_coef`` (RPO's NLL term);
-``loss.label_smoothing`` is cDPO's label-flip probability. The reference runs under ``torch.no_grad`` in eval mode (no dropout); the policy in train mode. Neither is
+Its settings (`zoo.training.task_settings.DPOSettings`) are ``loss`` (sigmoid, DPO's own; ipo, hinge,
+simpo, orpo: `DirectPreference`), ``beta``, ``gamma`` (SimPO's margin) and ``nll_coef`` (RPO's NLL term);
+``loss.label_smoothing`` is cDPO's label-flip probability. simpo and orpo read no reference: none is built
+(no copy of the weights, no second forward). The reference runs under ``torch.no_grad`` in eval mode (no
+dropout); the policy in train mode. Neither is
 checkpointed as a reference: a resumed run rebuilds it from ``init_from`` (or the adapters' base).
 """
 
@@ -44,13 +47,14 @@ from torch import nn
 import zoo.lora
 from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
 from zoo.losses.chunked import ChunkedLoss
+from zoo.losses.preference import hinge_loss, ipo_loss, orpo_loss, simpo_loss
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
 from zoo.training.objectives import Objective, ObjectiveSums
-from zoo.training.task_settings import DPOSettings
+from zoo.training.task_settings import REFERENCE_FREE, DPOSettings
 from zoo.training.tasks.base import (
     Encode,
     Framing,
@@ -210,16 +214,20 @@ class DPO(Task):
         starting_model: Callable[[], ZooModel],
         chunk_tokens: int | None = None,
     ) -> DirectPreference:
-        settings = {
-            "beta": self.settings.beta,
+        settings = self.settings
+        options: dict[str, Any] = {
+            "loss": settings.loss,
+            "beta": settings.beta,
+            "gamma": settings.simpo_gamma,
             "label_smoothing": self.label_smoothing(label_smoothing),
-            "nll_coef": self.settings.nll_coef,
+            "nll_coef": settings.nll_coef,
+            "chunk_tokens": chunk_tokens,
         }
+        if not settings.needs_reference:  # simpo, orpo: no reference built, its memory and forward saved
+            return DirectPreference(None, adapters=False, **options)
         if zoo.lora.adapter_modules(model):  # LoRA: the base is the trained model with its adapters disabled
-            return DirectPreference(model, adapters=True, chunk_tokens=chunk_tokens, **settings)
-        return DirectPreference(
-            frozen(starting_model()), adapters=False, chunk_tokens=chunk_tokens, **settings
-        )
+            return DirectPreference(model, adapters=True, **options)
+        return DirectPreference(frozen(starting_model()), adapters=False, **options)
 
 
 def frozen(model: nn.Module) -> nn.Module:
@@ -262,88 +270,15 @@ class PreferenceCollator:
 # --- the objective -----------------------------------------------------------------------------------------
 
 
-class DirectPreference(Objective):
-    """DPO's sigmoid loss per preference pair (`zoo.losses.dpo_loss`), with the reference model's sequence
-    log-probabilities computed alongside the policy's; its metrics, means over the pairs, are TRL's:
-    ``rewards/chosen`` and ``rewards/rejected`` (beta x (log pi - log pi_ref)), ``rewards/margins`` (their
-    difference) and ``rewards/accuracy`` (the share of pairs whose margin is positive).
+class SequenceScores(Objective):
+    """What the sequence-level preference objectives share (`DirectPreference`, KTO's): each row's summed
+    log-probability of its scored tokens under the policy and, in eval mode and without a gradient, under
+    the frozen ``reference`` (``adapters``: the policy itself with its LoRA adapters disabled); through the
+    LM head ``chunk_tokens`` tokens at a time (`zoo.losses.chunked`), or all at once (None)."""
 
-    ``reference``: the frozen reference model, or (``adapters=True``) the trained model itself, run with its
-    LoRA adapters disabled. ``nll_coef`` > 0 adds that times the chosen response's mean token NLL to each
-    pair's loss (RPO, Pang et al. 2024, arXiv:2404.19733; TRL's ``rpo_alpha``): DPO alone may lower the chosen
-    answers' likelihood along with the rejected ones' (what they share, such as the right number in both a
-    short and a long answer, is pushed down in the rejected context); the NLL term holds it up. Its mean is
-    logged as ``nll/chosen``.
-
-    ``chunk_tokens``: both models compute the scored tokens' log-probabilities through their LM head that
-    many tokens at a time (`zoo.losses.chunked`), never holding every logit; None: all at once.
-    """
-
-    unit = "preference pair"
-    loss_name = "DPO"
-
-    def __init__(
-        self,
-        reference: nn.Module,
-        *,
-        adapters: bool,
-        beta: float,
-        label_smoothing: float = 0.0,
-        nll_coef: float = 0.0,
-        chunk_tokens: int | None = None,
-    ) -> None:
-        self.reference, self.adapters = reference, adapters
-        self.chunk_tokens = chunk_tokens
-        self.beta, self.label_smoothing, self.nll_coef = beta, label_smoothing, nll_coef
-        cdpo = f", conservative (cDPO) with label smoothing {label_smoothing:g}" if label_smoothing else ""
-        rpo = f", plus {nll_coef:g} x the chosen response's mean token NLL (RPO)" if nll_coef else ""
-        self.description = (
-            f"training objective per preference pair: DPO's sigmoid loss, beta {beta:g}{cdpo}{rpo}"
-        )
-        self.validation_description = "validation DPO loss per preference pair (as in training)"
-
-    def count(self, batch: Batch) -> int:
-        return batch.targets.shape[0] // 2  # pairs: a chosen and a rejected row each
-
-    def __call__(
-        self,
-        model: nn.Module,
-        batch: Batch,
-        *,
-        device: torch.device,
-        autocast: AbstractContextManager | None = None,
-        train: bool = True,
-    ) -> ObjectiveSums:
-        scored = batch.logits_mask()  # (2P, T) on the CPU: the response positions
-        assert scored is not None  # a PreferenceCollator's targets are (2P, T)
-        rows_, pairs = scored.shape[0], scored.shape[0] // 2
-        row = scored.nonzero()[:, 0].to(device, non_blocking=True)  # (N,): each scored position's row
-        targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
-        batch = batch.to(device)
-        reference = self.reference_log_probs(batch, scored, targets, row, autocast=autocast)  # (2P,)
-        out, policy = self.log_probs(model, batch, scored, targets, row, autocast=autocast)  # (2P,)
-        result = dpo_loss(
-            policy[:pairs],
-            policy[pairs:],
-            reference[:pairs],
-            reference[pairs:],
-            beta=self.beta,
-            label_smoothing=self.label_smoothing,
-        )
-        losses = result.losses  # (P,)
-        margins = result.chosen_rewards - result.rejected_rewards  # (P,)
-        metrics = {
-            "rewards/chosen": result.chosen_rewards.sum(),
-            "rewards/rejected": result.rejected_rewards.sum(),
-            "rewards/margins": margins.sum(),
-            "rewards/accuracy": (margins > 0).float().sum(),
-        }
-        if self.nll_coef:
-            lengths = torch.bincount(row, minlength=rows_)[:pairs].clamp(min=1)  # (P,) chosen tokens scored
-            nll = -policy[:pairs] / lengths  # (P,) the chosen response's mean token NLL
-            losses = losses + self.nll_coef * nll
-            metrics["nll/chosen"] = nll.detach().sum()
-        return ObjectiveSums(loss=losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics)
+    reference: nn.Module | None
+    adapters: bool
+    chunk_tokens: int | None
 
     @torch.no_grad()
     def reference_log_probs(
@@ -357,6 +292,7 @@ class DirectPreference(Objective):
     ) -> torch.Tensor:
         """(2P,) each row's summed log-probability of its scored targets under the reference, in eval mode."""
         model = self.reference
+        assert model is not None  # only the losses that read a reference ask for it
         was_training = model.training
         model.eval()  # no dropout; the policy's mode is restored below
         try:
@@ -392,3 +328,129 @@ class DirectPreference(Objective):
 
     def summary(self, loss: float, count: int, metrics: Mapping[str, float]) -> dict[str, Any]:
         return {**super().summary(loss, count, metrics), "val_ppl": None}
+
+
+LOSS_NAMES = {"sigmoid": "DPO", "ipo": "IPO", "hinge": "hinge", "simpo": "SimPO", "orpo": "ORPO"}
+
+
+class DirectPreference(SequenceScores):
+    """A preference loss per pair (``loss``: DPO's sigmoid, `zoo.losses.dpo_loss`, or a variant of
+    `zoo.losses.preference`), with the reference model's sequence log-probabilities computed alongside the
+    policy's where the loss reads them; its metrics, means over the pairs, are TRL's: ``rewards/chosen``
+    and ``rewards/rejected`` (beta x (log pi - log pi_ref); simpo and orpo: beta x the mean token
+    log-probability), ``rewards/margins`` (their difference) and ``rewards/accuracy`` (the share of pairs
+    whose margin is positive).
+
+    ``loss``: sigmoid (DPO; cDPO with ``label_smoothing``), ipo (mean token log-probabilities, as TRL), hinge,
+    simpo (mean token log-probabilities, margin ``gamma``, no reference) or orpo (the chosen response's mean
+    token NLL plus beta x the odds-ratio term, no reference; ``nll/chosen`` and ``log_odds_ratio`` logged).
+
+    ``reference``: the frozen reference model, or (``adapters=True``) the trained model itself, run with its
+    LoRA adapters disabled; None for simpo and orpo. ``nll_coef`` > 0 adds that times the chosen response's
+    mean token NLL to each pair's loss (RPO, Pang et al. 2024, arXiv:2404.19733; TRL's ``rpo_alpha``): DPO
+    alone may lower the chosen answers' likelihood along with the rejected ones' (what they share, such as
+    the right number in both a short and a long answer, is pushed down in the rejected context); the NLL
+    term holds it up. Its mean is logged as ``nll/chosen``.
+
+    ``chunk_tokens``: both models compute the scored tokens' log-probabilities through their LM head that
+    many tokens at a time (`zoo.losses.chunked`), never holding every logit; None: all at once.
+    """
+
+    unit = "preference pair"
+
+    def __init__(
+        self,
+        reference: nn.Module | None,
+        *,
+        adapters: bool,
+        beta: float,
+        loss: str = "sigmoid",
+        gamma: float = 0.5,
+        label_smoothing: float = 0.0,
+        nll_coef: float = 0.0,
+        chunk_tokens: int | None = None,
+    ) -> None:
+        if (reference is None) != (loss in REFERENCE_FREE):
+            raise ValueError(f"loss {loss}: a reference model is {'not ' if reference is None else ''}needed")
+        self.reference, self.adapters = reference, adapters
+        self.chunk_tokens = chunk_tokens
+        self.loss, self.beta, self.gamma = loss, beta, gamma
+        self.label_smoothing, self.nll_coef = label_smoothing, nll_coef
+        self.loss_name = LOSS_NAMES[loss]
+        cdpo = f", conservative (cDPO) with label smoothing {label_smoothing:g}" if label_smoothing else ""
+        rpo = f", plus {nll_coef:g} x the chosen response's mean token NLL (RPO)" if nll_coef else ""
+        what = {
+            "sigmoid": f"DPO's sigmoid loss, beta {beta:g}{cdpo}",
+            "ipo": f"IPO's squared loss on mean token log-ratios, beta (tau) {beta:g}",
+            "hinge": f"the hinge loss, beta {beta:g}",
+            "simpo": f"SimPO's loss, beta {beta:g}, gamma {gamma:g}{cdpo}, no reference",
+            "orpo": f"ORPO's loss, the chosen response's mean token NLL + {beta:g} x the odds-ratio term, "
+            "no reference",
+        }[loss]
+        self.description = f"training objective per preference pair: {what}{rpo}"
+        self.validation_description = f"validation {self.loss_name} loss per preference pair (as in training)"
+
+    def count(self, batch: Batch) -> int:
+        return batch.targets.shape[0] // 2  # pairs: a chosen and a rejected row each
+
+    def __call__(
+        self,
+        model: nn.Module,
+        batch: Batch,
+        *,
+        device: torch.device,
+        autocast: AbstractContextManager | None = None,
+        train: bool = True,
+    ) -> ObjectiveSums:
+        scored = batch.logits_mask()  # (2P, T) on the CPU: the response positions
+        assert scored is not None  # a PreferenceCollator's targets are (2P, T)
+        pairs = scored.shape[0] // 2
+        row = scored.nonzero()[:, 0].to(device, non_blocking=True)  # (N,): each scored position's row
+        targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
+        lengths = scored.sum(dim=1).clamp(min=1).to(device, non_blocking=True)  # (2P,) tokens scored
+        batch = batch.to(device)
+        reference = (
+            None
+            if self.reference is None
+            else self.reference_log_probs(batch, scored, targets, row, autocast=autocast)  # (2P,)
+        )
+        out, policy = self.log_probs(model, batch, scored, targets, row, autocast=autocast)  # (2P,)
+        mean = policy / lengths  # (2P,) mean token log-probabilities (ipo, simpo, orpo read these)
+        metrics: dict[str, torch.Tensor] = {}
+        if reference is not None:
+            if self.loss == "ipo":  # TRL averages both models' log-probabilities over the tokens for ipo
+                policy_, reference = mean, reference / lengths
+            else:
+                policy_ = policy
+            sides = (policy_[:pairs], policy_[pairs:], reference[:pairs], reference[pairs:])
+            if self.loss == "sigmoid":
+                result = dpo_loss(*sides, beta=self.beta, label_smoothing=self.label_smoothing)
+            elif self.loss == "ipo":
+                result = ipo_loss(*sides, beta=self.beta)
+            else:
+                result = hinge_loss(*sides, beta=self.beta)
+        elif self.loss == "simpo":
+            result = simpo_loss(
+                mean[:pairs],
+                mean[pairs:],
+                beta=self.beta,
+                gamma=self.gamma,
+                label_smoothing=self.label_smoothing,
+            )
+        else:
+            result = orpo_loss(mean[:pairs], mean[pairs:], lam=self.beta)
+            metrics["log_odds_ratio"] = result.log_odds_ratio.sum()
+        losses = result.losses  # (P,)
+        margins = result.chosen_rewards - result.rejected_rewards  # (P,)
+        metrics |= {
+            "rewards/chosen": result.chosen_rewards.sum(),
+            "rewards/rejected": result.rejected_rewards.sum(),
+            "rewards/margins": margins.sum(),
+            "rewards/accuracy": (margins > 0).float().sum(),
+        }
+        nll_coef = 1.0 if self.loss == "orpo" else self.nll_coef  # ORPO's L_SFT: weight 1
+        if nll_coef:
+            nll = -mean[:pairs]  # (P,) the chosen response's mean token NLL
+            losses = losses + nll_coef * nll
+            metrics["nll/chosen"] = nll.detach().sum()
+        return ObjectiveSums(loss=losses.sum(), aux_loss=out.aux_loss if train else None, metrics=metrics)
