@@ -343,3 +343,33 @@ def test_deepseek_v2_configs_zoo_cannot_run_as_transformers_does_are_refused(tmp
     (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
     with pytest.raises(HFError, match=message):
         zoo.from_hf(tmp_path)
+
+
+# deepseek-ai/DeepSeek-V2-Lite's config.json (the fields transformers reads; auto_map, aux_loss_alpha, seq_aux,
+# ep_size and torch_dtype left out)
+V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+    "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "tie_word_embeddings": False,
+    "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128, "vocab_size": 102400,
+}  # fmt: skip
+
+
+def test_the_deepseek_v2_lite_preset_is_the_published_config_and_counts_what_transformers_builds() -> None:
+    from zoo.io.hf.deepseek import V2_MAPPING
+
+    read = V2_MAPPING.config_to_spec(V2_LITE, {"lm_head.weight"})
+    preset = zoo.preset("deepseek-v2-lite")
+    assert read.model_dump(exclude={"source"}) == preset.model_dump(exclude={"source"})
+    config = transformers.DeepseekV2Config(**{k: v for k, v in V2_LITE.items() if k != "architectures"})
+    with torch.device("meta"):
+        hf = transformers.DeepseekV2ForCausalLM(config)
+    theirs = sum(p.numel() for p in hf.parameters())
+    assert zoo.build(preset, device="meta").num_parameters() == theirs == 15_706_484_224
