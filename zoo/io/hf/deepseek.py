@@ -1,7 +1,9 @@
 """DeepSeek-V3 (``model_type: deepseek_v3``; also Kimi K2's checkpoints): ``DeepseekV3ForCausalLM`` and
-``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``; and GLM-4 MoE
-(``glm4_moe``, GLM-4.5), Llama-style attention (q/k/v biases, never o; partial rotary; optional q/k norm)
-over the same routed experts (`GLM4_MOE`).
+``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``; DeepSeek-V2
+(``deepseek_v2``, `V2_MAPPING`): the same tensors less the score bias, with softmax routing (greedy, or
+within the groups whose best score is highest: ``ffn.group_score: max``); and GLM-4 MoE (``glm4_moe``,
+GLM-4.5), Llama-style attention (q/k/v biases, never o; partial rotary; optional q/k norm) over the same
+routed experts (`GLM4_MOE`).
 
 Llama's layer (pre-norm RMSNorm, SwiGLU) with two blocks of its own, both spec options:
 
