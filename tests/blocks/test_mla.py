@@ -97,6 +97,24 @@ def test_group_limited_routing_picks_only_from_the_best_groups() -> None:
     assert all(set((experts[n] // 2).tolist()) <= set(best[n].tolist()) for n in range(64))
 
 
+def test_group_score_max_ranks_a_group_by_its_best_softmax_score() -> None:
+    """DeepSeek-V2's group_limited_greedy: softmax scores, a group's score its best expert's."""
+    block = _router(num_experts=12, num_groups=4, top_groups=2, top_k=3, scoring="softmax", score_bias=False,
+                    group_score="max", normalize_top_k=False)  # fmt: skip
+    x = torch.randn(64, 16)
+    with torch.no_grad():
+        _, weights, experts = block.route(x)
+        scores = torch.softmax(block.router(x), dim=-1)  # (N, 12), groups of 3
+    best = scores.view(64, 4, 3).amax(-1).topk(2, dim=-1).indices  # (N, 2)
+    assert all(set((experts[n] // 3).tolist()) <= set(best[n].tolist()) for n in range(64))
+    summed = scores.view(64, 4, 3).topk(2, dim=-1).values.sum(-1).topk(2, dim=-1).indices
+    differ = [set(best[n].tolist()) != set(summed[n].tolist()) for n in range(64)]
+    assert any(differ)  # the two rules choose other groups here
+    kept = scores.view(64, 4, 3).scatter(1, best.unsqueeze(-1).expand(-1, -1, 3), 2.0).view(64, 12) == 2.0
+    expected = scores.masked_fill(~kept, 0.0).topk(3, dim=-1)
+    torch.testing.assert_close(weights.sort(-1).values, expected.values.sort(-1).values)  # not renormalised
+
+
 def test_the_score_bias_chooses_experts_but_never_weighs_them() -> None:
     block = _router(normalize_top_k=False, routed_scale=2.5)
     x = torch.randn(32, 16)
@@ -132,6 +150,9 @@ def test_routing_options_are_checked() -> None:
         MoESpec(num_experts=8, top_k=5, num_groups=2, top_groups=1)
     with pytest.raises(ValueError, match=r"bias_update_rate \(0.1\) needs score_bias: true"):
         MoESpec(bias_update_rate=0.1)
+    with pytest.raises(ValueError, match=r"num_groups \(4\) leaves one expert a group"):
+        MoESpec(num_experts=4, num_groups=4, top_groups=2)
+    MoESpec(num_experts=4, num_groups=4, top_groups=2, group_score="max")  # a group of one has a best
 
 
 def test_the_flex_kernel_gives_the_sdpa_logits() -> None:

@@ -9,6 +9,7 @@ left-padded, as in `test_hf_moe`.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -234,3 +235,141 @@ def test_glm4_moe_logits_greedy_tokens_and_export_match(glm, tmp_path) -> None:
     parity.assert_logits_match(model, hf)
     assert_greedy_generate_matches(hf, model, [30, 21, 9])
     parity.assert_logits_match(model, export_and_reload(model, hf, path, tmp_path))
+
+
+# -- DeepSeek-V2: the same latent attention, softmax routing (greedy or by each group's best score) --------
+
+V2_CASES: dict[str, dict[str, Any]] = {
+    # DeepSeek-V2's own routing: 8 groups of 2, a token's experts within its 3 groups whose best is highest
+    "v2-groups-q-lora": dict(q_lora_rank=24, n_routed_experts=16, num_experts_per_tok=4, n_group=8, topk_group=3,
+                             topk_method="group_limited_greedy", first_k_dense_replace=1, n_shared_experts=2,
+                             routed_scaling_factor=16.0),
+    # DeepSeek-V2-Lite's: no q bottleneck, greedy top-k (its n_group / topk_group unused), one shared expert
+    "v2-lite-greedy": dict(q_lora_rank=None, attention_bias=True, n_routed_experts=6, num_experts_per_tok=2,
+                           n_group=1, topk_group=1, topk_method="greedy", first_k_dense_replace=0,
+                           n_shared_experts=1, routed_scaling_factor=1.5, tie_word_embeddings=True,
+                           rms_norm_eps=1e-5),
+    # the release's YaRN (mscale = mscale_all_dim = 0.707) over a short original context; groups of one
+    "v2-yarn-singletons": dict(q_lora_rank=16, n_routed_experts=4, num_experts_per_tok=2, n_group=4,
+                               topk_group=2, topk_method="group_limited_greedy", first_k_dense_replace=2,
+                               rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                "original_max_position_embeddings": 16, "beta_fast": 32.0,
+                                                "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707}),
+}  # fmt: skip
+
+
+def v2_model(**options: Any) -> torch.nn.Module:
+    config = transformers.DeepseekV2Config(**{**SIZES, **options})
+    return liven(transformers.DeepseekV2ForCausalLM(config))
+
+
+@pytest.fixture(scope="module", params=list(V2_CASES))
+def v2(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    hf = v2_model(**V2_CASES[request.param])
+    path = tmp_path_factory.mktemp(request.param)
+    hf.save_pretrained(path, safe_serialization=True)
+    return request.param, hf, path, zoo.from_hf(path)
+
+
+def test_deepseek_v2_reads_softmax_routing_into_the_spec(v2) -> None:
+    name, _, _, model = v2
+    ffn = model.spec.ffn.model_dump()
+    expected = {
+        "v2-groups-q-lora": {"num_groups": 8, "top_groups": 3, "group_score": "max", "shared_d_ff": 32,
+                             "dense_layers": [0], "routed_scale": 16.0},
+        "v2-lite-greedy": {"num_groups": 1, "top_groups": None, "shared_d_ff": 16, "dense_layers": [],
+                           "routed_scale": 1.5},
+        "v2-yarn-singletons": {"num_groups": 4, "top_groups": 2, "group_score": "max", "dense_layers": [0, 1]},
+    }[name]  # fmt: skip
+    assert {k: ffn[k] for k in expected} == expected
+    assert ffn["scoring"] == "softmax" and not ffn["score_bias"] and not ffn["normalize_top_k"]
+    q_lora = {"v2-groups-q-lora": 24, "v2-yarn-singletons": 16}.get(name)
+    assert model.spec.attention.latent.q_lora_rank == q_lora
+
+
+def test_deepseek_v2_logits_greedy_tokens_and_export_match(v2, tmp_path) -> None:
+    _, hf, path, model = v2
+    parity.assert_logits_match(model, hf)
+    assert_greedy_generate_matches(hf, model, [30, 21, 9])
+    parity.assert_logits_match(model, export_and_reload(model, hf, path, tmp_path))
+
+
+def test_deepseek_v2_group_score_is_the_groups_best_not_its_two_best_summed(v2) -> None:
+    """The same checkpoint routed by V3's group score (two best summed) gives other logits: the option is read."""
+    name, _, _, model = v2
+    if name != "v2-groups-q-lora":
+        pytest.skip("the case with groups of two")
+    other = zoo.build(model.spec.override(**{"ffn.group_score": "top2_sum"}), init=False)
+    other.load_state_dict(model.state_dict())
+    ids, mask, _ = parity.left_padded([30, 21, 9])
+    with torch.no_grad():
+        ours, theirs = model(ids, attention_mask=mask).logits, other(ids, attention_mask=mask).logits
+    assert not torch.allclose(ours, theirs, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"ffn.scoring": "sigmoid"}, r"deepseek_v2 cannot express ffn\.scoring='sigmoid'"),
+        ({"ffn.score_bias": True}, r"deepseek_v2 cannot express ffn\.score_bias=True"),
+        ({"ffn.group_score": "top2_sum"}, r"deepseek_v2 cannot express ffn\.group_score='top2_sum'"),
+        ({"ffn.normalize_top_k": True}, r"deepseek_v2 cannot express ffn\.normalize_top_k=True"),
+        ({"ffn.shared_gate": True}, r"deepseek_v2 cannot express ffn\.shared_gate=True"),
+        ({"attention.latent": None}, r"deepseek_v2 cannot express attention\.latent=None"),
+    ],
+)
+def test_a_deepseek_v2_export_that_would_drop_an_option_is_refused(tmp_path, overrides, message) -> None:
+    hf = v2_model(**V2_CASES["v2-groups-q-lora"])
+    hf.save_pretrained(tmp_path / "src", safe_serialization=True)
+    spec = zoo.read_hf_spec(tmp_path / "src").override(**overrides)
+    with pytest.raises(HFError, match=message):
+        zoo.to_hf(zoo.build(spec, device="meta", init=False), tmp_path / "out", model_type="deepseek_v2")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("topk_method", "noaux_tc", r"topk_method='noaux_tc' is not supported"),
+        ("norm_topk_prob", True, r"norm_topk_prob=True is not supported"),
+        ("moe_layer_freq", 2, r"moe_layer_freq=2 is not supported"),
+        ("mlp_bias", True, r"mlp_bias=True is not supported"),
+        ("num_key_value_heads", 2, r"num_key_value_heads=2 with num_attention_heads=4"),
+    ],
+)
+def test_deepseek_v2_configs_zoo_cannot_run_as_transformers_does_are_refused(tmp_path, field, value, message):
+    hf = v2_model(**V2_CASES["v2-lite-greedy"])
+    hf.save_pretrained(tmp_path, safe_serialization=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(HFError, match=message):
+        zoo.from_hf(tmp_path)
+
+
+# deepseek-ai/DeepSeek-V2-Lite's config.json (the fields transformers reads; auto_map, aux_loss_alpha, seq_aux,
+# ep_size and torch_dtype left out)
+V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
+    "attention_dropout": 0.0, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+    "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "tie_word_embeddings": False,
+    "topk_group": 1, "topk_method": "greedy", "v_head_dim": 128, "vocab_size": 102400,
+}  # fmt: skip
+
+
+def test_the_deepseek_v2_lite_preset_is_the_published_config_and_counts_what_transformers_builds() -> None:
+    from zoo.io.hf.deepseek import V2_MAPPING
+
+    read = V2_MAPPING.config_to_spec(V2_LITE, {"lm_head.weight"})
+    preset = zoo.preset("deepseek-v2-lite")
+    assert read.model_dump(exclude={"source"}) == preset.model_dump(exclude={"source"})
+    config = transformers.DeepseekV2Config(**{k: v for k, v in V2_LITE.items() if k != "architectures"})
+    with torch.device("meta"):
+        hf = transformers.DeepseekV2ForCausalLM(config)
+    theirs = sum(p.numel() for p in hf.parameters())
+    assert zoo.build(preset, device="meta").num_parameters() == theirs == 15_706_484_224

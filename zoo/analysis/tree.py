@@ -159,6 +159,7 @@ def _moe(m: MoEFeedForward, **_: Any) -> str:
     weights = ("renormalised" if m.normalize_top_k else "sigmoid") if m.sigmoid else None
     weights = weights or ("renormalised" if m.normalize_top_k else "softmax")
     routing = f", in the best {m.top_groups} of {m.num_groups} groups" if m.top_groups < m.num_groups else ""
+    routing += " (by each one's best)" if routing and m.group_max else ""
     routing += ", biased choice" if m.score_bias is not None else ""
     routing += f", weights × {m.routed_scale:g}" if m.routed_scale != 1.0 else ""
     shared = (

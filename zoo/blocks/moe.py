@@ -166,6 +166,7 @@ class MoEFeedForward(nn.Module):
         self.jitter = spec.jitter
         self.sigmoid, self.routed_scale = spec.scoring == "sigmoid", spec.routed_scale
         self.num_groups, self.top_groups = spec.num_groups, spec.active_groups
+        self.group_max = spec.group_score == "max"
         self.bias_update_rate = spec.bias_update_rate
         self.router = nn.Linear(d_model, spec.num_experts, bias=spec.router_bias)
         self.score_bias: torch.Tensor | None
@@ -222,12 +223,16 @@ class MoEFeedForward(nn.Module):
 
     def _choose(self, scores: torch.Tensor) -> torch.Tensor:
         """(N, E) scores -> (N, k) experts: the best biased scores within each token's ``top_groups`` groups,
-        a group ranked by the sum of its two best (DeepSeek-V3's ``noaux_tc``)."""
+        a group ranked by the sum of its two best (DeepSeek-V3's ``noaux_tc``) or by its best (``group_score:
+        max``, DeepSeek-V2's ``group_limited_greedy``)."""
         choice = scores + self.score_bias if self.score_bias is not None else scores  # (N, E)
         if self.top_groups < self.num_groups:
             N, G = choice.shape[0], self.num_groups
             grouped = choice.view(N, G, -1)  # (N, G, E / G)
-            group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+            if self.group_max:
+                group_scores = grouped.amax(dim=-1)  # (N, G)
+            else:
+                group_scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
             groups = group_scores.topk(self.top_groups, dim=-1).indices  # (N, top_groups)
             keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, groups, True)  # (N, G)
             choice = grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).view(N, -1)  # (N, E)

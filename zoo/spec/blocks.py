@@ -211,6 +211,7 @@ class MoESpec(Spec):
     DeepSeek-V3's routing (arXiv 2412.19437, section 2.1.2): ``scoring: sigmoid``, a ``score_bias`` that
     chooses experts without weighing them (balanced during training by ``bias_update_rate``), experts in
     ``num_groups`` groups of which a token uses the ``top_groups`` best, weights times ``routed_scale``.
+    DeepSeek-V2's: softmax scores, no bias, a group ranked by its best score (``group_score: max``).
 
     Layer ``i`` of a stack is sparse when ``(i + 1) % sparse_step == 0`` and ``i`` is not in
     ``dense_layers``; the other layers run one dense gated FFN of width ``dense_d_ff`` (transformers'
@@ -278,7 +279,12 @@ class MoESpec(Spec):
     top_groups: PositiveInt | None = Field(
         None,
         description="Groups a token may route into (topk_group), those whose two best (biased) scores sum "
-        "highest; default: every group.",
+        "highest (or whose best is highest, group_score: max); default: every group.",
+    )
+    group_score: Literal["top2_sum", "max"] = Field(
+        "top2_sum",
+        description="How group-limited routing ranks a group: the sum of its two best (biased) scores "
+        "(DeepSeek-V3's noaux_tc), or its best score (DeepSeek-V2's group_limited_greedy).",
     )
     routed_scale: PositiveFloat = Field(
         1.0, description="The routed experts' weights are multiplied by this (routed_scaling_factor)."
@@ -295,7 +301,7 @@ class MoESpec(Spec):
         groups = self.active_groups
         if groups > self.num_groups:
             raise ValueError(f"top_groups ({groups}) must be at most num_groups ({self.num_groups})")
-        if self.num_groups > 1 and self.num_experts // self.num_groups < 2:
+        if self.num_groups > 1 and self.group_score == "top2_sum" and self.num_experts // self.num_groups < 2:
             raise ValueError(
                 f"num_groups ({self.num_groups}) leaves one expert a group: a group's score is its two best"
             )

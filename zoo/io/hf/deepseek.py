@@ -1,7 +1,9 @@
 """DeepSeek-V3 (``model_type: deepseek_v3``; also Kimi K2's checkpoints): ``DeepseekV3ForCausalLM`` and
-``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``; and GLM-4 MoE
-(``glm4_moe``, GLM-4.5), Llama-style attention (q/k/v biases, never o; partial rotary; optional q/k norm)
-over the same routed experts (`GLM4_MOE`).
+``DeepseekV3Model``, after transformers' ``models/deepseek_v3/modeling_deepseek_v3.py``; DeepSeek-V2
+(``deepseek_v2``, `V2_MAPPING`): the same tensors less the score bias, with softmax routing (greedy, or
+within the groups whose best score is highest: ``ffn.group_score: max``); and GLM-4 MoE (``glm4_moe``,
+GLM-4.5), Llama-style attention (q/k/v biases, never o; partial rotary; optional q/k norm) over the same
+routed experts (`GLM4_MOE`).
 
 Llama's layer (pre-norm RMSNorm, SwiGLU) with two blocks of its own, both spec options:
 
@@ -83,25 +85,45 @@ DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
-    def get(key: str) -> Any:
-        value = config.get(key, DEFAULTS.get(key))
-        return DEFAULTS.get(key) if value is None and key in ("n_group", "topk_group") else value
+def _getter(config: dict[str, Any], defaults: dict[str, Any]) -> Callable[[str], Any]:
+    """Reads a key with the config class's default (also for a group key written as null)."""
 
-    heads, d_model, vocab = get("num_attention_heads"), get("hidden_size"), get("vocab_size")
-    kv_heads = get("num_key_value_heads") or heads
-    if kv_heads != heads:
-        raise HFError(
-            f"config.json num_key_value_heads={kv_heads} with num_attention_heads={heads}: latent attention "
-            "expands one key per head, and transformers' deepseek_v3 repeats them only when the two are equal"
-        )
+    def get(key: str) -> Any:
+        value = config.get(key, defaults.get(key))
+        return defaults.get(key) if value is None and key in ("n_group", "topk_group") else value
+
+    return get
+
+
+def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+    get = _getter(config, DEFAULTS)
     if get("rope_interleave") is not True:
         raise HFError(
             f"config.json rope_interleave={get('rope_interleave')!r} is not supported: zoo reads DeepSeek's "
             "interleaved rotary rows (rope_interleave: true, every DeepSeek-V3 and Kimi K2 release) into its "
             "rotate-half layout"
         )
-    has_head = has_lm_head(config, names, headed=HEADED, prefix=PREFIX)
+    return latent_spec(config, names, get, family="deepseek_v3", headed=HEADED, ffn=routed_ffn(config, get))
+
+
+def latent_spec(
+    config: dict[str, Any],
+    names: set[str],
+    get: Callable[[str], Any],
+    *,
+    family: str,
+    headed: str,
+    ffn: dict[str, Any],
+) -> ModelSpec:
+    """The spec of a DeepSeek-V2/V3 config: latent attention, pre-norm RMSNorm, rope, the given ``ffn``."""
+    heads, d_model, vocab = get("num_attention_heads"), get("hidden_size"), get("vocab_size")
+    kv_heads = get("num_key_value_heads") or heads
+    if kv_heads != heads:
+        raise HFError(
+            f"config.json num_key_value_heads={kv_heads} with num_attention_heads={heads}: latent attention "
+            f"expands one key per head, and transformers' {family} repeats them only when the two are equal"
+        )
+    has_head = has_lm_head(config, names, headed=headed, prefix=PREFIX)
     position = rope_from_config(config, kinds=LONG_CONTEXT, max_positions=get("max_position_embeddings"))
     return parse_spec({
         "family": "decoder",
@@ -123,21 +145,35 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
                 "norm_eps": LATENT_NORM_EPS,
             },
         },
-        "ffn": routed_ffn(config, get),
+        "ffn": ffn,
         "norm": {"kind": "rmsnorm", "eps": get("rms_norm_eps"), "placement": "pre"},
         "position": position,
         "lm_head": {"tied": config.get("tie_word_embeddings", False)} if has_head else None,
         "dropout": 0.0,
         "init": {"std": config.get("initializer_range", 0.02)},
         "pad_token_id": token_id(config, "pad_token_id", vocab),
-        "bos_token_id": token_id(config, "bos_token_id", vocab, DEFAULTS["bos_token_id"]),
-        "eos_token_id": token_id(config, "eos_token_id", vocab, DEFAULTS["eos_token_id"]),
+        "bos_token_id": token_id(config, "bos_token_id", vocab, get("bos_token_id")),
+        "eos_token_id": token_id(config, "eos_token_id", vocab, get("eos_token_id")),
     })  # fmt: skip
 
 
 def routed_ffn(config: dict[str, Any], get: Callable[[str], Any]) -> dict[str, Any]:
     """The ``ffn`` sub-spec of DeepSeek-V3's (and GLM-4 MoE's) Mixture-of-Experts; ``get`` reads a key with
     the config class's default."""
+    return {
+        **experts_ffn(config, get),
+        "normalize_top_k": get("norm_topk_prob"),
+        "scoring": "sigmoid",
+        "score_bias": True,
+        "num_groups": get("n_group"),
+        "top_groups": get("topk_group"),
+        "routed_scale": get("routed_scaling_factor"),
+    }
+
+
+def experts_ffn(config: dict[str, Any], get: Callable[[str], Any]) -> dict[str, Any]:
+    """The routing-independent part of a DeepSeek ``ffn`` sub-spec: the experts, the shared experts of
+    n_shared_experts x moe_intermediate_size, the first first_k_dense_replace layers dense."""
     layers, shared = get("num_hidden_layers"), get("n_shared_experts")
     if not isinstance(shared, int) or shared < 1:
         raise HFError(f"config.json n_shared_experts={shared!r}: a positive integer is expected")
@@ -152,16 +188,10 @@ def routed_ffn(config: dict[str, Any], get: Callable[[str], Any]) -> dict[str, A
         "top_k": get("num_experts_per_tok"),
         "d_ff": width,
         "activation": activation_from_hf(config.get("hidden_act", "silu"), field="hidden_act"),
-        "normalize_top_k": get("norm_topk_prob"),
         "shared_d_ff": width * shared if isinstance(width, int) else width,
         "shared_gate": False,
         "dense_layers": dense,
         "dense_d_ff": get("intermediate_size") if dense else None,
-        "scoring": "sigmoid",
-        "score_bias": True,
-        "num_groups": get("n_group"),
-        "top_groups": get("topk_group"),
-        "routed_scale": get("routed_scaling_factor"),
     }
 
 
@@ -212,21 +242,31 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
     require("deepseek_v3", [("family", spec.family, "decoder")])
     assert isinstance(spec, DecoderSpec)
     stack = spec.stacks()["decoder"]
-    attention, src = stack.attention, stack.sources
-    latent = attention.latent
-    if latent is None:
-        raise HFError(
-            f"deepseek_v3 cannot express {src['attention']}.latent=None: its attention is always latent",
-            fields=(f"{src['attention']}.latent",),
-        )
-    routed = routed_ffn_config("deepseek_v3", stack)
-    head, norm = spec.lm_head, stack.norm
+    latent = latent_config("deepseek_v3", spec, stack)
+    head = spec.lm_head
     return {
         "model_type": "deepseek_v3",
         "architectures": [HEADED if head else "DeepseekV3Model"],
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.d_model,
-        **routed,
+        **routed_ffn_config("deepseek_v3", stack),
+        **latent,
+        "rope_interleave": True,
+        "num_nextn_predict_layers": 0,
+        **common_config(spec, stack),
+    }
+
+
+def latent_config(family: str, spec: DecoderSpec, stack: ResolvedStack) -> dict[str, Any]:
+    """The config.json fields of a stack's latent attention; HFError when it has none."""
+    attention, src = stack.attention, stack.sources
+    latent = attention.latent
+    if latent is None:
+        raise HFError(
+            f"{family} cannot express {src['attention']}.latent=None: its attention is always latent",
+            fields=(f"{src['attention']}.latent",),
+        )
+    return {
         "num_hidden_layers": stack.num_layers,
         "num_attention_heads": attention.num_heads,
         "num_key_value_heads": attention.num_heads,
@@ -235,12 +275,17 @@ def spec_to_config(spec: ModelSpec) -> dict[str, Any]:
         "qk_rope_head_dim": latent.rope_head_dim,
         "qk_nope_head_dim": attention.resolved_head_dim(spec.d_model),
         "v_head_dim": latent.v_head_dim or attention.resolved_head_dim(spec.d_model),
-        "rope_interleave": True,
         "attention_bias": attention.bias,
         "attention_dropout": attention.dropout,
-        "num_nextn_predict_layers": 0,
+    }
+
+
+def common_config(spec: DecoderSpec, stack: ResolvedStack) -> dict[str, Any]:
+    """The config.json fields DeepSeek-V2 and V3 share past attention and experts: positions, norms, tokens."""
+    head = spec.lm_head
+    return {
         "max_position_embeddings": max_positions_to_config(stack.position, spec.max_positions),
-        "rms_norm_eps": norm.eps,
+        "rms_norm_eps": stack.norm.eps,
         **rope_to_config(stack.position, kinds=LONG_CONTEXT),
         "initializer_range": spec.init.std,
         "tie_word_embeddings": head.tied if head else False,
@@ -294,7 +339,8 @@ def _ffn_rules(ffn: MoESpec, zoo: str, hf: str, *, layer_idx: int, d_model: int)
         return moe_rules(EXPERTS, ffn, zoo, hf, layer_idx=layer_idx, d_model=d_model)  # Llama's gated MLP
     routed = ffn.model_copy(update={"shared_d_ff": None})  # the shared experts are named below
     rules = moe_rules(EXPERTS, routed, zoo, hf, layer_idx=layer_idx, d_model=d_model)
-    rules.append(rename(f"{zoo}.ffn.score_bias", f"{hf}.mlp.gate.e_score_correction_bias"))
+    if ffn.score_bias:  # DeepSeek-V3's; DeepSeek-V2 has none
+        rules.append(rename(f"{zoo}.ffn.score_bias", f"{hf}.mlp.gate.e_score_correction_bias"))
     if ffn.shared_d_ff is not None:
         S, shared = ffn.shared_d_ff, f"{hf}.mlp.shared_experts"
         rules += [
@@ -358,6 +404,97 @@ MAPPING = FamilyMapping(
     ffn_kinds=("moe",),
 )
 
+
+# -- DeepSeek-V2: the same latent attention, softmax routing ------------------------------------------------
+
+V2_HEADED = "DeepseekV2ForCausalLM"
+TOPK_METHODS = ("greedy", "group_limited_greedy")
+# DeepseekV2Config's defaults (deepseek-ai/DeepSeek-V2-Lite's shapes), for keys a config.json may leave out.
+V2_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008, "moe_intermediate_size": 1407,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": None, "n_shared_experts": 2,
+    "n_routed_experts": 64, "routed_scaling_factor": 1.0, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": None, "topk_group": None,
+    "topk_method": "greedy", "num_experts_per_tok": None, "first_k_dense_replace": 0, "norm_topk_prob": False,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "bos_token_id": 1, "eos_token_id": 2,
+}  # fmt: skip
+
+
+def v2_config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
+    get = _getter(config, V2_DEFAULTS)
+    return latent_spec(
+        config, names, get, family="deepseek_v2", headed=V2_HEADED, ffn=v2_routed_ffn(config, get)
+    )
+
+
+def v2_routed_ffn(config: dict[str, Any], get: Callable[[str], Any]) -> dict[str, Any]:
+    """DeepSeek-V2's ``ffn``: softmax scores, no bias, the top-k chosen greedily or within the ``topk_group``
+    groups of ``n_group`` whose best score is highest (``group_limited_greedy``), weights times
+    ``routed_scaling_factor`` and never renormalised (transformers' ``DeepseekV2TopkRouter``)."""
+    method = get("topk_method")
+    if method not in TOPK_METHODS:
+        raise HFError(f"config.json topk_method={method!r} is not supported: deepseek_v2 has {TOPK_METHODS}")
+    if get("norm_topk_prob"):
+        raise HFError(
+            "config.json norm_topk_prob=True is not supported: transformers' deepseek_v2 never renormalises "
+            "the top-k weights (DeepSeek's own code does), so the two disagree"
+        )
+    if config.get("moe_layer_freq", 1) != 1:
+        raise HFError(
+            f"config.json moe_layer_freq={config['moe_layer_freq']!r} is not supported: transformers' "
+            "deepseek_v2 makes every layer from first_k_dense_replace on sparse (moe_layer_freq 1)"
+        )
+    if config.get("mlp_bias"):
+        raise HFError(
+            "config.json mlp_bias=True is not supported: zoo's dense and shared experts have no biases"
+        )
+    ffn = {
+        **experts_ffn(config, get),
+        "normalize_top_k": False,
+        "scoring": "softmax",
+        "score_bias": False,
+        "routed_scale": get("routed_scaling_factor"),
+    }
+    if method == "greedy":
+        return ffn
+    groups, top = get("n_group"), get("topk_group")
+    if groups is None or top is None:
+        raise HFError(
+            f"config.json topk_method='group_limited_greedy' with n_group={groups!r}, topk_group={top!r}: "
+            "both counts are expected"
+        )
+    return {**ffn, "num_groups": groups, "top_groups": top, "group_score": "max"}
+
+
+def v2_spec_to_config(spec: ModelSpec) -> dict[str, Any]:
+    require("deepseek_v2", [("family", spec.family, "decoder")])
+    assert isinstance(spec, DecoderSpec)
+    stack = spec.stacks()["decoder"]
+    latent = latent_config("deepseek_v2", spec, stack)
+    routed = routed_ffn_config("deepseek_v2", stack)
+    grouped = routed["n_group"] > 1  # a spec's other routing options come back as read, and differ
+    head = spec.lm_head
+    return {
+        "model_type": "deepseek_v2",
+        "architectures": [V2_HEADED if head else "DeepseekV2Model"],
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.d_model,
+        **routed,
+        "topk_method": "group_limited_greedy" if grouped else "greedy",
+        "norm_topk_prob": False,
+        **latent,
+        **common_config(spec, stack),
+    }
+
+
+V2_MAPPING = FamilyMapping(
+    model_types=("deepseek_v2",),
+    config_to_spec=v2_config_to_spec,
+    spec_to_config=v2_spec_to_config,
+    hf_to_zoo=_hf_to_zoo,
+    zoo_to_hf=zoo_to_hf,
+    ffn_kinds=("moe",),
+)
 
 # -- GLM-4 MoE: Llama-style attention, DeepSeek-V3's routed experts ------------------------------------------
 
@@ -501,4 +638,4 @@ GLM4_MOE = FamilyMapping(
     zoo_to_hf=glm_zoo_to_hf,
     ffn_kinds=("moe",),
 )
-MAPPINGS = [MAPPING, GLM4_MOE]
+MAPPINGS = [MAPPING, V2_MAPPING, GLM4_MOE]
