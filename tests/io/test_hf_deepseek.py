@@ -373,3 +373,27 @@ def test_the_deepseek_v2_lite_preset_is_the_published_config_and_counts_what_tra
         hf = transformers.DeepseekV2ForCausalLM(config)
     theirs = sum(p.numel() for p in hf.parameters())
     assert zoo.build(preset, device="meta").num_parameters() == theirs == 15_706_484_224
+
+
+# zai-org/GLM-4.5-Air's config.json
+GLM_45_AIR = dict(
+    architectures=["Glm4MoeForCausalLM"], attention_bias=True, attention_dropout=0.0, pad_token_id=151329,
+    eos_token_id=[151329, 151336, 151338], head_dim=128, hidden_act="silu", hidden_size=4096, partial_rotary_factor=0.5,
+    initializer_range=0.02, intermediate_size=10944, max_position_embeddings=131072, model_type="glm4_moe",
+    moe_intermediate_size=1408, norm_topk_prob=True, num_attention_heads=96, n_group=1, topk_group=1,
+    n_routed_experts=128, n_shared_experts=1, routed_scaling_factor=1.0, num_experts_per_tok=8, first_k_dense_replace=1,
+    num_hidden_layers=46, num_key_value_heads=8, rms_norm_eps=1e-05, rope_scaling=None, rope_theta=1000000,
+    num_nextn_predict_layers=1, tie_word_embeddings=False, use_cache=True, use_qk_norm=False, vocab_size=151552,
+)  # fmt: skip
+
+
+@pytest.mark.slow  # ~11 s: transformers builds the 106B model on meta
+def test_the_glm_45_air_preset_is_the_published_config_and_counts_what_transformers_builds(tmp_path) -> None:
+    from zoo.io.hf.deepseek import GLM4_MOE
+
+    (tmp_path / "config.json").write_text(json.dumps(GLM_45_AIR))
+    with torch.device("meta"):
+        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
+    imported = GLM4_MOE.config_to_spec(dict(GLM_45_AIR), set(hf.state_dict()))
+    assert imported.model_dump(exclude={"source"}) == zoo.preset("glm-4.5-air").model_dump(exclude={"source"})
+    assert zoo.parameter_count("glm-4.5-air") == sum(p.numel() for p in hf.parameters()) == 106_852_245_504

@@ -68,6 +68,8 @@ PUBLISHED_COUNTS = {
     # DeepseekV3ForCausalLM on the meta device from DeepseekV3Config() (transformers' defaults are
     # deepseek-ai/DeepSeek-V3's config.json): its 61 layers, without the checkpoint's MTP layer
     "deepseek-v3": 671_026_404_352,
+    # Glm4MoeForCausalLM on the meta device from zai-org/GLM-4.5-Air's config.json (tests/io/test_hf_deepseek.py)
+    "glm-4.5-air": 106_852_245_504,
     # DeepseekV2ForCausalLM on the meta device from deepseek-ai/DeepSeek-V2-Lite's config.json (the card's
     # 15.7B; tests/io/test_hf_deepseek.py)
     "deepseek-v2-lite": 15_706_484_224,
@@ -90,7 +92,7 @@ EXPECTED = {
     "smollm3-3b",
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
     "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
-    "deepseek-v3", "deepseek-tiny", "deepseek-v2-lite",
+    "deepseek-v3", "deepseek-tiny", "glm-4.5-air", "deepseek-v2-lite",
 }  # fmt: skip
 
 
