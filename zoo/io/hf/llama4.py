@@ -101,7 +101,11 @@ def config_to_spec(config: dict[str, Any], names: set[str]) -> ModelSpec:
     if nope:
         position["nope_layers"] = nope
     qk_norm = bool(get("use_qk_norm"))
-    tuning = bool(get("attn_temperature_tuning"))  # published configs write 4 (truthy), transformers a bool
+    # the published configs write 4 (truthy), transformers' default is a bool: read as given, as a truth value
+    tuning = config.get("attn_temperature_tuning")
+    tuning = DEFAULTS["attn_temperature_tuning"] if tuning is None else tuning
+    if isinstance(tuning, float) or not isinstance(tuning, int):
+        raise HFError(f"config.json attn_temperature_tuning={tuning!r}: a boolean is expected")
     return parse_spec({
         "family": "decoder",
         "vocab_size": vocab,
