@@ -22,6 +22,8 @@ from hf_decoder_parity import assert_greedy_generate_matches, export_and_reload
 
 import zoo
 from zoo.io.hf import HFError
+from zoo.io.hf.common import TypedConfig
+from zoo.io.hf.llama4 import MAPPING
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -119,6 +121,48 @@ def test_the_exported_tensors_equal_the_imported_ones(case, tmp_path) -> None:
     for name, tensor in hf.state_dict().items():
         if name in written:
             assert torch.equal(written[name], tensor), name
+
+
+# -- the preset ------------------------------------------------------------------------------------------------
+
+SCOUT = dict(
+    vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384, num_hidden_layers=48,
+    num_attention_heads=40, num_key_value_heads=8, head_dim=128, max_position_embeddings=10485760,
+    rms_norm_eps=1e-5, num_experts_per_tok=1, num_local_experts=16, interleave_moe_layer_step=1, use_qk_norm=True,
+    no_rope_layers=[1, 1, 1, 0] * 12, attention_chunk_size=8192, attn_temperature_tuning=True, floor_scale=8192,
+    attn_scale=0.1, attention_bias=False, tie_word_embeddings=False, pad_token_id=200018, bos_token_id=200000,
+    eos_token_id=[200001, 200007, 200008],
+    rope_parameters={"rope_type": "llama3", "factor": 16.0, "original_max_position_embeddings": 8192,
+                     "high_freq_factor": 1.0, "low_freq_factor": 1.0, "rope_theta": 500000.0},
+)  # fmt: skip
+
+
+def test_the_scout_preset_counts_what_transformers_builds_on_meta_and_is_what_its_config_reads_as(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """meta-llama/Llama-4-Scout-17B-16E's text_config: transformers' Llama4ForCausalLM on the meta device has
+    the preset's parameter count, and zoo reads the config as the preset (but for the context length, which
+    the preset keeps under zoo's default limit)."""
+    config = transformers.Llama4TextConfig(**SCOUT)
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in transformers.Llama4ForCausalLM(config).parameters())
+    assert zoo.build("llama-4-scout", device="meta").num_parameters() == expected == 107_769_861_120
+    monkeypatch.setenv("ZOO_MAX_POSITIONS", "10485760")
+    written = {"model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"], **SCOUT}
+    read = MAPPING.config_to_spec(TypedConfig(written), {"lm_head.weight"})
+    preset = zoo.preset("llama-4-scout")
+    assert read.max_positions == 10485760
+    assert read.override(name=None, source=None, max_positions=preset.max_positions) == preset.override(
+        name=None, source=None
+    )
+
+
+def test_the_tiny_preset_exports_and_runs_in_transformers(tmp_path) -> None:
+    model = zoo.build("llama4-tiny")
+    zoo.to_hf(model, tmp_path)
+    hf = parity.reload_hf(tmp_path)
+    assert type(hf).__name__ == "Llama4ForCausalLM"
+    parity.assert_logits_match(model.eval(), hf, signal=0.0)
 
 
 # -- refusals ----------------------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ PUBLISHED_COUNTS = {
     # DeepseekV3ForCausalLM on the meta device from DeepseekV3Config() (transformers' defaults are
     # deepseek-ai/DeepSeek-V3's config.json): its 61 layers, without the checkpoint's MTP layer
     "deepseek-v3": 671_026_404_352,
+    # Llama4ForCausalLM on the meta device from meta-llama/Llama-4-Scout-17B-16E's text_config
+    # (tests/io/test_hf_llama4.py builds it)
+    "llama-4-scout": 107_769_861_120,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
@@ -78,6 +81,7 @@ ACTIVE_COUNTS = {
     "gpt-oss-20b": 3_608_307_264 + 201_088 * 2880,
     "gpt-oss-120b": 5_132_849_472 + 201_088 * 2880,
     "deepseek-v3": 37_552_282_624,  # the technical report's "37B activated for each token"
+    "llama-4-scout": 17_172_894_720,  # the model card's "17B active parameters"
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
@@ -87,7 +91,7 @@ EXPECTED = {
     "smollm3-3b",
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
     "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
-    "deepseek-v3", "deepseek-tiny",
+    "deepseek-v3", "deepseek-tiny", "llama-4-scout", "llama4-tiny",
 }  # fmt: skip
 
 
@@ -111,6 +115,7 @@ def test_moe_preset_has_the_published_active_parameter_count(name):
         "gpt-oss-20b": 3.61,
         "gpt-oss-120b": 5.13,
         "deepseek-v3": 37.6,
+        "llama-4-scout": 17.2,
     }[name]
     embedding = 201_088 * 2880 if name.startswith("gpt-oss") else 0  # gpt-oss's card leaves the table out
     assert round((ACTIVE_COUNTS[name] - embedding) / 1e9, 2 if embedding else 1) == card

@@ -533,7 +533,8 @@ class Llama3RopeScaling(Spec):
         wavelength > original_max_positions / low_freq_factor    divided by factor (low frequencies)
         in between                                               interpolated smoothly between the two
 
-    Defaults are Llama 3.1's; Llama 3.2 1B/3B use factor 32.
+    Defaults are Llama 3.1's; Llama 3.2 1B/3B use factor 32. Equal factors leave no band in between (Llama 4
+    Scout: 1.0 and 1.0): every wavelength is kept or scaled.
     """
 
     type: Literal["llama3"] = "llama3"
@@ -546,9 +547,9 @@ class Llama3RopeScaling(Spec):
 
     @model_validator(mode="after")
     def _check_band(self) -> Llama3RopeScaling:
-        if self.high_freq_factor <= self.low_freq_factor:
+        if self.high_freq_factor < self.low_freq_factor:
             raise ValueError(
-                f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
+                f"high_freq_factor ({self.high_freq_factor}) must be at least low_freq_factor "
                 f"({self.low_freq_factor}): they bound the band of interpolated frequencies"
             )
         return self
