@@ -121,8 +121,8 @@ class Layer(nn.Module):
         output_attentions: bool = False,
         slots: torch.Tensor | None = None,
     ) -> LayerOutput:
-        """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch; ``slots`` (T,)
-        each query's slot in its row, for attention temperature tuning (`AttentionSpec.temperature_tuning`)."""
+        """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch; ``slots`` (T,) or
+        (B, T) each query's slot in its row, for attention temperature tuning (`AttentionSpec.temperature_tuning`)."""
         tuned = {} if slots is None else {"slots": slots}
         # what each branch reads under the parallel residual: x, or its one shared norm's output
         layer_input = self.self_attn_norm(x) if self.shared_norm else x

@@ -76,7 +76,7 @@ def test_import_reads_chunks_nope_layers_qk_norm_and_the_moe_options(case) -> No
         assert spec["position"]["nope_layers"] == [1, 3] and ffn["sparse_step"] == 2
         assert [p["kind"] for p in spec["decoder"]["layer_patterns"]] == ["chunked", "causal"] * 2
         assert attention["qk_norm_layers"] == "rotary" and not attention["qk_norm_weight"]
-        assert attention["temperature_tuning"] == {"floor_scale": 4, "scale": 0.5}
+        assert attention["temperature_tuning"] == {"floor_scale": 4, "scale": 0.5, "count": "slot"}
     elif name == "llama4-top2-moe-layers-tied":
         assert spec["position"]["nope_layers"] == [1, 2] and ffn["dense_layers"] == [1, 2]
     else:
@@ -183,6 +183,15 @@ def test_a_sliding_window_is_refused_naming_the_field(tmp_path) -> None:
         )
     )
     with pytest.raises(HFError, match=r"decoder\.pattern"):
+        zoo.to_hf(other, tmp_path / "out")
+
+
+def test_temperature_tuning_by_position_is_refused_naming_the_field(tmp_path) -> None:
+    """transformers counts slots (left padding included): a spec counting positions would export silently
+    changed."""
+    model = zoo.from_hf(_saved(tmp_path / "in"))
+    other = zoo.build(model.spec.override(**{"attention.temperature_tuning.count": "position"}))
+    with pytest.raises(HFError, match=r"attention\.temperature_tuning"):
         zoo.to_hf(other, tmp_path / "out")
 
 

@@ -150,8 +150,8 @@ class Attention(nn.Module):
         slots: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
-        (B, H, T, S), or a flex `BlockMask`. ``slots`` (T,): each query's slot in its row (cached ones
-        counted), for ``temperature_tuning``. Returns the output (B, T, C) and, when asked, the weights
+        (B, H, T, S), or a flex `BlockMask`. ``slots`` (T,) or (B, T): each query's slot in its row (cached
+        ones counted), for ``temperature_tuning``. Returns the output (B, T, C) and, when asked, the weights
         (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
         if self.temperature is not None and rotary is None and not self.cross:
@@ -271,9 +271,9 @@ def temperature_scaled(
     q: torch.Tensor, slots: torch.Tensor, *, floor_scale: int, scale: float
 ) -> torch.Tensor:
     """Llama 4's temperature tuning: q (B, H, T, D) times 1 + scale * log(1 + floor((slot + 1) / floor_scale)),
-    ``slots`` (T,) each query's slot, the factor computed in float32 as transformers does."""
-    factor = torch.log1p(torch.floor((slots.float() + 1.0) / floor_scale)) * scale + 1.0  # (T,)
-    return (q * factor.view(1, 1, -1, 1)).to(q.dtype)
+    ``slots`` (T,) or (B, T) each query's slot, the factor computed in float32 as transformers does."""
+    factor = torch.log1p(torch.floor((slots.float() + 1.0) / floor_scale)) * scale + 1.0  # (T,) | (B, T)
+    return (q * factor.view(-1, 1, slots.shape[-1], 1)).to(q.dtype)
 
 
 def sdpa(

@@ -20,7 +20,7 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, *, eps: float, unit_offset: bool = False, weight: bool = True) -> None:
         super().__init__()
-        self.eps = eps
+        self.dim, self.eps = dim, eps
         self.unit_offset = unit_offset
         self.weight: nn.Parameter | None = (
             nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim)) if weight else None

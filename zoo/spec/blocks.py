@@ -84,6 +84,13 @@ class TemperatureTuning(Spec):
 
     floor_scale: PositiveInt = Field(8192, description="Slots per step of the scale (floor_scale).")
     scale: PositiveFloat = Field(0.1, description="Strength of the scale (attn_scale).")
+    count: Literal["slot", "position"] = Field(
+        "slot",
+        description="What i counts: slot, the query's slot in its row with left padding included "
+        "(transformers: a left-padded row differs from the row alone); position, its position from the row's "
+        "first token (Meta's and vLLM's: padding changes nothing). In packed rows both count from the "
+        "document's start.",
+    )
 
 
 class AttentionSpec(Spec):
@@ -126,7 +133,7 @@ class AttentionSpec(Spec):
         None,
         description="Llama 4's attention temperature tuning on the layers without rotary positions "
         "(position.nope_layers): queries scaled by 1 + scale * log(1 + floor((i + 1) / floor_scale)), i the "
-        "query's slot in its row (padding counted, as transformers counts it); default: none.",
+        "query's slot or position (count); default: none.",
     )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
     scale: PositiveFloat | None = Field(
