@@ -37,7 +37,10 @@ SIZES = dict(
     rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
 )  # fmt: skip
 CASES: dict[str, dict[str, Any]] = {
-    "llama4": dict(interleave_moe_layer_step=2),
+    # Scout's rotary kind: llama3 with equal low and high factors (no band), past an original context of 16
+    "llama4": dict(interleave_moe_layer_step=2,
+                   rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 1.0, "original_max_position_embeddings": 16}),
     "llama4-top2-moe-layers-tied": dict(num_experts_per_tok=2, moe_layers=[0, 3], no_rope_layers=[1, 0, 0, 1],
                                         head_dim=24, tie_word_embeddings=True, rms_norm_eps=0.25),
     "llama4-no-qk-norm-no-chunks-llama3": dict(
