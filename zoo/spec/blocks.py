@@ -184,6 +184,8 @@ class AttentionSpec(Spec):
             )
         if (not self.qk_norm_weight or self.qk_norm_layers != "all") and not self.qk_norm:
             raise ValueError("qk_norm_weight and qk_norm_layers need qk_norm: true (there is no q/k norm)")
+        if self.qk_norm_layers == "rotary" and self.qk_norm_scope != "head":
+            raise ValueError("qk_norm_layers 'rotary' needs qk_norm_scope 'head' (Llama 4's per-head norm)")
         if self.qk_norm_layers == "rotary" and self.qk_norm_weight:
             raise ValueError(
                 "qk_norm_layers 'rotary' needs qk_norm_weight: false (the other layers' weights would go unused)"
