@@ -119,14 +119,18 @@ class Layer(nn.Module):
         cross_mask: torch.Tensor | BlockMask | None = None,
         cache: Any = None,
         output_attentions: bool = False,
+        slots: torch.Tensor | None = None,
     ) -> LayerOutput:
-        """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch."""
+        """x (B, T, C); memory (B, S, C) is the encoder output for the cross-attention branch; ``slots`` (T,) or
+        (B, T) each query's slot in its row, for attention temperature tuning (`AttentionSpec.temperature_tuning`)."""
+        tuned = {} if slots is None else {"slots": slots}
         # what each branch reads under the parallel residual: x, or its one shared norm's output
         layer_input = self.self_attn_norm(x) if self.shared_norm else x
         self_norm = _identity if self.shared_norm else self.self_attn_norm
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
         x, self_weights = self._branch(self_norm, x, layer_input, lambda h: self.self_attn(
-            h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions
+            h, mask=self_mask, is_causal=is_causal, rotary=rotary, cache=self_cache, output_attentions=output_attentions,
+            **tuned,
         ), self.self_attn_post_norm)  # fmt: skip
         cross_weights = None
         if self.cross_attn is not None:

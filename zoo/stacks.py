@@ -177,6 +177,8 @@ class Stack(nn.Module):
         self.local_rotary = tuple(local and p.kind == "sliding_window" for p in self.patterns.all)
         nope = set(getattr(spec.position, "nope_layers", ()))
         self.unrotated = tuple(i in nope for i in range(spec.num_layers))
+        tuning = getattr(spec.attention, "temperature_tuning", None)
+        self.temperature_tuning = None if tuning is None else tuning.count
         self.final_norm = build_norm(spec.norm, dim=d_model) if spec.norm.has_final else None
 
     def forward(
@@ -231,6 +233,13 @@ class Stack(nn.Module):
                 device=x.device,
             )
 
+        # Temperature tuning scales queries by their slot in the row (cached ones counted, padding too, as
+        # transformers counts) or by their position; in a packed row by their position in their document
+        slots = None
+        if self.temperature_tuning == "slot" and document_ids is None:
+            slots = torch.arange(offset, offset + T, device=x.device)  # (T,)
+        elif self.temperature_tuning is not None:
+            slots = position_ids  # (B, T)
         self_weights, cross_weights, routers = [], [], []
         for i in range(self.num_layers):
             layer = self.layers[i % len(self.layers)]
@@ -247,6 +256,7 @@ class Stack(nn.Module):
                 cross_mask=cross_mask,
                 cache=cache.layers[i] if cache is not None else None,
                 output_attentions=output_attentions,
+                slots=slots,
             )
             x = out.hidden
             self_weights.append(out.self_weights)

@@ -46,11 +46,15 @@ def _with_sinks(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # rotary, learned, encoder; OLMo 2's and Cohere 2's norms (Cohere's rope only on its sliding layers);
-# attention sinks with sliding and full layers; latent attention
+# attention sinks with sliding and full layers; latent attention; Llama 4's chunks (counted from each
+# document's start) and temperature tuning (by position in the document)
 @pytest.mark.parametrize(
     "name",
-    ["llama-tiny", "gpt2-tiny", "bert-tiny", "olmo2-tiny", "cohere2-tiny", "gpt-oss-tiny", "deepseek-tiny"],
-)
+    [
+        "llama-tiny", "gpt2-tiny", "bert-tiny", "olmo2-tiny", "cohere2-tiny", "gpt-oss-tiny", "deepseek-tiny",
+        "llama4-tiny",
+    ],
+)  # fmt: skip
 def test_a_packed_row_gives_each_document_the_logits_it_gets_alone(name: str) -> None:
     torch.manual_seed(0)
     model = _with_sinks(build_model(preset(name))).eval()

@@ -70,6 +70,12 @@ DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {
     ),
     # gpt-oss: attention sinks, sliding and full layers alternating, biased router and experts, clamped SwiGLU
     "gpt-oss-tiny": lambda: zoo.preset("gpt-oss-tiny"),
+    # Llama 4: chunks of 8 on the rotary layers (the full cache), a no-rope layer with temperature tuning,
+    # weightless q/k norms on the rotary layers, sparse layers (input-weighted top-1, shared expert) and dense;
+    # tuning by position (transformers' count by slot makes a left-padded row differ from the row alone)
+    "llama4-tiny": lambda: zoo.preset("llama4-tiny").override(
+        **{"attention.temperature_tuning.count": "position"}
+    ),
 }
 # Encoder-decoder shapes: T5 relative bias, BART learned + offset, the 2017 Transformer's sinusoids.
 ENCODER_DECODERS: dict[str, Callable[[], zoo.ModelSpec]] = {

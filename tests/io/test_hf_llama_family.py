@@ -231,9 +231,10 @@ def test_export_picks_the_family_that_can_express_the_spec_and_others_refuse_nam
         zoo.to_hf(qk_eps, tmp_path, model_type="qwen3")
 
 
-def test_llama3_scaling_with_an_empty_band_is_an_invalid_spec() -> None:
-    scaling = {"type": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 4.0}
+def test_llama3_scaling_with_an_inverted_band_is_an_invalid_spec() -> None:
+    """An empty band (equal factors, Llama 4 Scout's 1.0 and 1.0) is valid: tests/io/test_hf_llama4.py."""
+    scaling = {"type": "llama3", "low_freq_factor": 4.0, "high_freq_factor": 2.0}
     with pytest.raises(
-        SpecError, match=r"position\.rotary\.scaling\.llama3: .*high_freq_factor \(4\.0\) must be"
+        SpecError, match=r"position\.rotary\.scaling\.llama3: .*high_freq_factor \(2\.0\) must be"
     ):
         zoo.preset("llama-tiny").override(position={"kind": "rotary", "scaling": scaling})

@@ -163,6 +163,17 @@ def test_a_gpt_oss_model_batches_with_its_sinks_windows_and_experts(moves: list[
     _run_staggered(model, max_length=72, moves=moves)
 
 
+def test_a_llama4_model_batches_with_its_chunks_and_no_rope_temperature(moves: list[int]) -> None:
+    """Chunked layers (chunks of 8, counted from each request's first token, through the full cache), a
+    no-rope layer with temperature tuning by position, input-weighted experts: the engine's tokens are
+    generate's."""
+    torch.manual_seed(0)
+    spec = zoo.preset("llama4-tiny", vocab_size=120, eos_token_id=None).override(
+        **{"attention.temperature_tuning.count": "position"}
+    )
+    _run_staggered(liven(zoo.build(spec)).eval(), max_length=72, moves=moves)
+
+
 def test_a_seeded_request_samples_the_same_text_alone_or_beside_others() -> None:
     model = tiny_decoder()
     prompt, others = _prompts(120, [6])[0], _prompts(120, [9, 4, 14], seed=2)

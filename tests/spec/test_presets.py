@@ -73,6 +73,9 @@ PUBLISHED_COUNTS = {
     # DeepseekV2ForCausalLM on the meta device from deepseek-ai/DeepSeek-V2-Lite's config.json (the card's
     # 15.7B; tests/io/test_hf_deepseek.py)
     "deepseek-v2-lite": 15_706_484_224,
+    # Llama4ForCausalLM on the meta device from meta-llama/Llama-4-Scout-17B-16E's text_config
+    # (tests/io/test_hf_llama4.py builds it)
+    "llama-4-scout": 107_769_861_120,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
@@ -83,6 +86,7 @@ ACTIVE_COUNTS = {
     "gpt-oss-20b": 3_608_307_264 + 201_088 * 2880,
     "gpt-oss-120b": 5_132_849_472 + 201_088 * 2880,
     "deepseek-v3": 37_552_282_624,  # the technical report's "37B activated for each token"
+    "llama-4-scout": 17_172_894_720,  # the model card's "17B active parameters"
 }
 EXPECTED = {
     "transformer-tiny", "transformer-base", "transformer-big", "bert-base", "bert-large", "roberta-base",
@@ -92,7 +96,7 @@ EXPECTED = {
     "smollm3-3b",
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
     "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
-    "deepseek-v3", "deepseek-tiny", "glm-4.5-air", "deepseek-v2-lite",
+    "deepseek-v3", "deepseek-tiny", "glm-4.5-air", "deepseek-v2-lite", "llama-4-scout", "llama4-tiny",
 }  # fmt: skip
 
 
@@ -116,6 +120,7 @@ def test_moe_preset_has_the_published_active_parameter_count(name):
         "gpt-oss-20b": 3.61,
         "gpt-oss-120b": 5.13,
         "deepseek-v3": 37.6,
+        "llama-4-scout": 17.2,
     }[name]
     embedding = 201_088 * 2880 if name.startswith("gpt-oss") else 0  # gpt-oss's card leaves the table out
     assert round((ACTIVE_COUNTS[name] - embedding) / 1e9, 2 if embedding else 1) == card

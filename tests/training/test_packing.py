@@ -106,8 +106,8 @@ OPTIONS: dict[str, dict[str, object]] = {
 
 
 @pytest.mark.parametrize(
-    "model", ["llama-tiny", "gpt2-tiny", "llama-tiny-yarn-nope", "deepseek-tiny"]
-)  # rotary, learned, options, latent
+    "model", ["llama-tiny", "gpt2-tiny", "llama-tiny-yarn-nope", "deepseek-tiny", "llama4-tiny"]
+)  # rotary, learned, options, latent, chunks with temperature tuning
 def test_a_packed_batch_of_separate_documents_has_the_losses_of_each_document_alone(
     model: str, tmp_path: Path
 ) -> None:

@@ -221,7 +221,7 @@ def _layer(m: Layer, **_: Any) -> str:
 
 
 def _norm(m: nn.LayerNorm | RMSNorm, **_: Any) -> str:
-    dim = m.weight.shape[0] if m.weight is not None else m.normalized_shape[0]
+    dim = m.dim if isinstance(m, RMSNorm) else m.normalized_shape[0]  # RMSNorm may have no weight
     offset = " × (1 + weight)" if getattr(m, "unit_offset", False) else ""
     return f"{'RMSNorm' if isinstance(m, RMSNorm) else 'LayerNorm'}({dim}), eps {m.eps:g}{offset}"
 

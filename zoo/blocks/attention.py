@@ -24,7 +24,10 @@ transformers' eager Gemma 2 does; the flex path is the fused one (``attention_ke
 
 q/k norms (``qk_norm``) are RMSNorms over each head's D dims with one weight for every head (Qwen3), or with
 ``qk_norm_scope: all_heads`` (OLMo 2) over the whole (B, T, H D) query and (B, T, K D) key projections,
-before they split into heads.
+before they split into heads. Llama 4's (``qk_norm_weight: false``, ``qk_norm_layers: rotary``) have no
+weight and run on the rotary layers only; transformers applies them after the rotation, zoo before: an RMS
+over a head is unchanged by rotating its pairs, so the two agree. Its temperature tuning
+(``temperature_tuning``) scales the queries of the layers without rotary positions by their slot.
 
 Attention sinks (``sinks``, gpt-oss): each head has a learned logit that joins every query's softmax as
 one more key with a zero value, so weights over the real keys may sum to less than one. SDPA has no sink
@@ -107,8 +110,15 @@ class Attention(nn.Module):
         eps = spec.qk_norm_eps
         self.qk_norm_all_heads = spec.qk_norm and spec.qk_norm_scope == "all_heads"
         q_dim, k_dim = (q_width, kv_width) if self.qk_norm_all_heads else (self.head_dim, self.head_dim)
-        self.q_norm = RMSNorm(q_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
-        self.k_norm = RMSNorm(k_dim, eps=eps, unit_offset=qk_unit_offset) if spec.qk_norm else None
+        weighted = spec.qk_norm_weight
+        self.q_norm = (
+            RMSNorm(q_dim, eps=eps, unit_offset=qk_unit_offset, weight=weighted) if spec.qk_norm else None
+        )
+        self.k_norm = (
+            RMSNorm(k_dim, eps=eps, unit_offset=qk_unit_offset, weight=weighted) if spec.qk_norm else None
+        )
+        self.qk_norm_rotary_only = spec.qk_norm_layers == "rotary"
+        self.temperature = spec.temperature_tuning
         # (H,) one sink logit per head; zero at init: the sink starts as one more key of logit 0
         self.sinks = nn.Parameter(torch.zeros(self.num_heads)) if spec.sinks else None
 
@@ -137,11 +147,18 @@ class Attention(nn.Module):
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: KVSlot | None = None,
         output_attentions: bool = False,
+        slots: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
-        (B, H, T, S), or a flex `BlockMask`. Returns the output (B, T, C) and, when asked, the weights
+        (B, H, T, S), or a flex `BlockMask`. ``slots`` (T,) or (B, T): each query's slot in its row (cached
+        ones counted), for ``temperature_tuning``. Returns the output (B, T, C) and, when asked, the weights
         (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
+        if self.temperature is not None and rotary is None and not self.cross:
+            assert slots is not None, "temperature tuning needs each query's slot"
+            q = temperature_scaled(
+                q, slots, floor_scale=self.temperature.floor_scale, scale=self.temperature.scale
+            )
         dtype = q.dtype
         if dtype != k.dtype:  # a KV cache may keep k/v in float32 (zoo.generation.cache)
             q = q.to(k.dtype)
@@ -207,7 +224,8 @@ class Attention(nn.Module):
         else:
             q, k, v = qkv.view(B, T, H + 2 * K, D).split([H, K, K], dim=2)  # (B, T, H|K, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H|K, T, D)
-        if self.q_norm is not None and self.k_norm is not None and not whole:
+        normed = not self.qk_norm_rotary_only or rotary is not None  # Llama 4: rotary layers only
+        if self.q_norm is not None and self.k_norm is not None and not whole and normed:
             q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
@@ -247,6 +265,15 @@ class Attention(nn.Module):
             training=self.training,
             sinks=self.sinks,
         )
+
+
+def temperature_scaled(
+    q: torch.Tensor, slots: torch.Tensor, *, floor_scale: int, scale: float
+) -> torch.Tensor:
+    """Llama 4's temperature tuning: q (B, H, T, D) times 1 + scale * log(1 + floor((slot + 1) / floor_scale)),
+    ``slots`` (T,) or (B, T) each query's slot, the factor computed in float32 as transformers does."""
+    factor = torch.log1p(torch.floor((slots.float() + 1.0) / floor_scale)) * scale + 1.0  # (T,) | (B, T)
+    return (q * factor.view(-1, 1, slots.shape[-1], 1)).to(q.dtype)
 
 
 def sdpa(

@@ -43,7 +43,7 @@ from zoo.spec.patterns import AttentionPattern, BlockSparsePattern
 
 Kernel = Literal["auto", "flex", "sdpa"]
 KERNELS: tuple[Kernel, ...] = ("auto", "flex", "sdpa")
-SPARSE_PATTERNS = ("sliding_window", "block_sparse", "prefix_lm")
+SPARSE_PATTERNS = ("sliding_window", "block_sparse", "prefix_lm", "chunked")
 # Below this many queries the dense mask is cheap: on CPU the two kernels were even at 1024 (bench/README.md).
 FLEX_MIN_QUERIES = 1024
 BLOCK = 128  # flex_attention's default tile: (BLOCK queries) x (BLOCK keys) per block-table entry

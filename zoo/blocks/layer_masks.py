@@ -8,7 +8,8 @@
 "Nothing unusual" means no rolling KV cache, no 3-D user mask, no packed documents and, for prefix_lm, no
 prefix lengths. Packed documents (``document_ids``) AND every pattern with `masks.within_documents`; on
 long rows flex_attention then skips the blocks between documents, as it does for the sparse patterns.
-A sliding window at least as long as the sequence is plain causal (or full) attention and takes that path.
+A sliding window (or a chunk) at least as long as the sequence is plain causal (or full) attention and takes
+that path.
 
 Cross-attention has one mask for every layer (`cross_attention_mask`): the source padding, or for packed
 (source, target) pairs the pair rule (`masks.pair_rule`), dense for SDPA or a flex `BlockMask` on the
@@ -27,6 +28,7 @@ from zoo.blocks import flex, masks
 from zoo.spec.patterns import (
     AttentionPattern,
     BlockSparsePattern,
+    ChunkedPattern,
     SlidingWindowPattern,
 )
 
@@ -100,6 +102,12 @@ def self_attention_masks(
             and length <= pattern.window
         ):
             kind = "causal" if causal else "full"  # a window spanning the sequence hides nothing
+        if (
+            isinstance(pattern, ChunkedPattern)
+            and not torch.compiler.is_exporting()
+            and length <= pattern.size
+        ):
+            kind = "causal"  # one chunk holds the whole sequence
         if kind == "prefix_lm" and prefix_lengths is None:
             kind = "causal"
         use_flex = flex.use_flex(
@@ -127,12 +135,23 @@ def self_attention_masks(
             padding = attention_mask if plain else None
             prefix = masks.prefix_keys(prefix_lengths.to(device), padding, length=length)  # (B, length)
             framed = replace(frame, batch=prefix.shape[0])  # the rule varies by row even without padding
+        chunks = None
+        if isinstance(pattern, ChunkedPattern):
+            chunks = masks.chunk_table(
+                attention_mask if plain else None,
+                document_ids.to(device) if document_ids is not None else None,
+                size=pattern.size,
+                length=length,
+                device=device,
+            )  # (B|1, length)
+            framed = replace(framed, batch=max(framed.batch, chunks.shape[0]))  # the rule varies by row
         rule = masks.pattern_rule(
             pattern if kind == pattern.kind else None,
             causal=causal,
             layer=seed,
             length=length,
             prefix=prefix,
+            chunks=chunks,
             device=device,
         )
         if document_ids is not None:

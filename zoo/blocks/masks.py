@@ -53,6 +53,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from zoo.spec.patterns import (
     AttentionPattern,
     BlockSparsePattern,
+    ChunkedPattern,
     FullPattern,
     PrefixLMPattern,
     SlidingWindowPattern,
@@ -213,6 +214,38 @@ def prefix_lm_allows(q: torch.Tensor, k: torch.Tensor, *, in_prefix: torch.Tenso
     return (k <= q) | in_prefix
 
 
+def chunked_allows(
+    q: torch.Tensor, k: torch.Tensor, *, chunk_q: torch.Tensor, chunk_k: torch.Tensor
+) -> torch.Tensor:
+    """Llama 4's chunked attention: causal (j <= i) inside the query's own chunk (``chunk_q``/``chunk_k``:
+    each position's chunk, its position within the row or document divided by the chunk size)."""
+    return (k <= q) & (chunk_q == chunk_k)
+
+
+def chunk_table(
+    padding: torch.Tensor | None,
+    documents: torch.Tensor | None,
+    *,
+    size: int,
+    length: int,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """(B|1, length) the chunk of each absolute slot: the token's position (counted from the row's first real
+    token, as transformers' chunked mask counts from the left padding; from each document's start in packed
+    rows) divided by ``size``. ``padding`` (B, length) 1 = token; ``documents`` (B, length) document ids."""
+    if documents is not None:
+        start = torch.ones_like(documents, dtype=torch.bool)
+        start[:, 1:] = documents[:, 1:] != documents[:, :-1]
+        index = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
+        first = torch.where(start, index, torch.zeros_like(index)).cummax(dim=-1).values  # (B, L)
+        positions = index - first
+    elif padding is not None:
+        positions = (padding.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, L)
+    else:
+        positions = torch.arange(length, device=device)[None]  # (1, L)
+    return torch.div(positions, size, rounding_mode="floor")
+
+
 def block_sparse_allows(
     q: torch.Tensor, k: torch.Tensor, *, layout: torch.Tensor, block_size: int
 ) -> torch.Tensor:
@@ -302,6 +335,7 @@ def pattern_rule(
     layer: int,
     length: int,
     prefix: torch.Tensor | None = None,
+    chunks: torch.Tensor | None = None,
     device: torch.device | str | None = None,
 ) -> Rule | None:
     """``pattern``'s rule for layer ``layer`` of a stack (``causal`` or not); None for ``full`` (no rule).
@@ -309,6 +343,7 @@ def pattern_rule(
 
     ``length``: the sequence length the block-sparse layout covers. ``prefix``: (B, L) bool over absolute key
     positions, True inside the row's prefix (`prefix_keys`); without it ``prefix_lm`` is plain causal.
+    ``chunks``: (B|1, L) each absolute position's chunk (`chunk_table`), needed by ``chunked``.
     """
     if isinstance(pattern, BlockSparsePattern):
         size = pattern.block_size
@@ -317,6 +352,10 @@ def pattern_rule(
     if isinstance(pattern, SlidingWindowPattern):
         window = pattern.window
         return lambda b, q, k: sliding_window_allows(q, k, window=window, causal=causal)
+    if isinstance(pattern, ChunkedPattern):
+        assert chunks is not None, "a chunked pattern needs its chunk table"
+        table = chunks
+        return lambda b, q, k: chunked_allows(q, k, chunk_q=table[b, q], chunk_k=table[b, k])
     if isinstance(pattern, PrefixLMPattern) and prefix is not None:
         table = prefix
         return lambda b, q, k: prefix_lm_allows(q, k, in_prefix=table[b, k])

@@ -82,6 +82,7 @@ class Experts(nn.Module):
         activation: str,
         bias: bool = False,
         clamped_glu: ClampedGLU | None = None,
+        weighted_input: bool = False,
     ) -> None:
         super().__init__()
         self.d_ff = d_ff
@@ -89,6 +90,7 @@ class Experts(nn.Module):
         self.down_proj = StackedLinear(num_experts, d_ff, d_model)  # (E, C, F)
         self.act = ACTIVATIONS[activation]
         self.clamped_glu = clamped_glu
+        self.weighted_input = weighted_input  # Llama 4: expert(w · x), not w · expert(x)
         # Biases beside the stacked weights, not in them: a LoRA wrapper replaces the StackedLinear alone.
         self.up_bias = nn.Parameter(torch.zeros(num_experts, 2 * d_ff)) if bias else None  # (E, 2F)
         self.down_bias = nn.Parameter(torch.zeros(num_experts, d_model)) if bias else None  # (E, C)
@@ -104,6 +106,13 @@ class Experts(nn.Module):
             gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
             return (up + 1) * gate * torch.sigmoid(gate * alpha)
         return self.act(gate) * up
+
+    def _weighed(self, x: torch.Tensor, y: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+        """A pair's router weight (A,) on its expert's input x (A, C) (``y`` None, `weighted_input`) or on
+        its output y (A, C)."""
+        if y is None:
+            return x * weight.unsqueeze(-1) if self.weighted_input else x
+        return y if self.weighted_input else y * weight.unsqueeze(-1)
 
     def _biased(
         self, h: torch.Tensor, bias: torch.Tensor | None, experts: torch.Tensor | int
@@ -125,7 +134,8 @@ class Experts(nn.Module):
         up, down = self.weights()
         if _grouped_mm_fits(x, up, down):
             offsets = counts.cumsum(0, dtype=torch.int32)  # (E,) where each expert's rows end
-            h = torch._grouped_mm(x[token], up.transpose(1, 2), offs=offsets)  # (A, C) @ (E, C, 2F): (A, 2F)
+            rows = self._weighed(x[token], None, weight)  # (A, C)
+            h = torch._grouped_mm(rows, up.transpose(1, 2), offs=offsets)  # (A, C) @ (E, C, 2F): (A, 2F)
             if self.up_bias is not None:
                 assert experts is not None, "biased experts need each pair's expert"
                 h = self._biased(h, self.up_bias, experts)
@@ -133,14 +143,16 @@ class Experts(nn.Module):
             if self.down_bias is not None:
                 assert experts is not None
                 y = self._biased(y, self.down_bias, experts)
-            return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
+            return x.new_zeros(x.shape).index_add_(0, token, self._weighed(x, y, weight))
         out = x.new_zeros(x.shape)
         sizes = counts.tolist()  # the one host sync
         for e, (rows, w) in enumerate(zip(token.split(sizes), weight.split(sizes))):  # experts, not tokens
             if rows.shape[0]:
-                h = self._biased(F.linear(x[rows], up[e]), self.up_bias, e)  # (n_e, 2F)
+                h = self._biased(
+                    F.linear(self._weighed(x[rows], None, w), up[e]), self.up_bias, e
+                )  # (n_e, 2F)
                 y = self._biased(F.linear(self._swiglu(h), down[e]), self.down_bias, e)  # (n_e, C)
-                out.index_add_(0, rows, y * w.unsqueeze(-1))
+                out.index_add_(0, rows, self._weighed(x, y, w))
         return out
 
     def gathered(
@@ -149,11 +161,12 @@ class Experts(nn.Module):
         """As `grouped` for pairs in any order, ``experts`` (A,) naming each pair's expert, with no host sync:
         each pair gathers its expert's weights (A, 2F, C) and (A, C, F) for one batched matmul each."""
         up, down = self.weights()
-        h = torch.bmm(up[experts], x[token].unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
+        rows = self._weighed(x[token], None, weight)  # (A, C)
+        h = torch.bmm(up[experts], rows.unsqueeze(-1)).squeeze(-1)  # (A, 2F, C) @ (A, C, 1) -> (A, 2F)
         h = self._biased(h, self.up_bias, experts)
         y = torch.bmm(down[experts], self._swiglu(h).unsqueeze(-1)).squeeze(-1)  # (A, C)
         y = self._biased(y, self.down_bias, experts)
-        return x.new_zeros(x.shape).index_add_(0, token, y * weight.unsqueeze(-1))
+        return x.new_zeros(x.shape).index_add_(0, token, self._weighed(x, y, weight))
 
 
 class MoEFeedForward(nn.Module):
@@ -181,6 +194,7 @@ class MoEFeedForward(nn.Module):
             activation=spec.activation,
             bias=spec.expert_bias,
             clamped_glu=spec.clamped_glu,
+            weighted_input=spec.weighted_input,
         )
         self.shared: FeedForward | None = None
         self.shared_gate: nn.Linear | None = None

@@ -15,23 +15,29 @@ from zoo.spec import NormSpec
 
 
 class RMSNorm(nn.Module):
-    """y = x / rms(x) * weight (or * (1 + weight) with ``unit_offset``), with rms over the last dimension."""
+    """y = x / rms(x) * weight (or * (1 + weight) with ``unit_offset``), with rms over the last dimension;
+    ``weight=False``: y = x / rms(x), no parameter (Llama 4's q/k L2 norm)."""
 
-    def __init__(self, dim: int, *, eps: float, unit_offset: bool = False) -> None:
+    def __init__(self, dim: int, *, eps: float, unit_offset: bool = False, weight: bool = True) -> None:
         super().__init__()
-        self.eps = eps
+        self.dim, self.eps = dim, eps
         self.unit_offset = unit_offset
-        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
+        self.weight: nn.Parameter | None = (
+            nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim)) if weight else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        if self.weight is None:
+            return normed.to(x.dtype)
         if self.unit_offset:
             return (normed * (1.0 + self.weight.float())).to(x.dtype)
         return normed.to(x.dtype) * self.weight
 
     def reset_parameters(self) -> None:
         """The identity: weights at one, or at zero under ``unit_offset``."""
-        nn.init.constant_(self.weight, 0.0 if self.unit_offset else 1.0)
+        if self.weight is not None:
+            nn.init.constant_(self.weight, 0.0 if self.unit_offset else 1.0)
 
 
 def build_norm(spec: NormSpec, *, dim: int) -> nn.Module:

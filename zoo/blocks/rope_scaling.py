@@ -44,6 +44,8 @@ def rotary_frequencies(theta: float, head_dim: int, scaling: RopeScaling | None 
     original = scaling.original_max_positions
     wavelength = 2 * math.pi / inv_freq
     scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    if high == low:  # no band between the kept and the scaled wavelengths (Llama 4 Scout)
+        return scaled
     smooth = (original / wavelength - low) / (high - low)  # 0 at the long end of the band, 1 at the short
     blended = (1 - smooth) * scaled / factor + smooth * scaled
     in_band = ~(wavelength < original / high) & ~(wavelength > original / low)

@@ -48,6 +48,8 @@ def unsupported(stack: Any, cache: KVCache) -> str | None:
         return "its sliding-window layers keep a rolling KV cache"
     if getattr(positions, "switch_length", None) is not None:
         return "LongRoPE switches rotary tables mid-run"
+    if getattr(stack, "temperature_tuning", None) is not None:
+        return "its temperature tuning scales each query by its slot, which a graph fixes"
     kinds = {pattern.kind for pattern in stack.patterns.distinct}
     if not kinds <= {"causal", "full", "sliding_window"}:
         return f"its attention patterns {sorted(kinds)} need the query's position"

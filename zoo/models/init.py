@@ -34,7 +34,7 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
         elif isinstance(module, nn.Embedding):
             std = {"normal": spec.std, "xavier": d_model**-0.5, "t5": 1.0}[spec.scheme]
             module.weight.normal_(0.0, std)
-        elif isinstance(module, nn.LayerNorm | RMSNorm):
+        elif isinstance(module, nn.LayerNorm | RMSNorm) and module.weight is not None:  # weightless q/k norms
             identity = 0.0 if getattr(module, "unit_offset", False) else 1.0  # Gemma's norms scale by 1 + w
             module.weight.fill_(identity)
             if isinstance(module, nn.LayerNorm) and module.bias is not None:  # RMSNorm has no bias

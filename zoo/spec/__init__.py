@@ -25,6 +25,7 @@ from zoo.spec.blocks import (
     RopeScaling,
     RotaryPositions,
     SinusoidalPositions,
+    TemperatureTuning,
     YarnRopeScaling,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
@@ -50,6 +51,7 @@ from zoo.spec.patterns import (
     AttentionPattern,
     BlockSparsePattern,
     CausalPattern,
+    ChunkedPattern,
     FullPattern,
     PrefixLMPattern,
     SlidingWindowPattern,
@@ -63,6 +65,7 @@ __all__ = [
     "AttentionSpec",
     "BlockSparsePattern",
     "CausalPattern",
+    "ChunkedPattern",
     "ClampedGLU",
     "ClassifierSpec",
     "DecoderSpec",
@@ -102,6 +105,7 @@ __all__ = [
     "SpecError",
     "SpecValidationError",
     "StackSpec",
+    "TemperatureTuning",
     "TokenClassifierSpec",
     "YarnRopeScaling",
     "buffer_count",

@@ -79,6 +79,20 @@ class LatentAttentionSpec(Spec):
         return self
 
 
+class TemperatureTuning(Spec):
+    """Llama 4's attention temperature tuning (arXiv 2501.19399) on layers without rotary positions."""
+
+    floor_scale: PositiveInt = Field(8192, description="Slots per step of the scale (floor_scale).")
+    scale: PositiveFloat = Field(0.1, description="Strength of the scale (attn_scale).")
+    count: Literal["slot", "position"] = Field(
+        "slot",
+        description="What i counts: slot, the query's slot in its row with left padding included "
+        "(transformers: a left-padded row differs from the row alone); position, its position from the row's "
+        "first token (Meta's and vLLM's: padding changes nothing). In packed rows both count from the "
+        "document's start.",
+    )
+
+
 class AttentionSpec(Spec):
     """Multi-head attention (MHA), grouped-query (GQA, ``num_kv_heads < num_heads``) or multi-query (1); with
     ``latent``, multi-head latent attention (`LatentAttentionSpec`), whose ``head_dim`` is the no-rope part."""
@@ -104,6 +118,22 @@ class AttentionSpec(Spec):
         description="head: one RMSNorm over head_dim, its weight shared by every head (Qwen3, Gemma 3); "
         "all_heads: one over the whole query (H·D) and key (K·D) projections before they split into heads, "
         "a weight per channel (OLMo 2); only with qk_norm.",
+    )
+    qk_norm_weight: bool = Field(
+        True,
+        description="A learned scale on the q/k norms; false: a plain RMS (L2) normalisation with no parameter "
+        "(Llama 4's use_qk_norm); only with qk_norm.",
+    )
+    qk_norm_layers: Literal["all", "rotary"] = Field(
+        "all",
+        description="Which layers normalise q/k: all, or only those that rotate (Llama 4: not the "
+        "position.nope_layers); rotary needs qk_norm_weight: false.",
+    )
+    temperature_tuning: TemperatureTuning | None = Field(
+        None,
+        description="Llama 4's attention temperature tuning on the layers without rotary positions "
+        "(position.nope_layers): queries scaled by 1 + scale * log(1 + floor((i + 1) / floor_scale)), i the "
+        "query's slot or position (count); default: none.",
     )
     dropout: Probability = Field(0.0, description="Dropout on the attention weights (training only).")
     scale: PositiveFloat | None = Field(
@@ -151,6 +181,14 @@ class AttentionSpec(Spec):
         if self.qk_norm_scope != "head" and not self.qk_norm:
             raise ValueError(
                 f"qk_norm_scope {self.qk_norm_scope!r} needs qk_norm: true (there is no q/k norm)"
+            )
+        if (not self.qk_norm_weight or self.qk_norm_layers != "all") and not self.qk_norm:
+            raise ValueError("qk_norm_weight and qk_norm_layers need qk_norm: true (there is no q/k norm)")
+        if self.qk_norm_layers == "rotary" and self.qk_norm_scope != "head":
+            raise ValueError("qk_norm_layers 'rotary' needs qk_norm_scope 'head' (Llama 4's per-head norm)")
+        if self.qk_norm_layers == "rotary" and self.qk_norm_weight:
+            raise ValueError(
+                "qk_norm_layers 'rotary' needs qk_norm_weight: false (the other layers' weights would go unused)"
             )
         return self
 
@@ -285,6 +323,11 @@ class MoESpec(Spec):
         "top2_sum",
         description="How group-limited routing ranks a group: the sum of its two best (biased) scores "
         "(DeepSeek-V3's noaux_tc), or its best score (DeepSeek-V2's group_limited_greedy).",
+    )
+    weighted_input: bool = Field(
+        False,
+        description="The router weight multiplies each expert's input, not its output (Llama 4: "
+        "expert(w · x) instead of w · expert(x)).",
     )
     routed_scale: PositiveFloat = Field(
         1.0, description="The routed experts' weights are multiplied by this (routed_scaling_factor)."
@@ -505,7 +548,8 @@ class Llama3RopeScaling(Spec):
         wavelength > original_max_positions / low_freq_factor    divided by factor (low frequencies)
         in between                                               interpolated smoothly between the two
 
-    Defaults are Llama 3.1's; Llama 3.2 1B/3B use factor 32.
+    Defaults are Llama 3.1's; Llama 3.2 1B/3B use factor 32. Equal factors leave no band in between (Llama 4
+    Scout: 1.0 and 1.0): every wavelength is kept or scaled.
     """
 
     type: Literal["llama3"] = "llama3"
@@ -518,9 +562,9 @@ class Llama3RopeScaling(Spec):
 
     @model_validator(mode="after")
     def _check_band(self) -> Llama3RopeScaling:
-        if self.high_freq_factor <= self.low_freq_factor:
+        if self.high_freq_factor < self.low_freq_factor:
             raise ValueError(
-                f"high_freq_factor ({self.high_freq_factor}) must be greater than low_freq_factor "
+                f"high_freq_factor ({self.high_freq_factor}) must be at least low_freq_factor "
                 f"({self.low_freq_factor}): they bound the band of interpolated frequencies"
             )
         return self

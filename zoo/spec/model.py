@@ -531,9 +531,9 @@ def _check_patterns(stack: ResolvedStack, *, cross: bool) -> None:
         if stack.causal and kind in ("full", "block_sparse"):
             raise ValueError(
                 f"{path}: {kind} attention lets a position see the tokens after it, which a causal stack "
-                f"({stack.name}) must not; use causal, sliding_window or prefix_lm"
+                f"({stack.name}) must not; use causal, sliding_window, chunked or prefix_lm"
             )
-        if not stack.causal and kind in ("causal", "prefix_lm"):
+        if not stack.causal and kind in ("causal", "prefix_lm", "chunked"):
             raise ValueError(
                 f"{path}: {kind} is a pattern for decoder stacks; a bidirectional stack ({stack.name}) takes "
                 "full, sliding_window or block_sparse"

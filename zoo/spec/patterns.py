@@ -9,6 +9,7 @@ cross-attention is never patterned (it sees the whole source, minus its padding)
     sliding_window  causal: i - window < j <= i; bidirectional: |i - j| < window   (Mistral; Longformer)
     prefix_lm       j <= i, or j inside the row's prefix        decoder-only stacks (UniLM, T5's prefix LM)
     block_sparse    window, global and random blocks            encoder stacks (BigBird, Zaheer et al. 2020)
+    chunked         causal, j in the same chunk of size tokens  causal stacks (Llama 4's attention_chunk_size)
 
 Which pattern fits which stack is checked by the model spec (`zoo.spec.model`), where the stack is known.
 This module imports no torch.
@@ -81,7 +82,25 @@ class BlockSparsePattern(Spec):
     seed: NonNegativeInt = Field(0, description="The random blocks of layer i come from seed + i.")
 
 
+class ChunkedPattern(Spec):
+    """Chunked local attention (Llama 4's ``attention_chunk_size``), causal stacks only.
+
+    A row's tokens are cut into fixed chunks of ``size`` by their position (counted from the row's first real
+    token, and from each packed document's start): query i sees keys j <= i of its own chunk only. Unlike a
+    sliding window, the first query of a chunk sees itself alone, so a rolling cache of ``size`` keys would not
+    do: chunked layers decode with the full cache.
+    """
+
+    kind: Literal["chunked"] = "chunked"
+    size: PositiveInt = Field(description="Tokens per chunk (attention_chunk_size).")
+
+
 AttentionPattern = Annotated[
-    FullPattern | CausalPattern | SlidingWindowPattern | PrefixLMPattern | BlockSparsePattern,
+    FullPattern
+    | CausalPattern
+    | SlidingWindowPattern
+    | PrefixLMPattern
+    | BlockSparsePattern
+    | ChunkedPattern,
     Field(discriminator="kind"),
 ]

@@ -108,6 +108,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "cohere2",
     "gpt_oss",
     "deepseek",
+    "llama4",
 )
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(

@@ -170,6 +170,7 @@ class TypedConfig(dict[str, Any]):
             "q_lora_rank",
             "n_group",
             "topk_group",
+            "attention_chunk_size",
         }
     )
     # Widths and counts: 0 or less is refused, naming the key, whatever the default. transformers fails on
