@@ -60,9 +60,7 @@ class _View:
 class SlotCache:
     """Keys/values (N, 2, B, K, L, D), a (B, L) attention mask and the cursor every slot shares."""
 
-    def __init__(
-        self, stack: Stack, *, slots: int, length: int, sources: SourceSlots | None = None
-    ) -> None:
+    def __init__(self, stack: Stack, *, slots: int, length: int, sources: SourceSlots | None = None) -> None:
         """``sources``: an encoder-decoder's sources, whose cross-attention slots the views hand out."""
         attention: Any = stack.layers[0].self_attn  # nn.ModuleList types its items as Module
         weight = next(stack.parameters())

@@ -86,9 +86,18 @@ class SourceSlots:
         B = self.slots
         # zeros, not empty: a free or padded column is still multiplied by a weight of 0, and 0 * NaN is NaN
         keys = torch.zeros(
-            self.num_layers, 2, B, self.num_kv_heads, columns, self.head_dim, dtype=self.dtype, device=self.device
+            self.num_layers,
+            2,
+            B,
+            self.num_kv_heads,
+            columns,
+            self.head_dim,
+            dtype=self.dtype,
+            device=self.device,
         )  # (N, 2, B, K, S, D)
-        memory = torch.zeros(B, columns, self.d_model, dtype=self.model_dtype, device=self.device)  # (B, S, C)
+        memory = torch.zeros(
+            B, columns, self.d_model, dtype=self.model_dtype, device=self.device
+        )  # (B, S, C)
         mask = torch.zeros(B, columns, dtype=torch.bool, device=self.device)  # (B, S)
         if hasattr(self, "keys"):
             old = self.keys.shape[4]
@@ -110,20 +119,18 @@ class SourceSlots:
         """The memory (rows, width, C) and mask (rows, width) of slots [0, rows) for one decoder step."""
         return self.memory[:rows, : self.width], self.mask[:rows, : self.width]
 
-    def place(
-        self, rows: torch.Tensor, memory: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
-    ) -> None:
+    def place(self, rows: torch.Tensor, memory: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> None:
         """Put encoded sources into slots ``rows`` (k,): memory (k, S, C), cross-attention keys/values
         (N, 2, k, K, S, D) and the sources' mask (k, S), right-padded, into columns [0, S)."""
-        S = memory.shape[1]
-        if S > self.max_length:
-            raise ValueError(f"a source of {S} columns exceeds the {self.max_length} a slot holds")
-        if S > self.columns:
-            self._allocate(min(self.max_length, max(S, 2 * self.columns)))
-        self.keys[:, :, rows, :, :S] = keys.to(self.dtype)
-        self.memory[rows, :S] = memory.to(self.model_dtype)
+        n = memory.shape[1]  # S of these sources
+        if n > self.max_length:
+            raise ValueError(f"a source of {n} columns exceeds the {self.max_length} a slot holds")
+        if n > self.columns:
+            self._allocate(min(self.max_length, max(n, 2 * self.columns)))
+        self.keys[:, :, rows, :, :n] = keys.to(self.dtype)
+        self.memory[rows, :n] = memory.to(self.model_dtype)
         self.mask[rows] = False
-        self.mask[rows, :S] = mask
+        self.mask[rows, :n] = mask
         for row, length in zip(rows.tolist(), mask.sum(dim=1).tolist()):
             self.lengths[row] = int(length)
         self._fit()
