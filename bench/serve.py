@@ -460,7 +460,7 @@ def seq2seq_markdown(record: dict[str, Any]) -> str:
     return (
         f"Measured on {m.get('gpu') or m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}; "
         f"{record['new_tokens']} new tokens a request on average ({min(record['news'])}-{max(record['news'])}), "
-        f"sources of 4-60 words; {record['rounds']} rounds "
+        f"sources of 4-60 words; OMP_NUM_THREADS {record.get('omp_num_threads', '?')}; {record['rounds']} rounds "
         "interleaved, medians.\n\n"
         "| encoder-decoder | tokens/s | zoo (max-batch 32) vs this | tokens per CPU-second | zoo vs this |\n"
         "|---|---:|---:|---:|---:|\n"
@@ -485,6 +485,9 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
         "model": f"T5-shaped (relative bias), {args.layers} layers, d_model {args.width}, {args.dtype}",
         "new_tokens": args.new_tokens,
         "rounds": args.seq2seq_rounds,
+        # torch's threads in every process (servers inherit it): on a shared machine 1 keeps the CPU-time
+        # figures steady (no thread spinning at a barrier for a core another job holds)
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "torch's default"),
         "results": [],
     }
     prompts, twelve = seq2seq_sources(32), seq2seq_sources(12, seed=1)

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from zoo.generation import KVCache, TextStream
+from zoo.generation import GenerationState, KVCache, TextStream
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
 from zoo.generation.constrain import Constraint, GrammarError, Vocabulary, vocabulary
@@ -157,6 +157,8 @@ class Engine:
                 "max_batch and prefill_tokens must be >= 1, max_queue and prefix_cache_bytes >= 0"
             )
         self.seq2seq = not self.model.continues_input
+        # an encoder-decoder's decoder starts from this token (`_decoder_prompt`)
+        self.start_token = self.model.decoder_start_token_id if self.seq2seq else None
         self.limit = min(spec.max_positions, max_length or spec.max_positions)
         if self.limit < 2:
             raise ValueError(f"max_length ({self.limit}) leaves no room for a prompt and a new token")
@@ -480,11 +482,11 @@ class Engine:
         for row, job in enumerate(group):  # right padding: a source's columns are [0, length) in its slot
             source[row, : job.prompt_length] = torch.tensor(job.request.prompt)
             source_mask[row, : job.prompt_length] = True
-        start = self.model.decoder_start_token_id
+        assert self.start_token is not None  # an encoder-decoder has one (`EncoderDecoderModel`)
         return _Prefill(
             jobs=group,
             slots=torch.tensor(slots, device=self.device),
-            ids=torch.full((k, 1), start, dtype=torch.long, device=self.device),
+            ids=torch.full((k, 1), self.start_token, dtype=torch.long, device=self.device),
             mask=torch.ones(k, 1, dtype=torch.bool, device=self.device),
             positions=torch.zeros(k, 1, dtype=torch.long, device=self.device),
             cache=self._group_cache(k, 1),
@@ -572,8 +574,9 @@ class Engine:
         self.cache.place(rows, keys, run.mask[keep])
         if self.sources is not None:
             assert run.source_mask is not None and run.memory is not None
+            filled = [layer.cross_attn for layer in run.cache.layers]  # projected by the start tokens' step
             cross = torch.stack(
-                [torch.stack(layer.cross_attn.get()) for layer in run.cache.layers]
+                [torch.stack(slot.get()) for slot in filled if slot is not None]
             )  # (N, 2, k, K, S, D)
             self.sources.place(rows, run.memory[keep], cross[:, :, keep], run.source_mask[keep])
         lengths = [len(self._decoder_prompt(jobs[row])) for row in staying]  # the columns each row holds
@@ -585,7 +588,7 @@ class Engine:
 
     def _decoder_prompt(self, job: _Job) -> Sequence[int]:
         """The tokens ``job``'s decoder starts from: its prompt, or an encoder-decoder's start token."""
-        return (self.model.decoder_start_token_id,) if self.seq2seq else job.request.prompt
+        return job.request.prompt if self.start_token is None else (self.start_token,)
 
     def _keep_prefixes(self, run: _Prefill) -> None:
         """Keep the full prompt blocks of a finished prefill in the prefix cache (complete whatever became
@@ -644,7 +647,7 @@ class Engine:
             elif self._add(job, chosen[i], entries[i]):
                 self._release(job)
 
-    def _state(self, rows: int) -> Any:
+    def _state(self, rows: int) -> GenerationState:
         """The generation state of a step over slots [0, rows): an encoder-decoder's carries their sources."""
         if self.sources is None:
             return self.state

@@ -79,10 +79,10 @@ class SourceSlots:
         )
         self.lengths = [0] * slots  # each slot's source tokens (0: free)
         self.width = length if fixed else 1
-        self._allocate(length if fixed else min(FIRST_WIDTH, length))
+        self.keys, self.memory, self.mask = self._buffers(length if fixed else min(FIRST_WIDTH, length))
 
-    def _allocate(self, columns: int) -> None:
-        """(Re)allocate ``columns`` columns, keeping what the old buffers hold."""
+    def _buffers(self, columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Keys/values (N, 2, B, K, columns, D), memory (B, columns, C) and mask (B, columns), all zeros."""
         B = self.slots
         # zeros, not empty: a free or padded column is still multiplied by a weight of 0, and 0 * NaN is NaN
         keys = torch.zeros(
@@ -99,11 +99,15 @@ class SourceSlots:
             B, columns, self.d_model, dtype=self.model_dtype, device=self.device
         )  # (B, S, C)
         mask = torch.zeros(B, columns, dtype=torch.bool, device=self.device)  # (B, S)
-        if hasattr(self, "keys"):
-            old = self.keys.shape[4]
-            keys[:, :, :, :, :old] = self.keys
-            memory[:, :old] = self.memory
-            mask[:, :old] = self.mask
+        return keys, memory, mask
+
+    def _allocate(self, columns: int) -> None:
+        """Grow to ``columns`` columns, keeping what the buffers hold."""
+        keys, memory, mask = self._buffers(columns)
+        old = self.columns
+        keys[:, :, :, :, :old] = self.keys
+        memory[:, :old] = self.memory
+        mask[:, :old] = self.mask
         self.keys, self.memory, self.mask = keys, memory, mask
 
     @property
