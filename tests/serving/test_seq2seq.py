@@ -54,9 +54,10 @@ def _alone(model: zoo.ZooModel, source: list[int], new: int, **settings: object)
 
 @pytest.fixture
 def spies(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
-    """The decoder cache's moves, the rows of each group encoded together, the source columns held."""
-    seen: dict[str, list[int]] = {"moves": [], "groups": [], "columns": []}
-    shift, encode, allocate = SlotCache.shift, Engine._encode, SourceSlots._allocate
+    """The decoder cache's moves, the rows of each group encoded together, the source columns held, the
+    slots moved down into holes (`Engine._move`: a request, its keys and its source)."""
+    seen: dict[str, list[int]] = {"moves": [], "groups": [], "columns": [], "packed": []}
+    shift, encode, allocate, move = SlotCache.shift, Engine._encode, SourceSlots._allocate, Engine._move
 
     def spy_shift(self: SlotCache, start: int, by: int) -> None:
         seen["moves"].append(by)
@@ -71,6 +72,11 @@ def spies(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
         seen["columns"].append(columns)
         allocate(self, columns)
 
+    def spy_move(self: Engine, src: int, dst: int) -> None:
+        seen["packed"].append(src - dst)
+        move(self, src, dst)
+
+    monkeypatch.setattr(Engine, "_move", spy_move)
     monkeypatch.setattr(SlotCache, "shift", spy_shift)
     monkeypatch.setattr(Engine, "_encode", spy_encode)
     monkeypatch.setattr(SourceSlots, "_allocate", spy_allocate)
@@ -100,6 +106,7 @@ def test_greedy_under_concurrency_equals_generate_alone(
         assert got.done[i].prompt_tokens == len(source)
     assert any(by < 0 for by in spies["moves"]), spies  # the decoder cache compacted
     assert any(k > 1 for k in spies["groups"]) and spies["columns"][-1] >= 60, spies  # batched; grown
+    assert spies["packed"], spies  # a request moved down into a free slot mid-decode
     assert engine.sources is not None and engine.sources.lengths == [0] * 4  # every slot freed
 
 
@@ -107,18 +114,23 @@ def test_a_seeded_request_samples_the_same_alone_or_beside_others() -> None:
     model = build_tiny("t5-tiny")
     source, others = _prompts(120, [6])[0], _prompts(120, [19, 4, 40], seed=2)
     engine = Engine(model, Digits(), max_batch=4).start()
+    packed = []
+    move = engine._move
+    engine._move = lambda src, dst: (packed.append(src), move(src, dst))  # type: ignore[method-assign]
     try:
         alone = Collect()
         engine.submit([alone.request(0, source, 20, temperature=0.9, top_p=0.9, seed=7)])
         alone.wait(1)
         crowd = Collect()
-        engine.submit([crowd.request(i + 1, p, 20, temperature=1.0, seed=i) for i, p in enumerate(others)])
+        shorter = [crowd.request(i + 1, p, 4 + 3 * i, temperature=1.0, seed=i) for i, p in enumerate(others)]
+        engine.submit(shorter)  # they end first: the last slot's request moves down
         engine.submit([crowd.request(0, source, 20, temperature=0.9, top_p=0.9, seed=7)])
         crowd.wait(4)
     finally:
         engine.close()
     assert alone.done[0].token_ids == crowd.done[0].token_ids
     assert alone.done[0].token_ids != tuple(_alone(model, source, 20))  # it did sample
+    assert packed  # and some request drew on after changing slots
 
 
 def test_max_tokens_stop_tokens_and_stop_strings_end_a_request() -> None:

@@ -609,6 +609,8 @@ class Engine:
         if not busy:
             return
         cache, B = self.cache, self.max_batch
+        if not self.compiled:
+            busy = self._pack(busy)
         if cache.length == cache.max_length:  # compact: every live span moves to start at column 0
             oldest = min(self.starts[i] for i in busy)
             assert oldest > 0, "a slot reached the cache length without finishing"
@@ -646,6 +648,34 @@ class Engine:
                 self._release(job)
             elif self._add(job, chosen[i], entries[i]):
                 self._release(job)
+
+    def _pack(self, busy: list[int]) -> list[int]:
+        """Move the last busy slots down into free ones below them, so that a step runs only as many rows
+        as are busy (it runs every slot up to the last busy one): -> the busy slots after the moves. A move
+        copies one slot's live columns (and its source), once; every step after it runs a row less."""
+        while True:
+            last = busy[-1]
+            hole = next((i for i in range(last) if self.slots[i] is None), None)
+            if hole is None:
+                return busy
+            self._move(last, hole)
+            busy = sorted([*busy[:-1], hole])
+
+    def _move(self, src: int, dst: int) -> None:
+        """Slot ``src``'s request, keys, source and sampling state move to the free slot ``dst``."""
+        job = self.slots[src]
+        assert job is not None and self.slots[dst] is None
+        start, end = self.starts[src], self.cache.length
+        self.cache.buffer[:, :, dst, :, start:end] = self.cache.buffer[:, :, src, :, start:end]
+        self.cache.mask[dst] = self.cache.mask[src]
+        for tensor in (self.next_ids, self.positions, self.live):
+            tensor[dst] = tensor[src]
+        self.sampling.move(src, dst)
+        if self.sources is not None:
+            self.sources.move(src, dst)
+        self.starts[dst], job.slot = start, dst
+        self.slots[dst] = job
+        self._release(job, src)
 
     def _state(self, rows: int) -> GenerationState:
         """The generation state of a step over slots [0, rows): an encoder-decoder's carries their sources."""
@@ -726,9 +756,9 @@ class Engine:
             job.request.emit(Failed(message))
         self._retire()
 
-    def _release(self, job: _Job) -> None:
-        """Free ``job``'s slot (it finished, or was cancelled)."""
-        i = job.slot
+    def _release(self, job: _Job, slot: int | None = None) -> None:
+        """Free ``job``'s slot (it finished, or was cancelled), or ``slot``, which it left (`_move`)."""
+        i = job.slot if slot is None else slot
         self.slots[i] = None
         self.live[i] = False
         self.cache.mask[i] = False

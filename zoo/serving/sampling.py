@@ -96,6 +96,22 @@ class RowSampling:
                 ids = torch.tensor(list(r.logit_bias), device=self.device)
                 self.bias[row, ids] = torch.tensor(list(r.logit_bias.values()), device=self.device)
 
+    def move(self, src: int, dst: int) -> None:
+        """Row ``src``'s settings, penalty state and grammar go to row ``dst`` (its request changed slots)."""
+        settings = (self.temperature, self.top_p, self.top_k, self.min_p)
+        for tensor in (
+            *settings,
+            self.repetition,
+            self.presence,
+            self.frequency,
+            self.seen,
+            self.counts,
+            self.bias,
+        ):
+            if tensor is not None:
+                tensor[dst] = tensor[src]
+        self.constraints[dst], self.constraints[src] = self.constraints[src], None
+
     def choose(
         self,
         logits: torch.Tensor,

@@ -139,6 +139,15 @@ class SourceSlots:
             self.lengths[row] = int(length)
         self._fit()
 
+    def move(self, src: int, dst: int) -> None:
+        """Slot ``src``'s source goes to slot ``dst`` (its request changed slots); ``src`` is freed."""
+        n = self.lengths[src]
+        self.keys[:, :, dst, :, :n] = self.keys[:, :, src, :, :n]
+        self.memory[dst, :n] = self.memory[src, :n]
+        self.mask[dst] = self.mask[src]
+        self.lengths[dst] = n
+        self.free(src)
+
     def free(self, row: int) -> None:
         """Slot ``row`` holds no source any more (its keys stay, stale and masked)."""
         self.lengths[row] = 0
