@@ -241,3 +241,19 @@ def test_a_served_encoder_decoder_answers_concurrent_completions_and_chats_as_al
         chats = [chat(p) for p in prompts[:3]]  # a chat reads the last message as the source
     assert together == expected
     assert chats == expected[:3]
+
+
+@pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
+def test_a_compiled_engine_serves_an_encoder_decoder_as_generate_alone() -> None:
+    """``zoo serve --compile``: every slot in one static shape, the sources' columns held at max_positions."""
+    model = build_tiny("t5-tiny")
+    sources, news = _prompts(120, [5, 17, 9, 30]), [12, 6, 20, 9]
+    engine = Engine(model, Digits(), max_batch=3, max_length=40, compile=True).start()
+    got = Collect()
+    try:
+        engine.submit([got.request(i, s, n) for i, (s, n) in enumerate(zip(sources, news))])
+        got.wait(4, timeout=600)
+    finally:
+        engine.close()
+    for i, (source, new) in enumerate(zip(sources, news)):
+        assert list(got.done[i].token_ids) == _alone(model, source, new), f"request {i}"
