@@ -147,7 +147,8 @@ def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase, Phas
     bench = [py, "-m", "bench", "--device", device, "--gpu-check", "--out", str(work / "bench")]
     if fake():
         bench += ["--tiny"]
-    # the prefix-cache row (two more servers) is the CPU bench's: left out to keep this check's time
+    # the prefix-cache and encoder-decoder rows (more servers) are the CPU bench's: left out to keep this
+    # check's time
     serve = [
         py,
         "-m",
@@ -157,6 +158,8 @@ def phases(device: str, out: Path, work: Path) -> tuple[list[Phase], Phase, Phas
         "--out",
         str(work / "serve"),
         "--prefix-rounds",
+        "0",
+        "--seq2seq-rounds",
         "0",
     ]
     if fake():

@@ -22,6 +22,17 @@ system prompt's blocks cached), ``--prefix-rounds`` times with a new system prom
 interleaved; the time to first token of each (streamed, one client, nothing else running), medians and their
 ratio, on a server with the prefix cache (the default 1G) and one with ``--prefix-cache-bytes 0``. The
 model is the one above with 2048 positions. Written to serve-prefix.json and serve-prefix.md.
+
+The encoder-decoder row (``--seq2seq-rounds``, ``--seq2seq-only`` for it alone): a T5-shaped translator
+(relative bias; ``--layers`` / ``--width``, random weights, no end token so every request runs to its
+``max_tokens``) served with ``--max-batch 32`` and with ``--max-batch 1``; 32 concurrent completions
+(sources of 4-60 words; ``max_tokens`` spread over 1/4 to 7/4 of ``--new-tokens``, as translations end at
+different lengths) to each, and the same 32 requests through transformers' ``generate`` on the same weights
+(exported with ``zoo.to_hf``), batched by hand: one right-padded batch run to the longest ``max_tokens``, in
+this process, each request counted for its own tokens. Then the acceptance figure: 12 completions of
+``--new-tokens`` sent one after another, then the same 12 at once, to the batching server: the wall-time
+ratio, and whether the texts are equal. Rounds are interleaved; medians.
+Written to serve-seq2seq.json and serve-seq2seq.md.
 """
 
 from __future__ import annotations
@@ -96,6 +107,31 @@ def make_model(folder: Path, *, layers: int, width: int, positions: int = 512) -
         pad_token_id=ids["pad"],
         bos_token_id=ids["bos"],
         **{"attention.num_heads": width // 64, "attention.num_kv_heads": width // 64, "ffn.d_ff": 4 * width},
+    )
+    torch.manual_seed(0)
+    zoo.save(zoo.build(spec), folder, tokenizer=tok)
+
+
+def make_translator(folder: Path, *, layers: int, width: int) -> None:
+    """A T5-shaped encoder-decoder (random weights, no end token) and a BPE tokenizer, saved."""
+    import torch
+
+    import zoo
+    from zoo.io.tokenizer import train_tokenizer
+
+    lines = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(12)) + f" {i}" for i in range(2000)]
+    tok = train_tokenizer(iter(lines), kind="bpe", vocab_size=1000)
+    ids = tok.special_ids()
+    spec = zoo.preset(
+        "t5-small",
+        num_layers=layers,
+        d_model=width,
+        vocab_size=tok.vocab_size,
+        eos_token_id=None,  # random weights: every request runs to max_tokens
+        pad_token_id=ids["pad"],
+        decoder_start_token_id=ids["pad"],
+        dropout=0.0,
+        **{"attention.num_heads": width // 64, "ffn.d_ff": 4 * width},
     )
     torch.manual_seed(0)
     zoo.save(zoo.build(spec), folder, tokenizer=tok)
@@ -323,6 +359,208 @@ def bench_prefix(args: argparse.Namespace, out: Path) -> None:
     (out / "serve-prefix.md").write_text(prefix_markdown(record))
 
 
+def seq2seq_sources(count: int, *, seed: int = 0) -> list[str]:
+    """``count`` sources of 4-60 words, each different."""
+    pick = random.Random(seed)
+    return [" ".join(pick.choice(WORDS) for _ in range(pick.randint(4, 60))) for _ in range(count)]
+
+
+def complete(
+    url: str, prompts: list[str], new_tokens: list[int], *, together: bool
+) -> tuple[float, list[str]]:
+    """(wall seconds, texts) of greedy completions of ``prompts`` (``new_tokens`` each): all at once (a
+    thread each), or one after another."""
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, timeout=600)
+    texts = [""] * len(prompts)
+
+    def one(i: int) -> None:
+        out = client.completions.create(
+            model="bench", prompt=prompts[i], max_tokens=new_tokens[i], temperature=0
+        )
+        texts[i] = out.choices[0].text
+
+    start = time.perf_counter()
+    if together:
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        for i in range(len(prompts)):
+            one(i)
+    return time.perf_counter() - start, texts
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) process ``pid`` has used so far; NaN where /proc has none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def served(
+    process: subprocess.Popen[str], run: Callable[[], tuple[float, list[str]]]
+) -> tuple[float, float, list[str]]:
+    """(wall seconds, the server's CPU seconds, texts) of ``run``, requests to ``process``."""
+    before = cpu_seconds(process.pid)
+    wall, texts = run()
+    return wall, cpu_seconds(process.pid) - before, texts
+
+
+class HFBatched:
+    """transformers' ``generate`` of the same sources, batched by hand (one right-padded batch)."""
+
+    def __init__(self, folder: Path, hf_folder: Path, device: str, dtype: str) -> None:
+        import torch
+        import transformers
+
+        import zoo
+
+        self.tokenizer = zoo.load_pretrained(folder).tokenizer
+        self.model = (
+            transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_folder, dtype=getattr(torch, dtype))
+            .to(device)
+            .eval()
+        )
+        self.device = device
+
+    def run(self, prompts: list[str], new_tokens: list[int]) -> tuple[float, list[str]]:
+        """(wall seconds, texts): one batch generates the most new tokens any request asks for; each
+        request's text is its own first ``new_tokens[i]``."""
+        import torch
+
+        sources = [self.tokenizer.encode(p, add_eos=True) for p in prompts]  # as `zoo serve` encodes them
+        S, pad = max(len(s) for s in sources), self.model.config.pad_token_id
+        ids = torch.tensor([s + [pad] * (S - len(s)) for s in sources], device=self.device)
+        mask = torch.tensor([[1] * len(s) + [0] * (S - len(s)) for s in sources], device=self.device)
+        start, cpu = time.perf_counter(), time.process_time()
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max(new_tokens),
+                min_new_tokens=max(new_tokens),
+                do_sample=False,
+                num_beams=1,
+                eos_token_id=None,
+            )
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        wall, self.cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        return wall, [self.tokenizer.decode(row[1 : 1 + n].tolist()) for row, n in zip(out, new_tokens)]
+
+
+def seq2seq_markdown(record: dict[str, Any]) -> str:
+    m, r = record["machine"], record["summary"]
+    return (
+        f"Measured on {m.get('gpu') or m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}; "
+        f"{record['new_tokens']} new tokens a request on average ({min(record['news'])}-{max(record['news'])}), "
+        f"sources of 4-60 words; OMP_NUM_THREADS {record.get('omp_num_threads', '?')}; {record['rounds']} rounds "
+        "interleaved, medians.\n\n"
+        "| encoder-decoder | tokens/s | zoo (max-batch 32) vs this | tokens per CPU-second | zoo vs this |\n"
+        "|---|---:|---:|---:|---:|\n"
+        f"| zoo serve, max-batch 32, 32 concurrent | {r['batched_tps']:,.0f} | – | {r['batched_cpu_tps']:,.0f} | – |\n"
+        f"| zoo serve, max-batch 1 (one at a time), 32 concurrent | {r['one_tps']:,.0f} | "
+        f"**{r['batched_vs_one']:.2f}x** | {r['one_cpu_tps']:,.0f} | {r['batched_vs_one_cpu']:.2f}x |\n"
+        f"| transformers `generate`, the 32 batched by hand | {r['hf_tps']:,.0f} | **{r['batched_vs_hf']:.2f}x** | "
+        f"{r['hf_cpu_tps']:,.0f} | {r['batched_vs_hf_cpu']:.2f}x |\n"
+        "\n"
+        f"12 completions of {record['new_tokens']} new tokens at once / one after another (wall time): "
+        f"**{r['together_vs_sequential']:.2f}x** "
+        f"({r['together_s']:.2f} s / {r['sequential_s']:.2f} s); texts equal: {r['equal']}; "
+        f"transformers' texts equal zoo's: {r['hf_equal']}.\n"
+    )
+
+
+def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
+    """The encoder-decoder row (see the module docstring)."""
+    started = time.perf_counter()
+    record: dict[str, Any] = {
+        "machine": report.machine(args.device),
+        "model": f"T5-shaped (relative bias), {args.layers} layers, d_model {args.width}, {args.dtype}",
+        "new_tokens": args.new_tokens,
+        "rounds": args.seq2seq_rounds,
+        # torch's threads in every process (servers inherit it): on a shared machine 1 keeps the CPU-time
+        # figures steady (no thread spinning at a barrier for a core another job holds)
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "torch's default"),
+        "results": [],
+    }
+    prompts, twelve = seq2seq_sources(32), seq2seq_sources(12, seed=1)
+    # the 32 ask for different lengths, as translations end at different lengths (mean --new-tokens)
+    spread = args.new_tokens * 3 // 4
+    news = [args.new_tokens - spread + (i * 13) % (2 * spread + 1) for i in range(32)]
+    record["news"], same = news, [args.new_tokens] * len(twelve)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "translator"
+        make_translator(folder, layers=args.layers, width=args.width)
+        hf = HFBatched(folder, export_hf(folder, Path(tmp) / "hf"), args.device, args.dtype)
+        batched, batched_url = start_server(folder, 32, args.device, args.dtype)
+        one, one_url = start_server(folder, 1, args.device, args.dtype)
+        try:
+            complete(batched_url, twelve[:2], [4, 4], together=True)  # warm-up
+            complete(one_url, twelve[:2], [4, 4], together=True)
+            hf.run(prompts, news)  # its first call at a shape is several times slower
+            tokens = sum(news)
+            for r in range(args.seq2seq_rounds):
+                row: dict[str, Any] = {"round": r}
+                wall, cpu, texts = served(
+                    batched, lambda: complete(batched_url, prompts, news, together=True)
+                )
+                row["batched_tps"], row["batched_cpu_tps"] = tokens / wall, tokens / cpu
+                wall, hf_texts = hf.run(prompts, news)
+                row["hf_tps"], row["hf_cpu_tps"] = tokens / wall, tokens / hf.cpu_s
+                row["hf_equal"] = sum(a == b for a, b in zip(texts, hf_texts))
+                wall, cpu, _ = served(one, lambda: complete(one_url, prompts, news, together=True))
+                row["one_tps"], row["one_cpu_tps"] = tokens / wall, tokens / cpu
+                row["sequential_s"], alone = complete(batched_url, twelve, same, together=False)
+                row["together_s"], together = complete(batched_url, twelve, same, together=True)
+                row["equal"] = alone == together
+                record["results"].append(row)
+                print(
+                    f"seq2seq round {r}: max-batch 32 {row['batched_tps']:7.1f} tokens/s "
+                    f"({row['batched_cpu_tps']:.0f} per CPU-s), max-batch 1 {row['one_tps']:7.1f} "
+                    f"({row['one_cpu_tps']:.0f}), transformers generate batched {row['hf_tps']:7.1f} "
+                    f"({row['hf_cpu_tps']:.0f}); 12 at once "
+                    f"{row['together_s']:.2f} s vs one after another {row['sequential_s']:.2f} s "
+                    f"(equal: {row['equal']})",
+                    flush=True,
+                )
+        finally:
+            for process in (batched, one):
+                process.terminate()
+                process.wait(timeout=60)
+    rows = record["results"]
+
+    def median(key: str) -> float:
+        return statistics.median(row[key] for row in rows)
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(row[a] / row[b] for row in rows)
+
+    record["summary"] = {
+        **{key: median(key) for key in ("batched_tps", "one_tps", "hf_tps")},
+        **{key: median(key) for key in ("batched_cpu_tps", "one_cpu_tps", "hf_cpu_tps")},
+        "batched_vs_one": ratio("batched_tps", "one_tps"),
+        "batched_vs_hf": ratio("batched_tps", "hf_tps"),
+        "batched_vs_one_cpu": ratio("batched_cpu_tps", "one_cpu_tps"),
+        "batched_vs_hf_cpu": ratio("batched_cpu_tps", "hf_cpu_tps"),
+        "sequential_s": median("sequential_s"),
+        "together_s": median("together_s"),
+        "together_vs_sequential": statistics.median(row["together_s"] / row["sequential_s"] for row in rows),
+        "equal": all(row["equal"] for row in rows),
+        "hf_equal": f"{min(row['hf_equal'] for row in rows)}/{len(prompts)}",
+    }
+    record["elapsed_s"] = time.perf_counter() - started
+    (out / "serve-seq2seq.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "serve-seq2seq.md").write_text(seq2seq_markdown(record))
+    print(seq2seq_markdown(record))
+
+
 def markdown(record: dict[str, Any]) -> str:
     m = record["machine"]
     lines = [
@@ -380,9 +618,19 @@ def main(argv: list[str] | None = None) -> int:
         "--prefix-words", type=int, default=880, help="words of its system prompt (~900 tokens)"
     )
     parser.add_argument("--prefix-only", action="store_true", help="run the prefix-cache row alone")
+    parser.add_argument(
+        "--seq2seq-rounds", type=int, default=3, help="rounds of the encoder-decoder row (0: leave it out)"
+    )
+    parser.add_argument("--seq2seq-only", action="store_true", help="run the encoder-decoder row alone")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.seq2seq_only:
+        out = report.output_dir(args)
+        out.mkdir(parents=True, exist_ok=True)
+        bench_seq2seq(args, out)
+        print(f"wrote {out}/serve-seq2seq.json and serve-seq2seq.md")
+        return 0
     if args.prefix_only:
         out = report.output_dir(args)
         out.mkdir(parents=True, exist_ok=True)
@@ -446,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{markdown(record)}\nwrote {out}/serve.json and serve.md in {record['elapsed_s']:.0f} s")
     if args.prefix_rounds > 0:
         bench_prefix(args, out)
+    if args.seq2seq_rounds > 0:
+        bench_seq2seq(args, out)
     return 0
 
 

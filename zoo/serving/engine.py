@@ -30,8 +30,16 @@ text is complete. A request finishes on an end-of-sequence token, a stop string,
 outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests are token-equal to
 ``model.generate`` of each prompt alone: a slot's keys, mask and positions are those of a left-padded row.
 
-Encoder-decoder models are served one request at a time (`zoo.generation.stream` with the prompt as the
-source), without batching: their cross-attention keys would need a per-slot memory as well.
+An encoder-decoder model's prompt is its source, and its slots are batched the same way: a group of
+newcomers' sources (as many as fit ``prefill_tokens`` padded tokens) is encoded together in one turn, and
+the group runs its decoder start token at once; that step projects each layer's cross-attention
+keys/values, which join the slot with the encoder output (`zoo.serving.sources`) beside the start token's
+keys. From then on the decode step runs every live slot, each attending to its own source (padded to the
+longest running one, masked). A source is encoded whole in one turn, however long: an encoder's attention
+is bidirectional, so a source cannot be cut into chunks that give the same output. The rows' positions are
+their own (a slot's decoder keys are contiguous columns, so a relative bias such as T5's, computed from
+column differences, sees each row's own distances). An encoder-decoder has no prefix cache, and cannot
+score its source (``echo``).
 """
 
 from __future__ import annotations
@@ -41,12 +49,12 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from zoo.generation import KVCache, TextStream, stream
+from zoo.generation import GenerationState, KVCache, TextStream
 from zoo.generation.compiled import compiled_decode_step
 from zoo.generation.config import check_model
 from zoo.generation.constrain import Constraint, GrammarError, Vocabulary, vocabulary
@@ -68,6 +76,7 @@ from zoo.serving.requests import (
 )
 from zoo.serving.sampling import RowSampling
 from zoo.serving.slots import SlotCache
+from zoo.serving.sources import SourceSlots
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +121,9 @@ class _Prefill:
     cache: KVCache  # (k, T) columns
     chunk: int
     done: int = 0
+    source: torch.Tensor | None = None  # (k, S) an encoder-decoder's sources, right-padded
+    source_mask: torch.Tensor | None = None  # (k, S) bool
+    memory: torch.Tensor | None = None  # (k, S, C) their encoder output, once encoded
 
 
 class Engine:
@@ -145,6 +157,8 @@ class Engine:
                 "max_batch and prefill_tokens must be >= 1, max_queue and prefix_cache_bytes >= 0"
             )
         self.seq2seq = not self.model.continues_input
+        # an encoder-decoder's decoder starts from this token (`_decoder_prompt`)
+        self.start_token = self.model.decoder_start_token_id if self.seq2seq else None
         self.limit = min(spec.max_positions, max_length or spec.max_positions)
         if self.limit < 2:
             raise ValueError(f"max_length ({self.limit}) leaves no room for a prompt and a new token")
@@ -160,8 +174,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         # an encoder-decoder prefills nothing here (one `stream` a request): nothing to reuse
         self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes and not self.seq2seq else None
-        if not self.seq2seq:
-            self._setup_slots(compile)
+        self._setup_slots(compile)
 
     def _setup_slots(self, compile: bool) -> None:
         stack = self.model.prepare_generation(
@@ -177,7 +190,12 @@ class Engine:
             raise ValueError("zoo serve: models with dynamic-NTK rotary scaling cannot be batched")
         self.stack = stack
         B, L = self.max_batch, self.limit
-        self.cache = SlotCache(stack, slots=B, length=L)
+        self.sources = (
+            SourceSlots(stack, slots=B, length=self.model.spec.max_positions, fixed=compile)
+            if self.seq2seq
+            else None
+        )
+        self.cache = SlotCache(stack, slots=B, length=L, sources=self.sources)
         self.next_ids = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) the token each slot feeds
         self.positions = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) its position
         self.live = torch.zeros(B, dtype=torch.bool, device=self.device)  # (B,) busy slots
@@ -216,19 +234,8 @@ class Engine:
         for name, ids in (("logit_bias", request.logit_bias), ("stop_token_ids", request.stop_token_ids)):
             if any(not 0 <= i < out for i in ids):
                 raise RequestError(f"{name} token ids must lie in [0, {out})", param=name)
-        if self.seq2seq:  # served through `zoo.generation.stream`, which has no such processors
-            for name, value, off in (
-                ("min_p", request.min_p, 0.0),
-                ("presence_penalty", request.presence_penalty, 0.0),
-                ("frequency_penalty", request.frequency_penalty, 0.0),
-                ("logit_bias", request.logit_bias, {}),
-                ("ignore_eos", request.ignore_eos, False),
-                ("logprobs", request.logprobs, None),
-                ("echo", request.echo, False),
-                ("response_format", request.grammar, None),
-            ):
-                if value != off:
-                    raise RequestError(f"{name} is not supported for encoder-decoder models", param=name)
+        if self.seq2seq and request.echo:  # a source is read, not predicted: nothing scores it
+            raise RequestError("echo is not supported for encoder-decoder models", param="echo")
         if request.grammar is not None:
             try:
                 self.vocabulary()  # built once, here rather than in the engine's step
@@ -275,11 +282,9 @@ class Engine:
     def load(self) -> tuple[int, int, int | None]:
         """(sequences running, sequences waiting, slots), read without stopping the engine (`/metrics`): a
         busy slot is a live row; what was submitted and is not running waits (in the inbox, the queue or a
-        prefill). An encoder-decoder model runs one request at a time."""
+        prefill)."""
         with self._lock:  # the count of what it holds (submitted, not finished)
             held = self._in_flight
-        if self.seq2seq:
-            return min(held, 1), max(held - 1, 0), 1
         running = int(self.live.sum())
         return running, max(held - running, 0), self.max_batch
 
@@ -308,10 +313,8 @@ class Engine:
             self._fail_all("the server is shutting down")
 
     def _turn(self) -> None:
-        busy = (not self.seq2seq) and (self.prefill is not None or bool(self.waiting) or any(self.slots))
+        busy = self.prefill is not None or bool(self.waiting) or any(self.slots)
         self._take(block=not busy)
-        if self.seq2seq:
-            return
         self._drop_cancelled()
         self._prefill_chunk()
         if any(self.slots):
@@ -330,9 +333,7 @@ class Engine:
                 request.emit(Failed(str(error)))
                 self._retire()
                 job = None
-            if job is not None and self.seq2seq:
-                self._run_seq2seq(job)
-            elif job is not None:
+            if job is not None:
                 self.waiting.append(job)
             try:
                 request = self._inbox.get_nowait()
@@ -341,7 +342,7 @@ class Engine:
 
     def _job(self, request: Completion) -> _Job:
         if self.seq2seq:
-            room = min(request.max_tokens, self.model.spec.max_positions - 1)  # after the start token
+            room = min(request.max_tokens, self.limit - 1)  # after the start token
             context: Sequence[int] = ()  # a source is not the beginning of the text
         else:
             room = min(request.max_tokens, self.limit - len(request.prompt))
@@ -374,6 +375,11 @@ class Engine:
             if self.prefill is None:
                 return
         run = self.prefill
+        if run.source is not None:  # an encoder-decoder's group: encoded and started in one turn
+            logits = self._encode(run)
+            self.prefill = None
+            self._join(run, logits)
+            return
         start, end = run.done, min(run.done + run.chunk, run.ids.shape[1])
         padded = not bool(run.mask.all())  # asked once a chunk: no mask at all takes SDPA's causal path
         mask = run.mask[:, :end] if padded else None
@@ -427,29 +433,22 @@ class Engine:
             job = self.waiting.popleft()
             group.append(job)
             longest, rest = max(longest, job.prompt_length), rest_next
+        slots = free[: len(group)]
+        for job, slot in zip(group, slots):
+            job.slot = slot
+            self.slots[slot] = job  # reserved: not busy until it joins (`live`)
+            if job.scores_prompt:  # nothing predicts the first token
+                job.prompt_logprobs = [TokenLogprob(job.request.prompt[0], None)]
+        if self.seq2seq:
+            return self._start_sources(group, slots, longest)
         k, T = len(group), longest
         ids = torch.zeros(k, T, dtype=torch.long)
         mask = torch.zeros(k, T, dtype=torch.bool)
         for row, job in enumerate(group):  # left padding, as generate pads a batch
             ids[row, T - job.prompt_length :] = torch.tensor(job.request.prompt)
             mask[row, T - job.prompt_length :] = True
-        slots = free[:k]
-        for job, slot in zip(group, slots):
-            job.slot = slot
-            self.slots[slot] = job  # reserved: not busy until it joins (`live`)
-            if job.scores_prompt:  # nothing predicts the first token
-                job.prompt_logprobs = [TokenLogprob(job.request.prompt[0], None)]
         ids, mask = ids.to(self.device), mask.to(self.device)
-        cache = KVCache(
-            num_layers=self.cache.buffer.shape[0],
-            batch_size=k,
-            num_kv_heads=self.cache.buffer.shape[3],
-            head_dim=self.cache.buffer.shape[5],
-            max_length=T,
-            cross_attention=False,
-            dtype=self.cache.buffer.dtype,
-            device=self.device,
-        )
+        cache = self._group_cache(k, T)
         if rest < T:
             self._read_prefixes(group, cache, T - rest)
         if self.prefix is not None:
@@ -464,6 +463,50 @@ class Engine:
             chunk=max(1, self.prefill_tokens // k),
             done=T - rest,
         )
+
+    def _group_cache(self, k: int, T: int) -> KVCache:
+        """A prefill group's own cache: k rows of T columns (and cross-attention slots, to be filled)."""
+        return KVCache(
+            num_layers=self.cache.buffer.shape[0],
+            batch_size=k,
+            num_kv_heads=self.cache.buffer.shape[3],
+            head_dim=self.cache.buffer.shape[5],
+            max_length=T,
+            cross_attention=self.seq2seq,
+            dtype=self.cache.buffer.dtype,
+            device=self.device,
+        )
+
+    def _start_sources(self, group: list[_Job], slots: list[int], longest: int) -> _Prefill:
+        """An encoder-decoder's group: its sources right-padded to the longest (S), the decoder's start
+        token as each row's one-column prompt."""
+        k, S = len(group), longest
+        source = torch.zeros(k, S, dtype=torch.long)
+        source_mask = torch.zeros(k, S, dtype=torch.bool)
+        for row, job in enumerate(group):  # right padding: a source's columns are [0, length) in its slot
+            source[row, : job.prompt_length] = torch.tensor(job.request.prompt)
+            source_mask[row, : job.prompt_length] = True
+        assert self.start_token is not None  # an encoder-decoder has one (`EncoderDecoderModel`)
+        return _Prefill(
+            jobs=group,
+            slots=torch.tensor(slots, device=self.device),
+            ids=torch.full((k, 1), self.start_token, dtype=torch.long, device=self.device),
+            mask=torch.ones(k, 1, dtype=torch.bool, device=self.device),
+            positions=torch.zeros(k, 1, dtype=torch.long, device=self.device),
+            cache=self._group_cache(k, 1),
+            chunk=1,
+            source=source.to(self.device),
+            source_mask=source_mask.to(self.device),
+        )
+
+    def _encode(self, run: _Prefill) -> torch.Tensor:
+        """Encode the group's sources, then run its start tokens, which projects every layer's cross-attention
+        keys/values into the group's cache -> the first tokens' logits (k, V)."""
+        assert run.source is not None and run.source_mask is not None
+        padded = not bool(run.source_mask.all())
+        encoded = self.model.prepare_generation(run.source, run.source_mask if padded else None, num_beams=1)
+        run.memory = encoded.memory
+        return decode_step(self.model, run.ids, run.positions, None, run.cache, encoded)  # (k, V)
 
     def _uncached(self, job: _Job) -> int:
         """The prompt tokens ``job`` must prefill: those after its longest cached block prefix (at least
@@ -496,7 +539,7 @@ class Engine:
         if self.prefix is not None:
             self._keep_prefixes(run)
         for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
-            self.sampling.set(job.slot, job.request, job.constraint)
+            self.sampling.set(job.slot, job.request, job.constraint, prompt=self._decoder_prompt(job))
         chosen = self.sampling.choose(
             logits, run.slots, [j.request for j in jobs], [j.generator for j in jobs]
         )
@@ -533,12 +576,23 @@ class Engine:
         rows = run.slots[keep]
         keys = run.cache.buffer[:, :, keep]  # (N, 2, k', K, T, D)
         self.cache.place(rows, keys, run.mask[keep])
-        for row in staying:
-            job = jobs[row]
-            self.starts[job.slot] = cursor - job.prompt_length
+        if self.sources is not None:
+            assert run.source_mask is not None and run.memory is not None
+            filled = [layer.cross_attn for layer in run.cache.layers]  # projected by the start tokens' step
+            cross = torch.stack(
+                [torch.stack(slot.get()) for slot in filled if slot is not None]
+            )  # (N, 2, k, K, S, D)
+            self.sources.place(rows, run.memory[keep], cross[:, :, keep], run.source_mask[keep])
+        lengths = [len(self._decoder_prompt(jobs[row])) for row in staying]  # the columns each row holds
+        for row, length in zip(staying, lengths):
+            self.starts[jobs[row].slot] = cursor - length
         self.next_ids[rows] = torch.tensor([first[r] for r in staying], device=self.device)
-        self.positions[rows] = torch.tensor([jobs[r].prompt_length for r in staying], device=self.device)
+        self.positions[rows] = torch.tensor(lengths, device=self.device)
         self.live[rows] = True
+
+    def _decoder_prompt(self, job: _Job) -> Sequence[int]:
+        """The tokens ``job``'s decoder starts from: its prompt, or an encoder-decoder's start token."""
+        return job.request.prompt if self.start_token is None else (self.start_token,)
 
     def _keep_prefixes(self, run: _Prefill) -> None:
         """Keep the full prompt blocks of a finished prefill in the prefix cache (complete whatever became
@@ -559,6 +613,8 @@ class Engine:
         if not busy:
             return
         cache, B = self.cache, self.max_batch
+        if not self.compiled:
+            busy = self._pack(busy)
         if cache.length == cache.max_length:  # compact: every live span moves to start at column 0
             oldest = min(self.starts[i] for i in busy)
             assert oldest > 0, "a slot reached the cache length without finishing"
@@ -573,7 +629,7 @@ class Engine:
             self.positions[:rows, None],
             cache.mask[:rows, : c + 1],
             cache.view(rows),  # type: ignore[arg-type]  # a StackCache, as StepFn's KVCache is
-            self.state,
+            self._state(rows),
         )  # (rows, V)
         cache.mask[:rows, c] = self.live[:rows]
         self.positions[:rows] += self.live[:rows]
@@ -596,6 +652,41 @@ class Engine:
                 self._release(job)
             elif self._add(job, chosen[i], entries[i]):
                 self._release(job)
+
+    def _pack(self, busy: list[int]) -> list[int]:
+        """Move the last busy slots down into free ones below them, so that a step runs only as many rows
+        as are busy (it runs every slot up to the last busy one): -> the busy slots after the moves. A move
+        copies one slot's live columns (and its source), once; every step after it runs a row less."""
+        while True:
+            last = busy[-1]
+            hole = next((i for i in range(last) if self.slots[i] is None), None)
+            if hole is None:
+                return busy
+            self._move(last, hole)
+            busy = sorted([*busy[:-1], hole])
+
+    def _move(self, src: int, dst: int) -> None:
+        """Slot ``src``'s request, keys, source and sampling state move to the free slot ``dst``."""
+        job = self.slots[src]
+        assert job is not None and self.slots[dst] is None
+        start, end = self.starts[src], self.cache.length
+        self.cache.buffer[:, :, dst, :, start:end] = self.cache.buffer[:, :, src, :, start:end]
+        self.cache.mask[dst] = self.cache.mask[src]
+        for tensor in (self.next_ids, self.positions, self.live):
+            tensor[dst] = tensor[src]
+        self.sampling.move(src, dst)
+        if self.sources is not None:
+            self.sources.move(src, dst)
+        self.starts[dst], job.slot = start, dst
+        self.slots[dst] = job
+        self._release(job, src)
+
+    def _state(self, rows: int) -> GenerationState:
+        """The generation state of a step over slots [0, rows): an encoder-decoder's carries their sources."""
+        if self.sources is None:
+            return self.state
+        memory, mask = self.sources.read(rows)  # (rows, S, C), (rows, S)
+        return replace(self.state, memory=memory, memory_mask=mask)
 
     def _logprobs(
         self, logits: torch.Tensor, tokens: torch.Tensor, jobs: Sequence[_Job | None]
@@ -669,14 +760,16 @@ class Engine:
             job.request.emit(Failed(message))
         self._retire()
 
-    def _release(self, job: _Job) -> None:
-        """Free ``job``'s slot (it finished, or was cancelled)."""
-        i = job.slot
+    def _release(self, job: _Job, slot: int | None = None) -> None:
+        """Free ``job``'s slot (it finished, or was cancelled), or ``slot``, which it left (`_move`)."""
+        i = job.slot if slot is None else slot
         self.slots[i] = None
         self.live[i] = False
         self.cache.mask[i] = False
         self.positions[i] = 0
         self.next_ids[i] = 0
+        if self.sources is not None:
+            self.sources.free(i)
 
     def _retire(self, count: int = 1) -> None:
         with self._lock:
@@ -684,15 +777,15 @@ class Engine:
 
     def _fail_all(self, message: str) -> None:
         """Fail every request the engine holds (and any still in its inbox), and reset the batch."""
-        jobs: list[_Job] = []
-        if not self.seq2seq:
-            jobs = list(self.waiting) + [job for job in self.slots if job is not None]
-            self.waiting.clear()
-            self.prefill = None
-            self.slots = [None] * self.max_batch
-            self.live.zero_()
-            self.cache.mask.zero_()
-            self.positions.zero_()
+        jobs = list(self.waiting) + [job for job in self.slots if job is not None]
+        self.waiting.clear()
+        self.prefill = None
+        self.slots = [None] * self.max_batch
+        self.live.zero_()
+        self.cache.mask.zero_()
+        self.positions.zero_()
+        if self.sources is not None:
+            self.sources.clear()
         requests = [job.request for job in jobs]
         while True:
             try:
@@ -705,32 +798,3 @@ class Engine:
             if not request.cancelled:
                 request.emit(Failed(message))
         self._retire(len(requests))
-
-    # encoder-decoder: one request at a time
-
-    def _run_seq2seq(self, job: _Job) -> None:
-        request = job.request
-        if request.cancelled:
-            self._retire()
-            return
-        sampled = job.generator is not None
-        source = torch.tensor([list(request.prompt)], device=self.device)
-        warp: dict[str, Any] = (
-            {"temperature": request.temperature, "top_p": request.top_p, "top_k": request.top_k or None}
-            if sampled
-            else {}
-        )
-        warp["repetition_penalty"] = request.repetition_penalty
-        steps = stream(
-            self.model, source, max_new_tokens=job.room, do_sample=sampled, generator=job.generator, **warp
-        )
-        try:
-            for tokens in steps:
-                if request.cancelled:
-                    self._retire()
-                    return
-                if self._add(job, int(tokens[0])):
-                    return
-        except Exception as error:
-            request.emit(Failed(f"internal error: {error}"))
-            self._retire()

@@ -54,9 +54,18 @@ class RowSampling:
         # The last `choose`'s rows (0..R-1) whose grammar failed, with why: their requests fail alone.
         self.failures: dict[int, str] = {}
 
-    def set(self, row: int, request: Completion, constraint: TokenConstraint | None = None) -> None:
+    def set(
+        self,
+        row: int,
+        request: Completion,
+        constraint: TokenConstraint | None = None,
+        *,
+        prompt: Sequence[int] | None = None,
+    ) -> None:
         """Row ``row`` now samples for ``request``: its settings, and its state started from its prompt;
-        ``constraint``: the grammar its tokens must follow (None: free)."""
+        ``constraint``: the grammar its tokens must follow (None: free); ``prompt``: the tokens its
+        sequence starts from when they are not the request's prompt (an encoder-decoder's decoder start
+        token: its source is not part of the output, as in ``generate``)."""
         r = request
         self.constraints[row] = constraint
         for tensor, value in (
@@ -73,8 +82,8 @@ class RowSampling:
             if self.seen is None:
                 self.seen = torch.zeros(self.rows, self.vocab, dtype=torch.bool, device=self.device)
             self.seen[row] = False
-            prompt = torch.tensor(list(r.prompt), device=self.device)
-            self.seen[row, prompt[prompt < self.vocab]] = True
+            seen = torch.tensor(list(r.prompt if prompt is None else prompt), device=self.device)
+            self.seen[row, seen[seen < self.vocab]] = True
         if r.presence_penalty or r.frequency_penalty:
             if self.counts is None:
                 self.counts = torch.zeros(self.rows, self.vocab, device=self.device)
@@ -86,6 +95,22 @@ class RowSampling:
             if r.logit_bias:
                 ids = torch.tensor(list(r.logit_bias), device=self.device)
                 self.bias[row, ids] = torch.tensor(list(r.logit_bias.values()), device=self.device)
+
+    def move(self, src: int, dst: int) -> None:
+        """Row ``src``'s settings, penalty state and grammar go to row ``dst`` (its request changed slots)."""
+        settings = (self.temperature, self.top_p, self.top_k, self.min_p)
+        for tensor in (
+            *settings,
+            self.repetition,
+            self.presence,
+            self.frequency,
+            self.seen,
+            self.counts,
+            self.bias,
+        ):
+            if tensor is not None:
+                tensor[dst] = tensor[src]
+        self.constraints[dst], self.constraints[src] = self.constraints[src], None
 
     def choose(
         self,

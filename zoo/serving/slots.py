@@ -20,6 +20,9 @@ attends to columns ``[0, c]``; a slot's earlier columns are masked exactly like 
 A move is one strided copy per buffer for all slots and layers at once (and one for the mask), and happens
 only when a long prompt joins a young batch or the cursor hits L; decode steps themselves copy nothing.
 
+An encoder-decoder's slots also read their sources (`zoo.serving.sources.SourceSlots`: the encoder output and
+its cross-attention keys/values per slot); a view hands each layer its cross-attention slot beside its own.
+
 A sliding-window layer keeps the full L columns here (no rolling slots): a window is measured in columns,
 and a slot's columns are contiguous in positions, so the window's mask stays right through every move.
 """
@@ -32,6 +35,7 @@ from typing import Any
 import torch
 
 from zoo.generation.cache import Cursor, LayerSlots, SelfAttentionSlot, cache_dtype
+from zoo.serving.sources import SourceSlots
 from zoo.stacks import Stack
 
 
@@ -56,7 +60,8 @@ class _View:
 class SlotCache:
     """Keys/values (N, 2, B, K, L, D), a (B, L) attention mask and the cursor every slot shares."""
 
-    def __init__(self, stack: Stack, *, slots: int, length: int) -> None:
+    def __init__(self, stack: Stack, *, slots: int, length: int, sources: SourceSlots | None = None) -> None:
+        """``sources``: an encoder-decoder's sources, whose cross-attention slots the views hand out."""
         attention: Any = stack.layers[0].self_attn  # nn.ModuleList types its items as Module
         weight = next(stack.parameters())
         self.slots, self.max_length = slots, length
@@ -73,6 +78,7 @@ class SlotCache:
             device=weight.device,
         )  # (N, 2, B, K, L, D)
         self.mask = torch.zeros(slots, length, dtype=torch.bool, device=weight.device)  # (B, L)
+        self.sources = sources
         self._views: dict[int, _View] = {}
 
     @property
@@ -86,8 +92,11 @@ class SlotCache:
             self._views[rows] = _View(
                 self.cursor,
                 [
-                    LayerSlots(SelfAttentionSlot(self.cursor, layer[0, :rows], layer[1, :rows]), None)
-                    for layer in self.buffer
+                    LayerSlots(
+                        SelfAttentionSlot(self.cursor, layer[0, :rows], layer[1, :rows]),
+                        self.sources.layer(i, rows) if self.sources is not None else None,  # type: ignore[arg-type]
+                    )
+                    for i, layer in enumerate(self.buffer)
                 ],
             )
         return self._views[rows]
