@@ -148,3 +148,26 @@ def test_refused_by_name() -> None:
     for kwargs, words in cases:
         with pytest.raises(ValueError, match=words):
             target.generate(ids, max_new_tokens=4, **kwargs)
+
+
+def test_cli_draft_and_prompt_lookup_print_plain_greedy_text(tmp_path, capsys) -> None:
+    from zoo.cli import main
+    from zoo.io.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(
+        iter(["the cat sat on the mat", "a dog sat on a log"] * 5), kind="bpe", vocab_size=60
+    )
+    spec = zoo.preset("gpt2-tiny").override(vocab_size=64)
+    folders = []
+    for name, seed in (("gpt", 0), ("draft", 1)):
+        torch.manual_seed(seed)
+        zoo.save(zoo.build(spec).eval(), tmp_path / name, tokenizer=tokenizer)
+        folders.append(str(tmp_path / name))
+    base = ["generate", folders[0], "--prompt", "the cat sat on the", "--max-new-tokens", "10"]
+    assert main(base) == 0
+    plain = capsys.readouterr().out
+    for extra in (["--draft", folders[1]], ["--prompt-lookup", "3"]):
+        assert main(base + extra) == 0
+        assert capsys.readouterr().out == plain
+    assert main([*base, "--prompt-lookup", "3", "--beams", "2"]) != 0
+    assert "num_beams" in capsys.readouterr().err
