@@ -24,17 +24,31 @@ step; the target's verification forward of k + 1 tokens runs eagerly.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from zoo.generation.cache import KVCache
+from zoo.generation.config import GenerationConfig
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.generation.sampling import LogitsProcessors, check_finite
 from zoo.generation.session import Session, StepFn
 
-if TYPE_CHECKING:
-    from zoo.generation.generate import Run
+
+class Run(Protocol):
+    """What speculative decoding reads of a validated call (`zoo.generation.generate.Run`)."""
+
+    model: GenerativeModel
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor | None
+    config: GenerationConfig
+    eos: torch.Tensor | None  # (E,)
+    pad: int
+    generator: torch.Generator | None
+    decoder_prompt: tuple[torch.Tensor, torch.Tensor | None] | None
+    forced_bos: torch.Tensor | None
+    forced_eos: torch.Tensor | None
+    constraints: list[Any] | None
 
 
 @runtime_checkable
