@@ -41,15 +41,15 @@ def _ids(text: str) -> torch.Tensor:
 
 
 def _fit(model: zoo.ZooModel, steps: int, device: str, seed: int) -> float:
-    """AdamW on random 128-token windows of the repeating text; returns the last loss."""
+    """AdamW on 4 random 96-token windows a step of the repeating text; returns the last loss."""
     corpus = _ids(TEXT * 40).to(device)
     g = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
     loss = torch.tensor(0.0)
     for _ in range(steps):
-        starts = torch.randint(0, len(corpus) - 129, (8,), generator=g).tolist()
-        batch = torch.stack([corpus[s : s + 129] for s in starts])
+        starts = torch.randint(0, len(corpus) - 97, (4,), generator=g).tolist()
+        batch = torch.stack([corpus[s : s + 97] for s in starts])
         logits = model(batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
         optimizer.zero_grad()
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--steps", type=int, default=150, help="training steps of each model")
+    parser.add_argument("--steps", type=int, default=60, help="training steps of each model")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--repeats", type=int, default=3)

@@ -171,3 +171,12 @@ def test_cli_draft_and_prompt_lookup_print_plain_greedy_text(tmp_path, capsys) -
         assert capsys.readouterr().out == plain
     assert main([*base, "--prompt-lookup", "3", "--beams", "2"]) != 0
     assert "num_beams" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compiled_assistant_step_keeps_greedy_tokens() -> None:
+    target, draft = build_tiny("llama-tiny"), _draft_of("llama-tiny")
+    ids, mask = left_padded(target.spec.vocab_size, [6, 4])
+    plain = target.generate(ids, mask, max_new_tokens=10, eos_token_id=[])
+    fast = target.generate(ids, mask, max_new_tokens=10, eos_token_id=[], assistant_model=draft, compile=True)
+    assert torch.equal(fast, plain)

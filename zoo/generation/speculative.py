@@ -62,8 +62,10 @@ class Verifier(Protocol):
         attention_mask: torch.Tensor | None,
         cache: KVCache | None,
         state: GenerationState,
+        keep: int,
     ) -> torch.Tensor:
-        """ids (R, t) -> logits (R, t, V), writing the keys/values into ``cache`` (`next_token_logits`)."""
+        """ids (R, t) -> logits (R, keep, V) of the last ``keep`` positions, writing the keys/values into
+        ``cache`` (as `next_token_logits` does)."""
         ...
 
 
@@ -262,7 +264,8 @@ def speculative_steps(session: Session, run: Run, drafter: Drafter) -> Iterator[
             session.mask[:, :end] if session.mask is not None else None,
             cache,
             session.state,
-        )[:, -(n + 1) :].float()  # (B, n + 1, V): the target's scores after each accepted-so-far prefix
+            n + 1,
+        ).float()  # (B, n + 1, V): the target's scores after each accepted-so-far prefix
         B, V = logits.shape[0], logits.shape[2]
         if config.sampling:
             check_finite(logits, done)

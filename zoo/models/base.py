@@ -139,9 +139,10 @@ class GenerationMixin:
         attention_mask: torch.Tensor | None,
         cache: StackCache | None,
         state: GenerationState,
+        keep: int,
     ) -> torch.Tensor:
-        """`next_token_logits` for every fed position, (R, t, V): speculative decoding verifies t - 1 drafted
-        tokens in one forward (`zoo.generation.speculative`)."""
+        """`next_token_logits` for the last ``keep`` fed positions, (R, keep, V): speculative decoding verifies
+        keep - 1 drafted tokens in one forward (`zoo.generation.speculative`)."""
         hidden = self.decoder(
             self.embed(ids),
             attention_mask=attention_mask,
@@ -151,7 +152,7 @@ class GenerationMixin:
             cache=cache,
         ).hidden  # (R, t, C)
         assert self.lm_head is not None
-        return self.lm_head(hidden)  # (R, t, V)
+        return self.lm_head(hidden[:, -keep:])  # (R, keep, V)
 
     @overload
     def generate(
