@@ -30,7 +30,13 @@ from typing import Any
 
 from zoo.cli.options import add_device_option, add_dtype_option, torch_dtype, utf8_text
 from zoo.cli.sanitize import clean, markup
-from zoo.cli.search import nan_logits, sampling_options, sampling_settings
+from zoo.cli.search import (
+    nan_logits,
+    sampling_options,
+    sampling_settings,
+    speculative_options,
+    speculative_settings,
+)
 
 PROMPT = "> "
 # The default answer length: transformers' `chat` default, or half the model's positions when that is less.
@@ -67,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument(
         "--repetition-penalty", type=float, default=1.0, metavar="PENALTY", help="> 1 discourages repeats"
     )
+    speculative_options(search)
     run = chat.add_argument_group("model")
     add_device_option(run)
     add_dtype_option(run, default=None, help="cast the weights (default: as saved)")
@@ -134,6 +141,7 @@ def open_session(args: argparse.Namespace) -> Any:
         max_new_tokens=new_tokens,
         **sampling_settings(args),
         repetition_penalty=args.repetition_penalty,
+        **speculative_settings(args, model),
     )
 
 

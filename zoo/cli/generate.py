@@ -26,7 +26,7 @@ from typing import Any
 
 from zoo.cli.options import torch_dtype, utf8_text
 from zoo.cli.sanitize import clean
-from zoo.cli.search import nan_logits, new_tokens, search_options, search_settings
+from zoo.cli.search import nan_logits, new_tokens, search_options, search_settings, speculative_settings
 from zoo.cli.translate_stdin import LINES_PER_BATCH
 
 STDIN = "-"  # as a sentence: read stdin, a sentence a line (`zoo.cli.translate_stdin`)
@@ -180,6 +180,7 @@ def _run(
     from zoo.generation import TextStream, generate, stream
 
     settings = search_settings(args, tokenizer) | (grammar or {})  # --json-schema: generate's keywords
+    settings |= speculative_settings(args, model)  # --draft / --prompt-lookup
     device = next(model.parameters()).device  # where "auto" put the model
     input_ids = torch.tensor([ids], device=device)
     if model.spec.family == "decoder":  # the output is the prompt, then the new tokens

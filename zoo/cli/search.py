@@ -59,9 +59,49 @@ def search_options(parser: argparse.ArgumentParser, *, default_new_tokens: int |
         metavar="ID",
         help="force this token id at the last step, when --max-new-tokens is reached",
     )
+    speculative_options(search)
     run = parser.add_argument_group("model")
     add_device_option(run)
     add_dtype_option(run, default=None, help="cast the weights (default: as saved)")
+
+
+def speculative_options(search: argparse._ArgumentGroup) -> None:
+    """--draft DIR and --prompt-lookup N: speculative decoding (`zoo.generation.speculative`)."""
+    search.add_argument(
+        "--draft",
+        default=None,
+        metavar="DIR",
+        help="speculative decoding: a smaller saved model with the same tokenizer drafts tokens the model "
+        "verifies (same output under greedy search)",
+    )
+    search.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=None,
+        metavar="N",
+        help="speculative decoding: draft N tokens by n-gram lookup in the prompt and the text so far",
+    )
+
+
+def speculative_settings(args: argparse.Namespace, model: Any) -> dict[str, Any]:
+    """``assistant_model`` (the --draft checkpoint, loaded on the model's device and dtype) or
+    ``prompt_lookup_num_tokens``; generate refuses both at once and what they do not combine with."""
+    if args.draft is None:
+        return {} if args.prompt_lookup is None else {"prompt_lookup_num_tokens": args.prompt_lookup}
+    from zoo.cli import kinds
+    from zoo.io.checkpoint import load
+    from zoo.io.hf import from_hf
+    from zoo.io.pretrained import pretrained_kind
+
+    weight = next(model.parameters())
+    expected = "a zoo checkpoint or a Hugging Face folder"
+    with kinds.expecting(args.draft, kinds.CHECKPOINT, kinds.RUN, kinds.HF_FOLDER, expected=expected):
+        read = load if pretrained_kind(args.draft) == "zoo" else from_hf  # no tokenizer needed: the model's
+        draft = read(args.draft, device=weight.device, dtype=weight.dtype)
+    settings: dict[str, Any] = {"assistant_model": draft}
+    if args.prompt_lookup is not None:
+        settings["prompt_lookup_num_tokens"] = args.prompt_lookup
+    return settings
 
 
 def sampling_options(

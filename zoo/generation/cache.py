@@ -221,10 +221,18 @@ class KVCache:
 
     @classmethod
     def for_stack(
-        cls, stack: Stack, *, batch_size: int, max_length: int, dtype: torch.dtype | None = None
+        cls,
+        stack: Stack,
+        *,
+        batch_size: int,
+        max_length: int,
+        dtype: torch.dtype | None = None,
+        rolling: bool = True,
     ) -> KVCache:
         """A cache sized for ``stack``: its heads, width and device; its causal sliding-window layers
-        rolling (W slots, the largest window) unless a position bias needs the keys in order.
+        rolling (W slots, the largest window) unless a position bias needs the keys in order, or
+        ``rolling`` is False (speculative decoding: a rolling slot cannot take back a rejected token, whose
+        write overwrote a key still in the window; the full buffer under the window's mask can).
 
         ``dtype`` defaults to `cache_dtype` of the stack's weights.
         """
@@ -240,7 +248,7 @@ class KVCache:
             cross_attention=first.cross_attn is not None,
             dtype=dtype or cache_dtype(weight.dtype, weight.device),
             device=weight.device,
-            window=rolling_window(stack),
+            window=rolling_window(stack) if rolling else None,
             rolling_layers=[isinstance(pattern, SlidingWindowPattern) for pattern in stack.patterns.all],
         )
 
@@ -273,6 +281,15 @@ class KVCache:
     def advance(self, steps: int) -> None:
         """Called by the stack after every layer wrote its ``steps`` new positions."""
         self.cursor.length += steps
+
+    def crop(self, length: int) -> None:
+        """Forget every position from ``length`` on (speculative decoding's rejected tokens); the next forward
+        overwrites them. Only a cache without rolling layers can (see `for_stack`'s ``rolling``)."""
+        if self.window is not None:
+            raise ValueError(
+                "KVCache.crop: a rolling cache cannot take back positions; build it rolling=False"
+            )
+        self.length = min(self.length, length)
 
     def clear(self) -> None:
         """Forget every cached self-attention key and value (the next forward starts at position slot 0);

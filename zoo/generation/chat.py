@@ -116,6 +116,7 @@ class ChatSession:
             greedy search or sampling, one answer at a time. ``seed`` seeds one generator for the whole
             session, so a session is reproducible and its answers still differ from turn to turn.
             ``eos_token_id``, when given, replaces the stop tokens found (see the module's docstring).
+        assistant_model: speculative decoding's draft model (``prompt_lookup_num_tokens`` is a setting).
 
     Bad settings are a ValueError here, before any turn.
     """
@@ -127,9 +128,11 @@ class ChatSession:
         *,
         system: str | None = None,
         config: GenerationConfig | None = None,
+        assistant_model: GenerativeModel | None = None,
         **settings: Any,
     ) -> None:
         model = check_model(model)
+        self.assistant_model = assistant_model  # speculative decoding's draft (`zoo.generation.speculative`)
         if not model.continues_input:
             raise ValueError(
                 f"ChatSession needs a decoder-only model; this one is a {model.spec.family} (its input is a "
@@ -220,7 +223,14 @@ class ChatSession:
             raise ValueError("ChatSession.reply: the message is empty; give some text")
         messages, prompt, dropped = self._fit([*self._messages, {"role": "user", "content": message}])
         run = prepare_stream(
-            self.model, torch.tensor([prompt]), None, self.config, {}, self._generator, False
+            self.model,
+            torch.tensor([prompt]),
+            None,
+            self.config,
+            {},
+            self._generator,
+            False,
+            assistant_model=self.assistant_model,
         )
         self.dropped_turns += dropped
         self._messages = messages[:-1]  # the dropped turns are gone for good

@@ -57,6 +57,11 @@ class GenerationConfig(CleanModel):
         the vocabulary once a model is at hand.
     seed: sampling draws from ``torch.Generator().manual_seed(seed)``, so runs are reproducible.
     use_cache: False recomputes the whole sequence every step (the reference for the cached path).
+    prompt_lookup_num_tokens: speculative decoding whose drafts are the tokens that followed the last
+        n-gram (n = max_matching_ngram_size down to 1) where it occurred before in the prompt and output;
+        num_assistant_tokens / num_assistant_tokens_schedule: the draft length of an ``assistant_model``
+        ("heuristic": +2 after a fully accepted draft, -1 otherwise, as transformers); see
+        `zoo.generation.speculative`.
 
     Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here. A bad value
     is a `zoo.spec.errors.SpecValidationError` (a pydantic ValidationError and a ValueError) listing one
@@ -84,6 +89,21 @@ class GenerationConfig(CleanModel):
     pad_token_id: StrictInt | None = None
     seed: StrictInt | None = None
     use_cache: bool = True
+    prompt_lookup_num_tokens: int | None = None
+    num_assistant_tokens: int = 20
+    num_assistant_tokens_schedule: Literal["constant", "heuristic"] = "constant"
+    max_matching_ngram_size: int = 2
+
+    @field_validator("num_assistant_tokens", "max_matching_ngram_size", mode="before")
+    @classmethod
+    def _draft_length(cls, value: Any, info: ValidationInfo) -> Any:
+        return _need(value, _is_int(value) and value >= 1, f"{info.field_name} must be an int >= 1")
+
+    @field_validator("prompt_lookup_num_tokens", mode="before")
+    @classmethod
+    def _lookup_length(cls, value: Any) -> Any:
+        ok = value is None or (_is_int(value) and value >= 1)
+        return _need(value, ok, "prompt_lookup_num_tokens must be None or an int >= 1")
 
     @field_validator("max_new_tokens", "num_beams", "num_return_sequences", mode="before")
     @classmethod

@@ -40,6 +40,7 @@ from zoo.generation.prompt import Prompt, decoder_prompt
 from zoo.generation.protocol import GenerativeModel
 from zoo.generation.sampling import BadWords, LogitsProcessors, check_finite, sample
 from zoo.generation.session import Session, StepFn, decode_step
+from zoo.generation.speculative import Assistant, PromptLookup, check_speculative, speculative_steps
 from zoo.generation.weight_layout import use_decoding_layout
 
 Streamer = Callable[[torch.Tensor], Any]
@@ -75,6 +76,14 @@ class Run:
     forced_bos: torch.Tensor | None = None  # (1,)
     forced_eos: torch.Tensor | None = None  # (E,)
     constraints: list[Constraint] | None = None  # one per row: the grammar its text follows
+    assistant: GenerativeModel | None = (
+        None  # speculative decoding's draft model (`zoo.generation.speculative`)
+    )
+    assistant_step: StepFn = decode_step  # the assistant's per-token step (compiled with ``compile=True``)
+
+    @property
+    def speculative(self) -> bool:
+        return self.assistant is not None or self.config.prompt_lookup_num_tokens is not None
 
     def session(self) -> Session:
         return Session(
@@ -86,6 +95,7 @@ class Run:
             use_cache=self.config.use_cache,
             step=self.step,
             decoder_prompt=self.decoder_prompt,
+            rolling=not self.speculative,  # a rolling slot cannot take back a rejected draft's key
         )
 
     def processors(self, session: Session) -> LogitsProcessors:
@@ -124,6 +134,7 @@ def generate(
     json_schema: Mapping[str, Any] | str | None = ...,
     grammar: Grammar | None = ...,
     tokenizer: Any = ...,
+    assistant_model: GenerativeModel | None = ...,
     return_scores: Literal[False] = ...,
     **overrides: Any,
 ) -> torch.Tensor: ...
@@ -142,6 +153,7 @@ def generate(
     json_schema: Mapping[str, Any] | str | None = ...,
     grammar: Grammar | None = ...,
     tokenizer: Any = ...,
+    assistant_model: GenerativeModel | None = ...,
     return_scores: Literal[True],
     **overrides: Any,
 ) -> GenerationOutput: ...
@@ -159,6 +171,7 @@ def generate(
     json_schema: Mapping[str, Any] | str | None = None,
     grammar: Grammar | None = None,
     tokenizer: Any = None,
+    assistant_model: GenerativeModel | None = None,
     return_scores: bool = False,
     **overrides: Any,
 ) -> torch.Tensor | GenerationOutput:
@@ -188,6 +201,10 @@ def generate(
             Greedy search and sampling. A row cut by ``max_new_tokens`` may be incomplete.
         grammar: the same with any `zoo.generation.constrain.Grammar` (a regex, a choice, a Lark grammar).
         tokenizer: the model's tokenizer, whose tokens a grammar reads as text.
+        assistant_model: speculative decoding (transformers' assisted generation): a smaller model with the
+            same vocabulary drafts ``num_assistant_tokens`` tokens that the model verifies in one forward;
+            greedy output is plain greedy's, sampling keeps the model's distribution
+            (`zoo.generation.speculative`). ``prompt_lookup_num_tokens=`` drafts from the text itself.
         return_scores: return a `GenerationOutput` (sequences and beam scores) instead of the ids alone.
 
     The model runs in eval mode (dropout off) under ``torch.no_grad``; its previous mode is restored.
@@ -204,6 +221,7 @@ def generate(
         decoder_attention_mask=decoder_attention_mask,
         grammar=resolve_grammar(json_schema, grammar, tokenizer),
         tokenizer=tokenizer,
+        assistant_model=assistant_model,
     )
     if streamer is not None and run.config.num_beams > 1:
         raise ValueError("generate: streamer works with greedy search and sampling, not with num_beams > 1")
@@ -240,6 +258,7 @@ def stream(
     json_schema: Mapping[str, Any] | str | None = None,
     grammar: Grammar | None = None,
     tokenizer: Any = None,
+    assistant_model: GenerativeModel | None = None,
     **overrides: Any,
 ) -> Iterator[torch.Tensor]:
     """Like `generate` (same arguments, no beam search), but yield each step's new tokens (B,) as they come.
@@ -261,6 +280,7 @@ def stream(
         decoder_attention_mask=decoder_attention_mask,
         grammar=resolve_grammar(json_schema, grammar, tokenizer),
         tokenizer=tokenizer,
+        assistant_model=assistant_model,
     )
     return iterate(run)
 
@@ -278,6 +298,7 @@ def prepare_stream(
     decoder_attention_mask: torch.Tensor | None = None,
     grammar: Grammar | None = None,
     tokenizer: Any = None,
+    assistant_model: GenerativeModel | None = None,
 ) -> Run:
     """`prepare` for `stream` and `zoo.generation.stream_text`: greedy search or sampling only."""
     if overrides.pop("streamer", None) is not None:
@@ -296,6 +317,7 @@ def prepare_stream(
         decoder_attention_mask=decoder_attention_mask,
         grammar=grammar,
         tokenizer=tokenizer,
+        assistant_model=assistant_model,
     )
     if run.config.num_beams != 1:
         raise ValueError("stream: beam search (num_beams > 1) has no stream; call generate")
@@ -312,6 +334,9 @@ def iterate(run: Run) -> Iterator[torch.Tensor]:
 
 def _steps(session: Session, run: Run) -> Iterator[torch.Tensor]:
     """Greedy search or sampling: append one token per row per step and yield it (B,)."""
+    if run.speculative:
+        yield from _speculative(session, run)
+        return
     config, eos, generator = run.config, run.eos, run.generator
     processors = run.processors(session)
     unfinished = (
@@ -368,6 +393,7 @@ def prepare(
     decoder_attention_mask: torch.Tensor | None = None,
     grammar: Grammar | None = None,
     tokenizer: Any = None,
+    assistant_model: GenerativeModel | None = None,
 ) -> Run:
     """Validate the settings, resolve the model's defaults, and check the prompt, before any compute."""
     config = validated(config, overrides)
@@ -431,7 +457,17 @@ def prepare(
         constraints = [Constraint(grammar, vocab_of, stop=eos) for _ in range(rows)]
     if not model.training:  # a training loop's sample leaves the weights as training wants them
         use_decoding_layout(model, rows=rows)
-    return Run(
+    if assistant_model is not None:
+        assistant_model = check_model(assistant_model)
+        if _device_of(assistant_model) != device:
+            raise ValueError(
+                f"generate: assistant_model is on {_device_of(assistant_model)}, the model on {device}"
+            )
+        if compile == "cuda-graphs":
+            raise ValueError("generate: assistant_model does not work with compile='cuda-graphs'; use True")
+        if not assistant_model.training:
+            use_decoding_layout(assistant_model, rows=rows)
+    run = Run(
         model=model,
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -447,7 +483,27 @@ def prepare(
         forced_bos=_ids_tensor(forced_bos, device),
         forced_eos=_ids_tensor(forced_eos, device),
         constraints=constraints,
+        assistant=assistant_model,
+        assistant_step=_decode_step(assistant_model, rows=rows, compile=compile)
+        if assistant_model is not None
+        else decode_step,
     )
+    if run.speculative:
+        check_speculative(run, assistant_model)
+    return run
+
+
+def _speculative(session: Session, run: Run) -> Iterator[torch.Tensor]:
+    """Speculative decoding (`zoo.generation.speculative`), the assistant in eval mode meanwhile."""
+    if run.assistant is None:
+        c = run.config
+        assert c.prompt_lookup_num_tokens is not None
+        yield from speculative_steps(
+            session, run, PromptLookup(c.prompt_lookup_num_tokens, c.max_matching_ngram_size)
+        )
+        return
+    with _eval_mode(run.assistant):
+        yield from speculative_steps(session, run, Assistant(run.assistant, run, run.assistant_step))
 
 
 def resolve_grammar(

@@ -60,9 +60,11 @@ class Session:
         use_cache: bool = True,
         step: StepFn = decode_step,
         decoder_prompt: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+        rolling: bool = True,
     ) -> None:
         """``num_beams``: rows per input (beams, or independent samples); ``decoder_prompt``: an
-        encoder-decoder's checked decoder ids (B, P) and padding mask or None (`zoo.generation.prompt`)."""
+        encoder-decoder's checked decoder ids (B, P) and padding mask or None (`zoo.generation.prompt`);
+        ``rolling``: False keeps a full KV cache for sliding-window layers too (`KVCache.for_stack`)."""
         self.model, self.step = model, step
         device = input_ids.device
         if attention_mask is not None and bool(attention_mask.bool().all()):
@@ -95,7 +97,11 @@ class Session:
             self.positions = (self.mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, L), left pads skipped
         # L - 1 positions would do (the last new token is never fed back); one spare keeps every view of the
         # buffer non-contiguous, so torch.compile does not recompile for the step that would fill it.
-        self.cache = KVCache.for_stack(self.state.stack, batch_size=B, max_length=L) if use_cache else None
+        self.cache = (
+            KVCache.for_stack(self.state.stack, batch_size=B, max_length=L, rolling=rolling)
+            if use_cache
+            else None
+        )
         self.refill_column = self._refill_column() if self.cache is not None else None
 
     def _refill_column(self) -> int | None:

@@ -122,6 +122,7 @@ def stream_text(
     compile: Compile = False,
     json_schema: Mapping[str, Any] | str | None = None,
     grammar: Grammar | None = None,
+    assistant_model: GenerativeModel | None = None,
     **overrides: Any,
 ) -> Iterator[list[str]]:
     """Like `zoo.generation.stream`, but yield each step's new text: a list of B strings (B * n with
@@ -147,6 +148,7 @@ def stream_text(
         decoder_attention_mask=decoder_attention_mask,
         grammar=resolve_grammar(json_schema, grammar, tokenizer),
         tokenizer=tokenizer,
+        assistant_model=assistant_model,
     )
     eos = set(run.eos.tolist()) if run.eos is not None else set()
     if run.model.continues_input:  # the prompt is the beginning of the text

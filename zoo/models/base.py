@@ -132,6 +132,28 @@ class GenerationMixin:
         assert self.lm_head is not None  # generation refuses a model without one (`check_model`)
         return self.lm_head(hidden[:, -1])  # (R, V)
 
+    def all_token_logits(
+        self,
+        ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: StackCache | None,
+        state: GenerationState,
+        keep: int,
+    ) -> torch.Tensor:
+        """`next_token_logits` for the last ``keep`` fed positions, (R, keep, V): speculative decoding verifies
+        keep - 1 drafted tokens in one forward (`zoo.generation.speculative`)."""
+        hidden = self.decoder(
+            self.embed(ids),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            memory=state.memory,
+            memory_mask=state.memory_mask,
+            cache=cache,
+        ).hidden  # (R, t, C)
+        assert self.lm_head is not None
+        return self.lm_head(hidden[:, -keep:])  # (R, keep, V)
+
     @overload
     def generate(
         self: GenerativeModel,

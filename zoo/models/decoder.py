@@ -263,3 +263,21 @@ class DecoderModel(GenerationMixin, ZooModel):
         ).hidden  # (R, t, C)
         assert self.lm_head is not None  # generation refuses a model without one (`check_model`)
         return self.lm_head(self._project_out(hidden[:, -1]))  # (R, V)
+
+    def all_token_logits(
+        self,
+        ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: StackCache | None,
+        state: GenerationState,
+        keep: int,
+    ) -> torch.Tensor:
+        """ids (R, t) -> logits (R, keep, V) at the last ``keep`` positions: `GenerationMixin.all_token_logits`."""
+        if self.project_in is None:
+            return super().all_token_logits(ids, position_ids, attention_mask, cache, state, keep)
+        hidden = self.decoder(
+            self._embed(ids), attention_mask=attention_mask, position_ids=position_ids, cache=cache
+        ).hidden  # (R, t, C)
+        assert self.lm_head is not None
+        return self.lm_head(self._project_out(hidden[:, -keep:]))  # (R, keep, V)
