@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,12 @@ import torch
 # The tests run tiny tensors, where two threads cost more in hand-offs than they win in parallelism
 # (and fight each other on a loaded 2-core machine); one thread makes the suite faster and steadier.
 torch.set_num_threads(1)
+
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and
+# so would every `zoo` it starts: the Ctrl-C tests would then test nothing. Python's own handler, as in a
+# terminal (exec resets a handled signal to its default in the children, an ignored one stays ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
