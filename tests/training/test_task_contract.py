@@ -95,6 +95,13 @@ def write_conversations(path: Path, seed: int) -> Path:
     return path
 
 
+def write_triplets(path: Path, seed: int) -> Path:
+    rows = [{"anchor": " ".join(s), "positive": " ".join(reversed(s)), "negative": " ".join(s[1:])}
+            for s in sentences(60, seed)]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # task (variant) -> (writer, suffix, model, config extras, a validation score the task adds)
 DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str, Any], str | None]] = {
     "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"task.bleu_samples": 4, "task.max_new_tokens": 4}, "val_bleu"),
@@ -111,6 +118,9 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "chat packed": (write_conversations, ".jsonl", GPT, {"data.packing": {"block_size": 48, "documents": "separate"}},
                     None),
     "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
+    "contrastive": (write_triplets, ".jsonl", BERT, {}, "val_retrieval_accuracy"),
+    "contrastive cached": (write_triplets, ".jsonl", BERT, {"task": {"kind": "contrastive", "cache_batch": 5,
+                           "hard_negatives": 1, "matryoshka_dims": [32, 8]}}, "val_retrieval_accuracy"),
 }  # fmt: skip
 
 
