@@ -67,7 +67,12 @@ def test_grad_cache_gives_the_gradients_of_the_whole_batch() -> None:
         model.zero_grad()
         sums = objective(model, batch, device=torch.device("cpu"))
         (sums.loss * 0.25).backward()
-        grads.append((float(sums.loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+        grads.append(
+            (
+                float(sums.loss.detach()),
+                {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+            )
+        )
     (whole, expected), (cached, got) = grads
     assert cached == pytest.approx(whole, abs=1e-5)
     assert expected.keys() == got.keys() and expected
@@ -117,9 +122,13 @@ def test_the_example_trains_and_sentence_transformers_loads_the_result(tmp_path:
     ``SentenceTransformer(...).encode`` equals ``zoo.embed`` within 1e-5."""
     folder = minilm_folder()
     sentence_transformers = pytest.importorskip("sentence_transformers")
-    subprocess.run([sys.executable, "examples/paraphrase_data.py", str(tmp_path / "data")], cwd=ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "examples/paraphrase_data.py", str(tmp_path / "data")], cwd=ROOT, check=True
+    )
     config = (ROOT / "examples/contrastive.yaml").read_text().replace("MINILM_DIR", str(folder))
-    config = config.replace("examples/data/", f"{tmp_path}/data/").replace("runs/contrastive", str(tmp_path / "run"))
+    config = config.replace("examples/data/", f"{tmp_path}/data/").replace(
+        "runs/contrastive", str(tmp_path / "run")
+    )
     (tmp_path / "c.yaml").write_text(config)
     from zoo.training import TrainConfig, train
 

@@ -132,7 +132,9 @@ def write_folder_settings(folder: Path, settings: FolderSettings, *, dim: int) -
         {"idx": i, "name": str(i), "path": paths[kind], "type": f"sentence_transformers.models.{kind}"}
         for i, kind in enumerate(kinds)
     ]
-    pooling = {"word_embedding_dimension": dim} | {key: mode in modes for key, mode in _LEGACY_SWITCHES.items()}
+    pooling = {"word_embedding_dimension": dim} | {
+        key: mode in modes for key, mode in _LEGACY_SWITCHES.items()
+    }
     sbert = {"max_seq_length": settings.max_length, "do_lower_case": False}
     (folder / "1_Pooling").mkdir(exist_ok=True)
     if settings.normalize:

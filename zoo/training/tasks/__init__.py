@@ -24,8 +24,8 @@ from zoo.training.config import ConfigError, PackingConfig
 from zoo.training.task_settings import SETTINGS, TaskSettings
 from zoo.training.tasks.base import Task
 from zoo.training.tasks.chat import Chat
-from zoo.training.tasks.contrastive import Contrastive
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
+from zoo.training.tasks.contrastive import Contrastive
 from zoo.training.tasks.dpo import DPO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
 from zoo.training.tasks.seq2seq import Seq2Seq
@@ -33,7 +33,16 @@ from zoo.training.tasks.seq2seq import Seq2Seq
 # The registry: a task's name (its settings' kind) -> the class that implements it.
 TASKS: dict[str, type[Task]] = {
     task.name: task
-    for task in (Seq2Seq, CausalLM, MaskedLM, SequenceClassification, TokenClassification, Chat, DPO, Contrastive)
+    for task in (
+        Seq2Seq,
+        CausalLM,
+        MaskedLM,
+        SequenceClassification,
+        TokenClassification,
+        Chat,
+        DPO,
+        Contrastive,
+    )
 }
 assert set(TASKS) == set(SETTINGS), "every task the config accepts is registered, and only those"
 assert all(TASKS[kind].settings_type is settings for kind, settings in SETTINGS.items()), "each its own"

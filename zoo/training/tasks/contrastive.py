@@ -45,7 +45,7 @@ from zoo.embeddings.pooling import pool
 from zoo.io.checkpoint import load as load_checkpoint
 from zoo.io.hf import to_hf
 from zoo.losses.contrastive import matryoshka, ranking_losses, similarity
-from zoo.spec import EncoderSpec, ModelSpec
+from zoo.spec import ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
@@ -122,7 +122,9 @@ class Contrastive(Task):
         settings = read_folder_settings(folder)
         if settings.prompt is not None or settings.lowercase:
             what = "a default prompt" if settings.prompt is not None else "do_lower_case: true"
-            raise ConfigError(f"model.init_from: {folder} has {what}, which task contrastive does not apply yet")
+            raise ConfigError(
+                f"model.init_from: {folder} has {what}, which task contrastive does not apply yet"
+            )
         self.folder = settings
 
     # -- tokenizers and data ---------------------------------------------------------------------------------
@@ -133,7 +135,8 @@ class Contrastive(Task):
     def check_data(self, data: DataConfig) -> None:
         super().check_data(data)
         self.refuse_parallel_files(
-            data, f"data: contrastive reads JSON lines {{{', '.join(self.fields)}}}, not {{source, target}} files"
+            data,
+            f"data: contrastive reads JSON lines {{{', '.join(self.fields)}}}, not {{source, target}} files",
         )
 
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
@@ -236,7 +239,9 @@ class Contrastive(Task):
         frame, limit = framing(tokenizers), self.max_length or model.spec.max_positions
         examples = np.arange(split.data.num_examples)
         vectors = {}
-        objective = self.objective(model.spec, label_smoothing=None, model=model, starting_model=lambda: model)
+        objective = self.objective(
+            model.spec, label_smoothing=None, model=model, starting_model=lambda: model
+        )
         was_training = model.training
         model.eval()
         try:
@@ -306,7 +311,9 @@ class ColumnCollator:
 
     def __call__(self, units: np.ndarray, *, generator: torch.Generator | None = None) -> Batch:
         examples = self.units.example_indices(units)
-        texts = [self.framing(r, self.max_length) for side in self.sides for r in rows(self.data, examples, side)]
+        texts = [
+            self.framing(r, self.max_length) for side in self.sides for r in rows(self.data, examples, side)
+        ]
         ids, mask = pad(texts, self.pad_id)  # (K B, T)
         targets = torch.arange(len(examples))  # (B,)
         return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
@@ -340,7 +347,12 @@ class RankingObjective(Objective):
         return batch.targets.shape[0]
 
     def embed(
-        self, model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, autocast: AbstractContextManager | None
+        self,
+        model: nn.Module,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        autocast: AbstractContextManager | None,
     ) -> torch.Tensor:
         """(N, T) ids and mask on the model's device -> (N, dim) vectors, as `zoo.embed` computes them."""
         inputs: dict[str, torch.Tensor] = {"attention_mask": mask} if not bool(mask.all()) else {}
@@ -378,7 +390,9 @@ class RankingObjective(Objective):
         ids = batch.inputs["input_ids"].to(device, non_blocking=True)  # (K B, T)
         mask = batch.inputs["attention_mask"].to(device, non_blocking=True)  # (K B, T)
         if self.settings.cache_batch and torch.is_grad_enabled():
-            loss, vectors = cached_loss(self, model, ids, mask, mini=self.settings.cache_batch, autocast=autocast)
+            loss, vectors = cached_loss(
+                self, model, ids, mask, mini=self.settings.cache_batch, autocast=autocast
+            )
         else:
             vectors = self.embed(model, ids, mask, autocast=autocast)  # (K B, dim)
             loss = self.losses(vectors).sum()
@@ -396,7 +410,9 @@ def _token_head(model: nn.Module) -> bool:
     """Whether the model (inside any DDP / compile wrapper) has a token-level head (MLM, LM, tagger)."""
     inner = getattr(model, "module", model)
     heads = [getattr(inner, name, None) for name in ("lm_head", "mlm_head")]
-    return any(h is not None for h in heads) or getattr(getattr(inner, "classifier", None), "per_token", False)
+    return any(h is not None for h in heads) or getattr(
+        getattr(inner, "classifier", None), "per_token", False
+    )
 
 
 def embed_rows(
@@ -472,4 +488,11 @@ def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torc
         torch.cuda.set_rng_state(state[1], device)
 
 
-__all__ = ["ST_FOLDER", "Contrastive", "RankingObjective", "columns_for", "ranking_losses", "retrieval_accuracy"]
+__all__ = [
+    "ST_FOLDER",
+    "Contrastive",
+    "RankingObjective",
+    "columns_for",
+    "ranking_losses",
+    "retrieval_accuracy",
+]
