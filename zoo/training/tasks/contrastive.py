@@ -260,6 +260,7 @@ class Contrastive(Task):
         """The trained model in ``output_dir`` (as the run saved it) written again as a sentence-transformers
         folder, ``output_dir / sentence-transformers``; returns it."""
         model = load_checkpoint(output_dir)
+        assert not isinstance(model, tuple)  # no load report asked for
         folder = to_hf(model, output_dir / ST_FOLDER, tokenizer=tokenizers.target, overwrite=True)
         max_length = self.folder.max_length or self.max_length
         write_folder_settings(
