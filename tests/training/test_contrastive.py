@@ -141,4 +141,17 @@ def test_the_example_trains_and_sentence_transformers_loads_the_result(tmp_path:
     theirs = sentence_transformers.SentenceTransformer(str(saved), device="cpu").encode(texts)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert not np.allclose(ours, zoo.embed(folder, texts), atol=1e-3)  # trained: the vectors moved
-    assert result.final["val_retrieval_accuracy"] > 0.6  # the pretrained model: 0.47
+    assert result.final["val_retrieval_accuracy"] > 0.55  # the pretrained model: 0.467 (90 steps: 0.833)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_written_folder_settings_read_back(tmp_path: Path, normalize: bool) -> None:
+    from zoo.embeddings.folder import FolderSettings, read_folder_settings, write_folder_settings
+
+    written = FolderSettings(
+        model_dir=tmp_path, pooling=("cls", "mean"), normalize=normalize, max_length=128, from_modules=True
+    )
+    write_folder_settings(tmp_path, written, dim=64)
+    assert read_folder_settings(tmp_path) == written
+    pooling = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 64 and pooling["pooling_mode_cls_token"]
