@@ -118,7 +118,7 @@ def test_loss_of_a_fixed_batch_equals_sentence_transformers(settings: Contrastiv
 
 @pytest.mark.slow
 def test_the_example_trains_and_sentence_transformers_loads_the_result(tmp_path: Path) -> None:
-    """examples/contrastive.yaml (a few steps) raises held-out retrieval; the saved folder's
+    """examples/contrastive.yaml as written (25 steps leave retrieval at 0.47) raises held-out retrieval; the saved folder's
     ``SentenceTransformer(...).encode`` equals ``zoo.embed`` within 1e-5."""
     folder = minilm_folder()
     sentence_transformers = pytest.importorskip("sentence_transformers")
@@ -132,7 +132,7 @@ def test_the_example_trains_and_sentence_transformers_loads_the_result(tmp_path:
     (tmp_path / "c.yaml").write_text(config)
     from zoo.training import TrainConfig, train
 
-    result = train(TrainConfig.from_yaml(tmp_path / "c.yaml", max_steps=25), progress=False)
+    result = train(TrainConfig.from_yaml(tmp_path / "c.yaml"), progress=False)  # 90 steps: ~6 CPU-min
     saved = tmp_path / "run" / "sentence-transformers"
     assert json.loads((saved / "modules.json").read_text())[-1]["type"].endswith("Normalize")
     lines = [json.loads(x) for x in (tmp_path / "data/paraphrase.valid.jsonl").read_text().splitlines()][:60]
@@ -141,7 +141,7 @@ def test_the_example_trains_and_sentence_transformers_loads_the_result(tmp_path:
     theirs = sentence_transformers.SentenceTransformer(str(saved), device="cpu").encode(texts)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert not np.allclose(ours, zoo.embed(folder, texts), atol=1e-3)  # trained: the vectors moved
-    assert result.final["val_retrieval_accuracy"] > 0.55  # the pretrained model: 0.467 (90 steps: 0.833)
+    assert result.final["val_retrieval_accuracy"] > 0.7  # the pretrained model: 0.467; measured 0.833
 
 
 @pytest.mark.parametrize("normalize", [True, False])
