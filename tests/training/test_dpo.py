@@ -395,7 +395,9 @@ def test_config_refusals_name_the_field(pairs: tuple[Path, Path], tmp_path: Path
         dpo_config(tmp_path / "run", pairs, **{"loss.dpo_beta": 0.2})
     with pytest.raises(ConfigError, match=r"task dpo needs a decoder model, but the model is encoder"):
         Trainer(dpo_config(tmp_path / "run", pairs, model={"preset": "bert-tiny"}), progress=False)
-    with pytest.raises(ConfigError, match=r"data.packing is for causal_lm, masked_lm, chat and seq2seq, not dpo"):
+    with pytest.raises(
+        ConfigError, match=r"data.packing is for causal_lm, masked_lm, chat and seq2seq, not dpo"
+    ):
         Trainer(dpo_config(tmp_path / "run", pairs, **{"data.packing": {"block_size": 32}}), progress=False)
 
 

@@ -102,6 +102,13 @@ def write_conversations(path: Path, seed: int) -> Path:
     return path
 
 
+def write_triplets(path: Path, seed: int) -> Path:
+    rows = [{"anchor": " ".join(s), "positive": " ".join(reversed(s)), "negative": " ".join(s[1:])}
+            for s in sentences(60, seed)]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
 # task (variant) -> (writer, suffix, model, config extras, a validation score the task adds)
 DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str, Any], str | None]] = {
     "seq2seq": (write_pairs, ".tsv", TRANSFORMER, {"task.bleu_samples": 4, "task.max_new_tokens": 4}, "val_bleu"),
@@ -120,6 +127,9 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
     "dpo simpo": (write_preferences, ".jsonl", GPT, {"task.loss": "simpo"}, "val_rewards/accuracy"),
     "kto": (write_unpaired, ".jsonl", GPT, {}, "val_rewards/accuracy"),
+    "contrastive": (write_triplets, ".jsonl", BERT, {}, "val_retrieval_accuracy"),
+    "contrastive cached": (write_triplets, ".jsonl", BERT, {"task": {"kind": "contrastive", "cache_batch": 5,
+                           "hard_negatives": 1, "matryoshka_dims": [32, 8]}}, "val_retrieval_accuracy"),
 }  # fmt: skip
 
 

@@ -16,10 +16,12 @@ other (Dense, LayerNorm, a Router...) is refused, naming it, rather than silentl
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
+from zoo.io.atomic import write_text_atomic
 from zoo.io.jsonfile import read_json, read_json_object
 from zoo.io.names import POOLING_CONFIG_NAME, SBERT_CONFIG_NAME, ST_CONFIG_NAME, ST_MODULES_NAME
 from zoo.io.paths import inside
@@ -108,6 +110,42 @@ def read_folder_settings(folder: Path) -> FolderSettings:
         include_prompt=include_prompt,
         from_modules=True,
     )
+
+
+def write_folder_settings(folder: Path, settings: FolderSettings, *, dim: int) -> None:
+    """Make ``folder`` (a Hugging Face folder: config, weights, tokenizer) a sentence-transformers folder that
+    `read_folder_settings` reads back as ``settings``: ``modules.json`` (Transformer at the folder itself,
+    Pooling, Normalize when ``settings.normalize``), ``sentence_bert_config.json`` and
+    ``1_Pooling/config.json`` (the older switches, which every sentence-transformers version reads; ``dim``
+    is the token vectors' width). A prompt is not written (an `EmbeddingConfigError`)."""
+    modes = settings.pooling or ("mean",)
+    if settings.prompt is not None or settings.lowercase:
+        raise EmbeddingConfigError(f"{folder}: writing a prompt or do_lower_case is not supported")
+    legacy = [mode for mode in _LEGACY_SWITCHES.values() if mode in modes]
+    if list(modes) != legacy:
+        raise EmbeddingConfigError(
+            f"{folder}: pooling {list(modes)} must follow the order {list(_LEGACY_SWITCHES.values())}"
+        )
+    kinds = ["Transformer", "Pooling", *(["Normalize"] if settings.normalize else [])]
+    paths = {"Transformer": "", "Pooling": "1_Pooling", "Normalize": "2_Normalize"}
+    modules = [
+        {"idx": i, "name": str(i), "path": paths[kind], "type": f"sentence_transformers.models.{kind}"}
+        for i, kind in enumerate(kinds)
+    ]
+    pooling = {"word_embedding_dimension": dim} | {
+        key: mode in modes for key, mode in _LEGACY_SWITCHES.items()
+    }
+    sbert = {"max_seq_length": settings.max_length, "do_lower_case": False}
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    if settings.normalize:
+        (folder / "2_Normalize").mkdir(exist_ok=True)
+    _write_json(folder / "1_Pooling" / POOLING_CONFIG_NAME, pooling)
+    _write_json(folder / SBERT_CONFIG_NAME, sbert)
+    _write_json(folder / ST_MODULES_NAME, modules)  # last: the folder is a sentence-transformers one now
+
+
+def _write_json(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def check_pooling(pooling: object, *, where: str = "pooling") -> tuple[str, ...]:

@@ -207,6 +207,7 @@ class Trainer:
                     "were started): DDP would broadcast the NF4 base; use quantize_base: null, or one process"
                 )
             zoo.lora.apply(self.model, config.lora)
+        self.task.started_from(init_from)  # contrastive reads the folder's pooling
         # What the task trains on (DPO's keeps a frozen reference: the starting weights, never checkpointed).
         self.objective = self.task.objective(
             self.spec,
@@ -391,6 +392,8 @@ class Trainer:
             self._stop_if_signalled()
             self._check_finite(weights=True)  # never a final model that is not finite
             self.io.save_final()
+            if self.runtime.is_main:
+                self.task.save_final(self.output_dir, self.tokenizers)  # a sentence-transformers folder
         self.model.eval()  # handed back ready for inference, as zoo.load returns models
         result = TrainResult(
             model=self.model,

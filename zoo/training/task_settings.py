@@ -7,6 +7,7 @@
     task: {kind: masked_lm, mlm_probability: 0.15}
     task: {kind: chat, train_on_prompt: false}
     task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
+    task: {kind: contrastive, scale: 20.0, similarity: cos, matryoshka_dims: [384, 128, 64]}
     (no task: the model's own, its family's or its classifier's, with its settings at their defaults)
 
 A setting lives under the task that reads it, so a setting of another task cannot be written down.
@@ -169,6 +170,48 @@ class KTOSettings(TaskSettings):
         return f"loss.label_smoothing ({eps}) is not read by kto" if eps else None
 
 
+class ContrastiveSettings(TaskSettings):
+    """contrastive: an embedding model trained on (anchor, positive[, negative]) pairs with in-batch
+    negatives (sentence-transformers' MultipleNegativesRankingLoss, optionally inside MatryoshkaLoss)."""
+
+    kind: Literal["contrastive"] = "contrastive"
+    scale: PositiveFloat = Field(20.0, description="Similarities are multiplied by this (1 / temperature).")
+    similarity: Literal["cos", "dot"] = Field("cos", description="cos (cosine) or dot (dot product).")
+    hard_negatives: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Hard-negative columns per line: negative (1), or negative_1 ... negative_N (N > 1).",
+    )
+    matryoshka_dims: tuple[PositiveInt, ...] | None = Field(
+        None,
+        min_length=1,
+        description="MatryoshkaLoss: the loss summed over the vectors cut to each of these widths; null: off.",
+    )
+    matryoshka_weights: tuple[PositiveFloat, ...] | None = Field(
+        None, description="One weight per matryoshka_dims entry; null: 1 each."
+    )
+    cache_batch: PositiveInt | None = Field(
+        None,
+        description="GradCache (CachedMultipleNegativesRankingLoss): embed a batch this many texts at a time "
+        "(a batch's memory is one mini-batch's); null: the whole batch at once.",
+    )
+
+    @model_validator(mode="after")
+    def _one_weight_per_dim(self) -> ContrastiveSettings:
+        if self.matryoshka_weights is not None and (
+            self.matryoshka_dims is None or len(self.matryoshka_weights) != len(self.matryoshka_dims)
+        ):
+            raise ValueError(
+                f"task.matryoshka_weights ({len(self.matryoshka_weights)}) needs one weight per "
+                "task.matryoshka_dims entry"
+            )
+        return self
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        return f"loss.label_smoothing ({eps}) is not read by contrastive: leave it unset" if eps else None
+
+
 # The union the config's ``task`` validates into: every task's settings, listed once.
 TaskSettingsUnion = Annotated[
     Seq2SeqSettings
@@ -178,7 +221,8 @@ TaskSettingsUnion = Annotated[
     | TokenClassificationSettings
     | ChatSettings
     | DPOSettings
-    | KTOSettings,
+    | KTOSettings
+    | ContrastiveSettings,
     Field(discriminator="kind"),
 ]
 SETTINGS: dict[str, type[TaskSettings]] = {

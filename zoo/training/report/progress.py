@@ -144,12 +144,15 @@ def clock(seconds: float) -> str:
 def eval_line(record: dict[str, Any]) -> str:
     """``step 200: val_loss 1.234  ppl 3.43  BLEU 25.1`` — one validation record as a line; a classifier's
     shows accuracy (and F1) instead of perplexity: ``step 200: val_loss 0.321  accuracy 91.0%  F1 88.2%``;
-    DPO its rewards: ``step 200: val_loss 0.512  reward accuracy 81.0%  margin 0.734``."""
+    DPO its rewards: ``step 200: val_loss 0.512  reward accuracy 81.0%  margin 0.734``; contrastive its
+    held-out retrieval: ``step 90: val_loss 0.643  retrieval accuracy 83.3%``."""
     line = f"step {record['step']}: val_loss {record['val_loss']:.3f}"
     if record.get("val_rewards/accuracy") is not None:
         margin = record.get("val_rewards/margins")
         margin_text = f"  margin {margin:.3f}" if margin is not None else ""
         return f"{line}  reward accuracy {100 * record['val_rewards/accuracy']:.1f}%{margin_text}"
+    if record.get("val_retrieval_accuracy") is not None:  # contrastive
+        return f"{line}  retrieval accuracy {100 * record['val_retrieval_accuracy']:.1f}%"
     if record.get("val_accuracy") is not None:
         line += f"  accuracy {100 * record['val_accuracy']:.1f}%"
         if record.get("val_f1") is not None:

@@ -11,6 +11,8 @@
                                                                      (or LoRA's base)
     kto                        `zoo.training.tasks.kto`              unpaired completions labelled good or
                                                                      bad, KTO's loss, dpo's reference
+    contrastive                `zoo.training.tasks.contrastive`      (anchor, positive[, negatives]) lines,
+                                                                     in-batch negatives, an embedding model
 
 A task is built with its own settings, the config's ``task: {kind: NAME, ...}`` (`build_task`); setup
 (`zoo.training.setup`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
@@ -26,6 +28,7 @@ from zoo.training.task_settings import SETTINGS, TaskSettings
 from zoo.training.tasks.base import Task
 from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
+from zoo.training.tasks.contrastive import Contrastive
 from zoo.training.tasks.dpo import DPO
 from zoo.training.tasks.kto import KTO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
@@ -34,7 +37,17 @@ from zoo.training.tasks.seq2seq import Seq2Seq
 # The registry: a task's name (its settings' kind) -> the class that implements it.
 TASKS: dict[str, type[Task]] = {
     task.name: task
-    for task in (Seq2Seq, CausalLM, MaskedLM, SequenceClassification, TokenClassification, Chat, DPO, KTO)
+    for task in (
+        Seq2Seq,
+        CausalLM,
+        MaskedLM,
+        SequenceClassification,
+        TokenClassification,
+        Chat,
+        DPO,
+        KTO,
+        Contrastive,
+    )
 }
 assert set(TASKS) == set(SETTINGS), "every task the config accepts is registered, and only those"
 assert all(TASKS[kind].settings_type is settings for kind, settings in SETTINGS.items()), "each its own"

@@ -178,6 +178,16 @@ class Task(ABC):
         are those `spec_overrides` held back."""
         return spec
 
+    def started_from(self, folder: Path | None) -> None:
+        """Told the folder the run's weights start from (``model.init_from``; None: the seed's), before
+        `objective`: a task that reads more of it than the weights (contrastive: the pooling) reads it here."""
+        return None
+
+    def save_final(self, output_dir: Path, tokenizers: Tokenizers) -> Path | None:
+        """After the trained model is saved in ``output_dir`` (rank 0): write any further form of it the task
+        promises (contrastive: a sentence-transformers folder), returning its path; None: nothing more."""
+        return None
+
     def has_unused_parameters(self, spec: ModelSpec) -> bool:
         """Whether the model computes outputs this task's loss never reads, which DDP must be told about."""
         return False
