@@ -218,7 +218,7 @@ def markdown(record: dict[str, Any]) -> str:
     lines = [f"# QLoRA and optimizer memory ({record['machine'].get('device', record['device'])})", ""]
     if record.get("step"):
         lines += [
-            f"One LoRA r={RANK} step on q/k/v/o, {TOKENS} tokens, Llama 3.2 1B's shape in bfloat16 (fresh process each; zoo's loss chunked through the head as `zoo train` computes it, PEFT's through transformers' `labels=`).",
+            f"One LoRA r={RANK} step on q/k/v/o, {TOKENS} tokens, Llama 3.2 1B's shape in bfloat16 (fresh process each; zoo's loss chunked through the head (`loss.chunk_tokens: auto`), PEFT's through transformers' `labels=`).",
             "",
             "| contender | peak RSS (GB) | vs zoo-bf16 | load (s) | step (s) |",
             "|---|---:|---:|---:|---:|",

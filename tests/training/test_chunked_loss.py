@@ -130,16 +130,24 @@ def test_a_run_in_chunks_trains_the_weights_of_a_plain_run(
         assert torch.allclose(a, b, atol=1e-5), name
 
 
-def test_decoder_tasks_chunk_by_default_and_the_others_never(
+def test_auto_chunks_decoder_tasks_and_never_the_others(
     make_config: Callable[..., TrainConfig], tmp_path: Path
 ) -> None:
-    trainer = Trainer(lm_config(make_config, tmp_path, "lm"), progress=False)
+    plain = Trainer(lm_config(make_config, tmp_path, "plain"), progress=False)
+    try:
+        assert plain.objective.chunk_tokens is None  # the default: all logits at once
+    finally:
+        plain.close()
+    trainer = Trainer(lm_config(make_config, tmp_path, "lm", **{"loss.chunk_tokens": "auto"}), progress=False)
     try:
         assert isinstance(trainer.objective, TokenCrossEntropy)
         assert trainer.objective.chunk_tokens == auto_chunk_tokens(trainer.spec.vocab_size)
     finally:
         trainer.close()
-    translator = Trainer(make_config(max_steps=1, output_dir=str(tmp_path / "mt")), progress=False)
+    translator = Trainer(
+        make_config(max_steps=1, output_dir=str(tmp_path / "mt"), **{"loss.chunk_tokens": "auto"}),
+        progress=False,
+    )
     try:
         assert isinstance(translator.objective, TokenCrossEntropy)
         assert translator.objective.chunk_tokens is None  # seq2seq: auto is off

@@ -54,7 +54,7 @@ def assumptions(spec: ModelSpec) -> tuple[str, ...]:
     if causal and getattr(spec, "lm_head", None) is not None:
         lines.append(
             "the loss's float32 log-probabilities are counted for every token, as model(labels=...) and "
-            "loss.chunk_tokens: null keep them; zoo train's default chunked loss holds one chunk at a time "
+            "zoo train's default (loss.chunk_tokens: null) keep them; loss.chunk_tokens: auto holds one chunk at a time "
             "(docs/large-models.md)"
         )
     if causal:
