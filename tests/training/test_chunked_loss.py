@@ -69,10 +69,22 @@ def test_the_token_loss_in_chunks_is_the_plain_one(head: dict[str, Any], train: 
     plain, plain_grads = run(TokenCrossEntropy(label_smoothing=eps), net, data, train=train)
     chunked, chunked_grads = run(
         TokenCrossEntropy(label_smoothing=eps, chunk_tokens=7), net, data, train=train
-    )  # 7 does not divide the 26 scored tokens
+    )  # 7 does not divide the 29 scored tokens
     assert chunked.logits is None and plain.logits is not None
     assert_close(chunked.loss, plain.loss)
     for a, b in zip(plain_grads, chunked_grads, strict=True):
+        assert_close(a, b)
+
+
+def test_a_batch_that_fits_one_chunk_is_computed_whole() -> None:
+    net = model().train()
+    data = batch(4, 13, prompt=5)
+    scored = int((data.targets != IGNORE_INDEX).sum())
+    whole, whole_grads = run(TokenCrossEntropy(chunk_tokens=scored), net, data, train=True)
+    split, split_grads = run(TokenCrossEntropy(chunk_tokens=scored - 1), net, data, train=True)
+    assert whole.logits is not None and split.logits is None  # logits only where no chunk was needed
+    assert_close(whole.loss, split.loss)
+    for a, b in zip(whole_grads, split_grads, strict=True):
         assert_close(a, b)
 
 
@@ -133,12 +145,12 @@ def test_a_run_in_chunks_trains_the_weights_of_a_plain_run(
 def test_auto_chunks_decoder_tasks_and_never_the_others(
     make_config: Callable[..., TrainConfig], tmp_path: Path
 ) -> None:
-    plain = Trainer(lm_config(make_config, tmp_path, "plain"), progress=False)
+    plain = Trainer(lm_config(make_config, tmp_path, "plain", **{"loss.chunk_tokens": None}), progress=False)
     try:
-        assert plain.objective.chunk_tokens is None  # the default: all logits at once
+        assert plain.objective.chunk_tokens is None  # null: all logits at once
     finally:
         plain.close()
-    trainer = Trainer(lm_config(make_config, tmp_path, "lm", **{"loss.chunk_tokens": "auto"}), progress=False)
+    trainer = Trainer(lm_config(make_config, tmp_path, "lm"), progress=False)  # auto: the default
     try:
         assert isinstance(trainer.objective, TokenCrossEntropy)
         assert trainer.objective.chunk_tokens == auto_chunk_tokens(trainer.spec.vocab_size)

@@ -250,11 +250,12 @@ class LossConfig(Section):
         "output's aux_loss) is added to the objective, as transformers' router_aux_loss_coef; 0 = off.",
     )
     chunk_tokens: PositiveInt | Literal["auto"] | None = Field(
-        None,
+        "auto",
         description="causal_lm, chat and dpo: compute the loss through the LM head this many tokens at a time "
-        "(zoo.losses.chunked: the same loss and gradients to float rounding, never every logit at once); "
-        "auto: 64M logits a chunk (523 tokens at a 128k vocabulary); null (default): all logits at once. "
-        "Other tasks: auto or null.",
+        "(zoo.losses.chunked: the same loss and gradients to float rounding, never every logit at once) in "
+        "a batch that scores more tokens than that (one that fits a chunk is computed whole); auto (default): "
+        "64M logits a chunk (523 tokens at a 128k vocabulary); null: all logits at once. Other tasks: auto "
+        "or null.",
     )
 
 

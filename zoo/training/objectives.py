@@ -16,7 +16,8 @@ gradient accumulation and data parallelism give the gradient of one big batch wh
 classification): label-smoothed cross-entropy in training, the plain NLL in validation (so ``val_ppl`` is a
 true perplexity). DPO's is `zoo.training.tasks.dpo.DirectPreference`. Given ``chunk_tokens`` (a decoder's
 task: ``loss.chunk_tokens``), the model computes the loss through its LM head a chunk of tokens at a time
-(`zoo.losses.chunked`) and returns no logits: the same loss and gradients, never every logit at once.
+(`zoo.losses.chunked`) and returns no logits: the same loss and gradients, never every logit at once. A
+batch that fits one chunk is computed whole (`chunks`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ class ObjectiveSums:
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> sum over the units
     logits: torch.Tensor | None = None  # what a validation `ScoreAccumulator` reads: (N, V) or (B, L)
     targets: torch.Tensor | None = None  # aligned with ``logits``
+
+
+def chunks(chunk_tokens: int | None, targets: torch.Tensor) -> bool:
+    """Whether a batch scoring ``targets`` (N,) computes its loss through the LM head in chunks of
+    ``chunk_tokens``: only when they are more than one chunk. One chunk would hold every logit anyway, so it
+    saves nothing and costs the chunked loss's extra matmul through the head; the plain loss is used."""
+    return chunk_tokens is not None and targets.shape[0] > chunk_tokens
 
 
 class Objective(ABC):
@@ -85,7 +93,8 @@ class TokenCrossEntropy(Objective):
     """Cross-entropy over the scored target tokens (-100 = not scored), label-smoothed in training
     (`zoo.losses.label_smoothed_cross_entropy`); the output head runs only at the scored positions.
     ``chunk_tokens``: through a decoder's LM head, that many tokens at a time (`zoo.losses.chunked`; the
-    model is given ``chunked_loss`` and returns each token's loss, no logits); None: all logits at once."""
+    model is given ``chunked_loss`` and returns each token's loss, no logits) when a batch scores more
+    tokens than that (`chunks`); None: all logits at once."""
 
     def __init__(self, *, label_smoothing: float = 0.0, chunk_tokens: int | None = None) -> None:
         self.label_smoothing = label_smoothing
@@ -113,7 +122,8 @@ class TokenCrossEntropy(Objective):
         targets = batch.scored_targets(scored).to(device, non_blocking=True)  # (N,)
         batch = batch.to(device)
         eps = self.label_smoothing if train else 0.0
-        if self.chunk_tokens is not None:
+        if chunks(self.chunk_tokens, targets):
+            assert self.chunk_tokens is not None
             chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens, label_smoothing=eps)
             with autocast or nullcontext():
                 out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)

@@ -310,7 +310,7 @@ class Task(ABC):
     def chunk_tokens(self, setting: int | Literal["auto"] | None, spec: ModelSpec) -> int | None:
         """Tokens per chunk of the loss through the LM head (``loss.chunk_tokens``, `zoo.losses.chunked`),
         or None: all logits at once. A task whose loss reads a decoder's LM head at the scored tokens
-        (``chunks_loss``) takes a number, or ``auto``: `auto_chunk_tokens` of the vocabulary; any other task
+        (``chunks_loss``) takes a number, or ``auto`` (the default): `auto_chunk_tokens` of the vocabulary; any other task
         computes its loss whole, and refuses a number (a `ConfigError`)."""
         if setting is None:
             return None

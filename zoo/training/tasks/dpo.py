@@ -53,7 +53,7 @@ from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
-from zoo.training.objectives import Objective, ObjectiveSums
+from zoo.training.objectives import Objective, ObjectiveSums, chunks
 from zoo.training.task_settings import REFERENCE_FREE, DPOSettings
 from zoo.training.tasks.base import (
     Encode,
@@ -274,7 +274,8 @@ class SequenceScores(Objective):
     """What the sequence-level preference objectives share (`DirectPreference`, KTO's): each row's summed
     log-probability of its scored tokens under the policy and, in eval mode and without a gradient, under
     the frozen ``reference`` (``adapters``: the policy itself with its LoRA adapters disabled); through the
-    LM head ``chunk_tokens`` tokens at a time (`zoo.losses.chunked`), or all at once (None)."""
+    LM head ``chunk_tokens`` tokens at a time (`zoo.losses.chunked`) when a batch scores more than that
+    (`zoo.training.objectives.chunks`), or all at once (None)."""
 
     reference: nn.Module | None
     adapters: bool
@@ -315,10 +316,11 @@ class SequenceScores(Objective):
         """``model``'s output on ``batch`` (run under ``autocast``) and each row's summed log-probability of
         its scored targets (2P,): from the logits, or through the LM head in chunks (``chunk_tokens``; the
         output then has no logits)."""
-        if self.chunk_tokens is None:
+        if not chunks(self.chunk_tokens, targets):
             with autocast or nullcontext():
                 out = model(**batch.inputs, logits_mask=scored)
             return out, sequence_log_probs(out.logits, targets, row, scored.shape[0])
+        assert self.chunk_tokens is not None
         chunked = ChunkedLoss(targets, chunk_tokens=self.chunk_tokens)
         with autocast or nullcontext():
             out = model(**batch.inputs, logits_mask=scored, chunked_loss=chunked)
