@@ -32,7 +32,7 @@ import torch
 from zoo.generation import TextStream
 from zoo.generation.beam import BeamSearch
 from zoo.generation.config import GenerationConfig, check_beams
-from zoo.serving.requests import Completion, Done, RequestError
+from zoo.serving.requests import Completion, Done, FinishReason, RequestError
 from zoo.serving.slots import SlotCache
 
 
@@ -92,7 +92,7 @@ class BeamGroup:
             ended = tokens[-1] in self.eos  # else it ran to max_tokens
             stream = self.text()
             text = stream.push(tokens[:-1] if ended else tokens) + stream.flush()
-            reason = "stop" if ended else "length"
+            reason: FinishReason = "stop" if ended else "length"
             self.request.emit(Done(text, tuple(tokens), reason, len(self.request.prompt), choice=k))
 
 

@@ -54,6 +54,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -463,7 +464,7 @@ class Engine:
                     [job, *others],
                     room=job.room,
                     eos=self.eos,
-                    text=lambda r=job.request: self._text(r),
+                    text=partial(self._text, job.request),
                 )
                 for member in others:
                     member.beam = job.beam
