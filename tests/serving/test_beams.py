@@ -146,6 +146,44 @@ def test_a_hypothesis_ends_at_a_stop_token_as_at_eos() -> None:
     assert got.hypotheses(1) == _generate(model, prompt, 1, BeamSettings(3, 2))
 
 
+def test_a_beam_request_reads_its_prompts_cached_prefix_as_generate_alone() -> None:
+    model = tiny_decoder()
+    shared = _prompts(120, [40])[0]  # two whole blocks of 16 cached by the first request
+    prompts = [shared + tail for tail in _prompts(120, [3, 7, 5], seed=3)]
+    beams = [BeamSettings(3, 2), BeamSettings(4, 3), None]
+    engine = Engine(model, Digits(), max_batch=8, max_length=96).start()
+    got = Beams()
+    try:
+        engine.submit([got.request(0, prompts[0], 10, beam=beams[0])])
+        got.wait(1)
+        engine.submit([got.request(i, prompts[i], 10, beam=beams[i]) for i in (1, 2)])
+        got.wait(3)
+    finally:
+        engine.close()
+    assert engine.prefix is not None and engine.prefix.hit_tokens >= 32
+    for i, (prompt, beam) in enumerate(zip(prompts, beams)):
+        assert got.hypotheses(i) == _generate(model, prompt, 10, beam), f"request {i}"
+
+
+@pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
+def test_a_compiled_engine_runs_beam_groups_as_generate_alone() -> None:
+    """``zoo serve --compile``: every slot in one static shape, beam groups' rows among them."""
+    model = tiny_decoder()
+    prompts, beams = (
+        _prompts(120, [5, 9, 13]),
+        [BeamSettings(3, 2), None, BeamSettings(2, 2, early_stopping=True)],
+    )
+    engine = Engine(model, Digits(), max_batch=6, max_length=64, compile=True).start()
+    got = Beams()
+    try:
+        engine.submit([got.request(i, p, 12, beam=b) for i, (p, b) in enumerate(zip(prompts, beams))])
+        got.wait(3, timeout=600)
+    finally:
+        engine.close()
+    for i, (prompt, beam) in enumerate(zip(prompts, beams)):
+        assert got.hypotheses(i) == _generate(model, prompt, 12, beam), f"request {i}"
+
+
 def test_a_cancelled_beam_request_frees_its_slots_for_a_waiting_one() -> None:
     model = tiny_decoder()
     engine = Engine(model, Digits(), max_batch=3, max_queue=3).start()
