@@ -24,7 +24,7 @@ prompt alone: the same search on the same logits (up to the rounding of a batche
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -103,17 +103,13 @@ class BeamGroups:
         self.device = device
         self.groups: list[BeamGroup] = []
 
-    def start(
-        self,
-        request: Completion,
-        members: Sequence[Any],
-        *,
-        room: int,
-        eos: set[int],
-        text: Callable[[], TextStream],
+    def reserve(
+        self, job: Any, slots: Sequence[int], *, eos: set[int], text: Callable[[], TextStream]
     ) -> BeamGroup:
-        """A group for ``request`` whose N ``members`` hold its slots; ``room``: the new tokens it may take;
-        ``eos``: the ids that end a hypothesis."""
+        """The group of a beam request's ``job`` (`zoo.serving.engine._Job`), in ``slots`` (N): a job for
+        each slot, ``job`` itself in the first, each pointing to the group (``.beam``); ``eos``: the model's
+        end ids; ``text``: a fresh text stream for the request. It runs once it joins (`first`)."""
+        request, room = job.request, job.room
         assert request.beam is not None
         N = request.beam.width
         ends = (set() if request.ignore_eos else set(eos)) | set(request.stop_token_ids)
@@ -129,7 +125,11 @@ class BeamGroups:
             device=self.device,
         )
         history = torch.zeros(N, room, dtype=torch.long, device=self.device)
-        return BeamGroup(request, members, search, history, frozenset(ends), text)
+        members = [job, *(replace(job, slot=slot, tokens=[]) for slot in slots[1:])]
+        group = BeamGroup(request, members, search, history, frozenset(ends), text)
+        for member in members:
+            member.beam = group
+        return group
 
     def first(self, group: BeamGroup, logits: torch.Tensor) -> bool:
         """The group's first step, on its prompt's next-token logits (V,): True when it is already over

@@ -458,16 +458,8 @@ class Engine:
             job.slot = free[taken]
             slots.append(job.slot)
             if job.request.beam is not None:  # a job for each slot of its group, beam i in slot i
-                others = [replace(job, slot=s, tokens=[]) for s in free[taken + 1 : taken + job.request.rows]]
-                job.beam = self.beams.start(
-                    job.request,
-                    [job, *others],
-                    room=job.room,
-                    eos=self.eos,
-                    text=partial(self._text, job.request),
-                )
-                for member in others:
-                    member.beam = job.beam
+                slots_of = free[taken : taken + job.request.rows]
+                self.beams.reserve(job, slots_of, eos=self.eos, text=partial(self._text, job.request))
             taken += job.request.rows
             for member in job.members:
                 self.slots[member.slot] = member  # reserved: not busy until it joins (`live`)
