@@ -37,7 +37,9 @@ Written to serve-seq2seq.json and serve-seq2seq.md.
 The beam row (``--beam-rounds``, ``--beams-only`` for it alone): the same translator served with
 ``--max-batch 32``; 8 beam requests (``use_beam_search``, ``best_of`` 4, sources of 4-60 words,
 ``max_tokens`` = ``--new-tokens``) sent one after another, then the same 8 at once (32 slots: every group
-runs in one batch): the wall-time ratio, and whether the texts are equal. Rounds are interleaved; medians.
+runs in one batch): the wall-time ratio, and whether the texts are equal; and transformers' ``generate``
+with ``num_beams`` 4 on the same weights, the 8 batched by hand (as the encoder-decoder row). Rounds are
+interleaved; medians.
 Written to serve-beams.json and serve-beams.md.
 """
 
@@ -440,9 +442,11 @@ class HFBatched:
         )
         self.device = device
 
-    def run(self, prompts: list[str], new_tokens: list[int]) -> tuple[float, list[str]]:
+    def run(
+        self, prompts: list[str], new_tokens: list[int], *, num_beams: int = 1
+    ) -> tuple[float, list[str]]:
         """(wall seconds, texts): one batch generates the most new tokens any request asks for; each
-        request's text is its own first ``new_tokens[i]``."""
+        request's text is its own first ``new_tokens[i]`` (with beams: the best hypothesis's)."""
         import torch
 
         sources = [self.tokenizer.encode(p, add_eos=True) for p in prompts]  # as `zoo serve` encodes them
@@ -457,7 +461,7 @@ class HFBatched:
                 max_new_tokens=max(new_tokens),
                 min_new_tokens=max(new_tokens),
                 do_sample=False,
-                num_beams=1,
+                num_beams=num_beams,
                 eos_token_id=None,
             )
         if self.device.startswith("cuda"):
@@ -579,13 +583,16 @@ def beams_markdown(record: dict[str, Any]) -> str:
         f"{record['requests']} beam requests (best_of {record['width']}) of {record['new_tokens']} new tokens, "
         f"sources of 4-60 words; OMP_NUM_THREADS {record.get('omp_num_threads', '?')}; {record['rounds']} "
         "rounds interleaved, medians.\n\n"
-        "| beam requests, zoo serve max-batch 32 | wall time | hypothesis tokens/s |\n"
+        "| beam requests | wall time | hypothesis tokens/s |\n"
         "|---|---:|---:|\n"
-        f"| one after another | {r['sequential_s']:.2f} s | {r['sequential_tps']:,.0f} |\n"
-        f"| all at once | {r['together_s']:.2f} s | {r['together_tps']:,.0f} |\n"
+        f"| zoo serve (max-batch 32), one after another | {r['sequential_s']:.2f} s | {r['sequential_tps']:,.0f} |\n"
+        f"| zoo serve (max-batch 32), all at once | {r['together_s']:.2f} s | {r['together_tps']:,.0f} |\n"
+        f"| transformers `generate(num_beams={record['width']})`, the {record['requests']} batched by hand | "
+        f"{r['hf_s']:.2f} s | {r['hf_tps']:,.0f} |\n"
         "\n"
         f"At once / one after another (wall time): **{r['together_vs_sequential']:.2f}x**; texts equal: "
-        f"{r['equal']}.\n"
+        f"{r['equal']}; zoo at once / transformers (wall time): {r['together_vs_hf']:.2f}x; transformers' "
+        f"texts equal zoo's: {r['hf_equal']}.\n"
     )
 
 
@@ -608,18 +615,23 @@ def bench_beams(args: argparse.Namespace, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "translator"
         make_translator(folder, layers=args.layers, width=args.width)
+        hf = HFBatched(folder, export_hf(folder, Path(tmp) / "hf"), args.device, args.dtype)
         server, url = start_server(folder, 32, args.device, args.dtype)
         try:
             complete(url, prompts[:2], [4, 4], together=True, extra=beams)  # warm-up
+            hf.run(prompts, news, num_beams=width)
             for r in range(args.beam_rounds):
                 row: dict[str, Any] = {"round": r}
                 row["sequential_s"], alone = complete(url, prompts, news, together=False, extra=beams)
                 row["together_s"], together = complete(url, prompts, news, together=True, extra=beams)
+                row["hf_s"], hf_texts = hf.run(prompts, news, num_beams=width)
                 row["equal"] = alone == together
+                row["hf_equal"] = sum(a == b for a, b in zip(together, hf_texts))
                 record["results"].append(row)
                 print(
                     f"beams round {r}: {count} beam requests (best_of {width}) at once {row['together_s']:.2f} s, "
-                    f"one after another {row['sequential_s']:.2f} s (equal: {row['equal']})",
+                    f"one after another {row['sequential_s']:.2f} s (equal: {row['equal']}); transformers "
+                    f"generate batched {row['hf_s']:.2f} s ({row['hf_equal']}/{count} texts equal)",
                     flush=True,
                 )
         finally:
@@ -628,11 +640,16 @@ def bench_beams(args: argparse.Namespace, out: Path) -> None:
     rows, tokens = record["results"], sum(news)
     sequential = statistics.median(row["sequential_s"] for row in rows)
     together = statistics.median(row["together_s"] for row in rows)
+    hf_s = statistics.median(row["hf_s"] for row in rows)
     record["summary"] = {
         "sequential_s": sequential,
         "together_s": together,
+        "hf_s": hf_s,
         "sequential_tps": tokens / sequential,
         "together_tps": tokens / together,
+        "hf_tps": tokens / hf_s,
+        "together_vs_hf": statistics.median(row["together_s"] / row["hf_s"] for row in rows),
+        "hf_equal": f"{min(row['hf_equal'] for row in rows)}/{count}",
         "together_vs_sequential": statistics.median(row["together_s"] / row["sequential_s"] for row in rows),
         "equal": all(row["equal"] for row in rows),
     }
