@@ -17,7 +17,7 @@ import torch
 
 import zoo
 from tests.generation.conftest import liven
-from tests.serving.conftest import tiny_decoder
+from tests.serving.conftest import MODEL_NAME, tiny_decoder
 from tests.serving.test_engine import Collect, Digits, _prompts
 from tests.serving.test_seq2seq import seq2seq, translator  # noqa: F401  (fixtures)
 from zoo.cli import main
@@ -273,3 +273,27 @@ def test_a_served_translators_beam_request_equals_zoo_translate_beams(
         beam = BeamSettings(3, 2) if body.get("use_beam_search") else None
         rows = _generate(model, source, 16, beam)
         assert texts == [tok.decode([t for t in row if t != model.spec.eos_token_id]) for row in rows]
+
+
+def test_a_served_decoders_beam_chat_is_generates_beams_of_the_rendered_prompt(
+    server: Server, pretrained: zoo.Pretrained
+) -> None:
+    """A decoder's chat through the template, its end of turn (here the eos) as generate's eos_token_id: the n
+    choices are generate's num_return_sequences, best first, each with its finish reason and tokens counted."""
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat"}]
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 12, "use_beam_search": True}
+    answer = requests.post(f"{server.url}/chat/completions", json=body | {"best_of": 3, "n": 2}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    choices = answer.json()["choices"]
+    tok, model = pretrained.tokenizer, pretrained.model
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+    rows = _generate(model, prompt, 12, BeamSettings(3, 2), eos_token_id=[tok.eos_id])
+    assert [c["message"]["content"] for c in choices] == [
+        tok.decode([t for t in r if t != tok.eos_id]) for r in rows
+    ]
+    assert [c["finish_reason"] for c in choices] == [
+        "stop" if r[-1] == tok.eos_id else "length" for r in rows
+    ]
+    assert [c["index"] for c in choices] == [0, 1] and answer.json()["usage"]["completion_tokens"] == sum(
+        map(len, rows)
+    )
