@@ -33,6 +33,14 @@ this process, each request counted for its own tokens. Then the acceptance figur
 ``--new-tokens`` sent one after another, then the same 12 at once, to the batching server: the wall-time
 ratio, and whether the texts are equal. Rounds are interleaved; medians.
 Written to serve-seq2seq.json and serve-seq2seq.md.
+
+The beam row (``--beam-rounds``, ``--beams-only`` for it alone): the same translator served with
+``--max-batch 32``; 8 beam requests (``use_beam_search``, ``best_of`` 4, sources of 4-60 words,
+``max_tokens`` = ``--new-tokens``) sent one after another, then the same 8 at once (32 slots: every group
+runs in one batch): the wall-time ratio, and whether the texts are equal; and transformers' ``generate``
+with ``num_beams`` 4 on the same weights, the 8 batched by hand (as the encoder-decoder row). Rounds are
+interleaved; medians.
+Written to serve-beams.json and serve-beams.md.
 """
 
 from __future__ import annotations
@@ -366,10 +374,15 @@ def seq2seq_sources(count: int, *, seed: int = 0) -> list[str]:
 
 
 def complete(
-    url: str, prompts: list[str], new_tokens: list[int], *, together: bool
+    url: str,
+    prompts: list[str],
+    new_tokens: list[int],
+    *,
+    together: bool,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[float, list[str]]:
     """(wall seconds, texts) of greedy completions of ``prompts`` (``new_tokens`` each): all at once (a
-    thread each), or one after another."""
+    thread each), or one after another; ``extra``: more fields (beam search's)."""
     import openai
 
     client = openai.OpenAI(base_url=url, api_key="-", max_retries=0, timeout=600)
@@ -377,7 +390,7 @@ def complete(
 
     def one(i: int) -> None:
         out = client.completions.create(
-            model="bench", prompt=prompts[i], max_tokens=new_tokens[i], temperature=0
+            model="bench", prompt=prompts[i], max_tokens=new_tokens[i], temperature=0, extra_body=extra
         )
         texts[i] = out.choices[0].text
 
@@ -429,9 +442,11 @@ class HFBatched:
         )
         self.device = device
 
-    def run(self, prompts: list[str], new_tokens: list[int]) -> tuple[float, list[str]]:
+    def run(
+        self, prompts: list[str], new_tokens: list[int], *, num_beams: int = 1
+    ) -> tuple[float, list[str]]:
         """(wall seconds, texts): one batch generates the most new tokens any request asks for; each
-        request's text is its own first ``new_tokens[i]``."""
+        request's text is its own first ``new_tokens[i]`` (with beams: the best hypothesis's)."""
         import torch
 
         sources = [self.tokenizer.encode(p, add_eos=True) for p in prompts]  # as `zoo serve` encodes them
@@ -446,7 +461,7 @@ class HFBatched:
                 max_new_tokens=max(new_tokens),
                 min_new_tokens=max(new_tokens),
                 do_sample=False,
-                num_beams=1,
+                num_beams=num_beams,
                 eos_token_id=None,
             )
         if self.device.startswith("cuda"):
@@ -561,6 +576,89 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
     print(seq2seq_markdown(record))
 
 
+def beams_markdown(record: dict[str, Any]) -> str:
+    m, r = record["machine"], record["summary"]
+    return (
+        f"Measured on {m.get('gpu') or m.get('cpu', '?')}, {m.get('device', 'cpu')}; model: {record['model']}; "
+        f"{record['requests']} beam requests (best_of {record['width']}) of {record['new_tokens']} new tokens, "
+        f"sources of 4-60 words; OMP_NUM_THREADS {record.get('omp_num_threads', '?')}; {record['rounds']} "
+        "rounds interleaved, medians.\n\n"
+        "| beam requests | wall time | hypothesis tokens/s |\n"
+        "|---|---:|---:|\n"
+        f"| zoo serve (max-batch 32), one after another | {r['sequential_s']:.2f} s | {r['sequential_tps']:,.0f} |\n"
+        f"| zoo serve (max-batch 32), all at once | {r['together_s']:.2f} s | {r['together_tps']:,.0f} |\n"
+        f"| transformers `generate(num_beams={record['width']})`, the {record['requests']} batched by hand | "
+        f"{r['hf_s']:.2f} s | {r['hf_tps']:,.0f} |\n"
+        "\n"
+        f"At once / one after another (wall time): **{r['together_vs_sequential']:.2f}x**; texts equal: "
+        f"{r['equal']}; zoo at once / transformers (wall time): {r['together_vs_hf']:.2f}x; transformers' "
+        f"texts equal zoo's: {r['hf_equal']}.\n"
+    )
+
+
+def bench_beams(args: argparse.Namespace, out: Path) -> None:
+    """The beam row (see the module docstring)."""
+    started = time.perf_counter()
+    width, count = 4, 8
+    record: dict[str, Any] = {
+        "machine": report.machine(args.device),
+        "model": f"T5-shaped (relative bias), {args.layers} layers, d_model {args.width}, {args.dtype}",
+        "new_tokens": args.new_tokens,
+        "width": width,
+        "requests": count,
+        "rounds": args.beam_rounds,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "torch's default"),
+        "results": [],
+    }
+    prompts, news = seq2seq_sources(count, seed=2), [args.new_tokens] * count
+    beams = {"use_beam_search": True, "best_of": width}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "translator"
+        make_translator(folder, layers=args.layers, width=args.width)
+        hf = HFBatched(folder, export_hf(folder, Path(tmp) / "hf"), args.device, args.dtype)
+        server, url = start_server(folder, 32, args.device, args.dtype)
+        try:
+            complete(url, prompts[:2], [4, 4], together=True, extra=beams)  # warm-up
+            hf.run(prompts, news, num_beams=width)
+            for r in range(args.beam_rounds):
+                row: dict[str, Any] = {"round": r}
+                row["sequential_s"], alone = complete(url, prompts, news, together=False, extra=beams)
+                row["together_s"], together = complete(url, prompts, news, together=True, extra=beams)
+                row["hf_s"], hf_texts = hf.run(prompts, news, num_beams=width)
+                row["equal"] = alone == together
+                row["hf_equal"] = sum(a == b for a, b in zip(together, hf_texts))
+                record["results"].append(row)
+                print(
+                    f"beams round {r}: {count} beam requests (best_of {width}) at once {row['together_s']:.2f} s, "
+                    f"one after another {row['sequential_s']:.2f} s (equal: {row['equal']}); transformers "
+                    f"generate batched {row['hf_s']:.2f} s ({row['hf_equal']}/{count} texts equal)",
+                    flush=True,
+                )
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    rows, tokens = record["results"], sum(news)
+    sequential = statistics.median(row["sequential_s"] for row in rows)
+    together = statistics.median(row["together_s"] for row in rows)
+    hf_s = statistics.median(row["hf_s"] for row in rows)
+    record["summary"] = {
+        "sequential_s": sequential,
+        "together_s": together,
+        "hf_s": hf_s,
+        "sequential_tps": tokens / sequential,
+        "together_tps": tokens / together,
+        "hf_tps": tokens / hf_s,
+        "together_vs_hf": statistics.median(row["together_s"] / row["hf_s"] for row in rows),
+        "hf_equal": f"{min(row['hf_equal'] for row in rows)}/{count}",
+        "together_vs_sequential": statistics.median(row["together_s"] / row["sequential_s"] for row in rows),
+        "equal": all(row["equal"] for row in rows),
+    }
+    record["elapsed_s"] = time.perf_counter() - started
+    (out / "serve-beams.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out / "serve-beams.md").write_text(beams_markdown(record))
+    print(beams_markdown(record))
+
+
 def markdown(record: dict[str, Any]) -> str:
     m = record["machine"]
     lines = [
@@ -622,9 +720,17 @@ def main(argv: list[str] | None = None) -> int:
         "--seq2seq-rounds", type=int, default=3, help="rounds of the encoder-decoder row (0: leave it out)"
     )
     parser.add_argument("--seq2seq-only", action="store_true", help="run the encoder-decoder row alone")
+    parser.add_argument("--beam-rounds", type=int, default=3, help="rounds of the beam row (0: leave it out)")
+    parser.add_argument("--beams-only", action="store_true", help="run the beam row alone")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.beams_only:
+        out = report.output_dir(args)
+        out.mkdir(parents=True, exist_ok=True)
+        bench_beams(args, out)
+        print(f"wrote {out}/serve-beams.json and serve-beams.md")
+        return 0
     if args.seq2seq_only:
         out = report.output_dir(args)
         out.mkdir(parents=True, exist_ok=True)
@@ -696,6 +802,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_prefix(args, out)
     if args.seq2seq_rounds > 0:
         bench_seq2seq(args, out)
+    if args.beam_rounds > 0:
+        bench_beams(args, out)
     return 0
 
 

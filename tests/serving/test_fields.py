@@ -52,7 +52,22 @@ REFUSED = [  # (endpoint, fields, the param named)
     ("completions", {"stop_token_ids": [-1]}, "stop_token_ids"),
     ("completions", {"user": 7}, "user"),
     ("chat", {"max_tokens": 5, "max_completion_tokens": 6}, "max_completion_tokens"),
-    ("chat", {"best_of": 1}, "best_of"),  # a completions field on the chat route
+    ("chat", {"best_of": 2}, "best_of"),  # beam search's width: without use_beam_search
+    ("completions", {"length_penalty": 0.6}, "length_penalty"),  # a beam setting without beams
+    ("chat", {"use_beam_search": True, "early_stopping": True}, "early_stopping"),  # one beam: greedy
+    ("completions", {"use_beam_search": True, "best_of": 2, "n": 3}, "n"),
+    ("completions", {"use_beam_search": True, "best_of": 9}, "best_of"),  # more than the 8 slots
+    ("completions", {"use_beam_search": True, "best_of": 2, "early_stopping": "soon"}, "early_stopping"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "temperature": 0.7}, "temperature"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "top_k": 5}, "top_k"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "stream": True}, "stream"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "logprobs": 1}, "logprobs"),
+    ("chat", {"use_beam_search": True, "best_of": 2, "logprobs": True}, "logprobs"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "echo": True, "logprobs": 0}, "logprobs"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "stop": ["x"]}, "stop"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "presence_penalty": 1.0}, "presence_penalty"),
+    ("completions", {"use_beam_search": True, "best_of": 2, "logit_bias": {"5": 1}}, "logit_bias"),
+    ("chat", {"use_beam_search": True, "best_of": 2, "guided_choice": ["a", "b"]}, "guided_choice"),
     ("chat", {"logprobs": 1}, "logprobs"),  # a boolean
     ("chat", {"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
     ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),

@@ -18,6 +18,7 @@ scores, padded with ``pad`` to the longest one returned.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -58,59 +59,128 @@ def scored_beam_search(
     ``eos`` (E,) and ``pad`` are the resolved ids (`zoo.generation.generate.prepare`), not the config's.
     """
     N = config.num_beams
-    BN, prompt_len = session.batch_size, session.prompt_length
-    B, L = BN // N, session.tokens.shape[1]
-    device = session.tokens.device
-    K = max(2, 1 + (eos.numel() if eos is not None else 0)) * N
-    in_top_n = torch.arange(K, device=device) < N  # (K,): only the top N candidates may finish
-    lp, early = config.length_penalty, config.early_stopping
-
-    running_scores = torch.full((B, N), _NEG, device=device)  # (B, N)
-    running_scores[:, 0] = 0.0  # all beams start equal: only the first may expand, or they would duplicate
-    done = _Finished.empty(B, N, L, pad=pad, device=device)
-    improvable = torch.ones(B, 1, dtype=torch.bool, device=device)
-    sentence_rows = torch.arange(B, device=device)[:, None] * N  # (B, 1): first row of each sentence
-
+    search = BeamSearch(
+        session.batch_size // N,
+        N,
+        prefix=session.prompt_length,
+        max_new_tokens=config.max_new_tokens,
+        eos=eos,
+        pad=pad,
+        length_penalty=config.length_penalty,
+        early_stopping=config.early_stopping,
+        device=session.tokens.device,
+    )
     for step in range(config.max_new_tokens):
-        cur_len = prompt_len + step
         log_probs = _log_probs(session, processors, step)  # (BN, V)
-        V = log_probs.shape[-1]
-        totals = (log_probs.view(B, N, V) + running_scores[:, :, None]).view(B, N * V)
-        cand_scores, picked = _candidates(totals, K, sampling=config.sampling, generator=generator)  # (B, K)
+        rows, tokens, over = search.step(
+            log_probs, session.sequences, sampling=config.sampling, generator=generator
+        )
+        session.reorder(rows)
+        processors.reorder(rows)
+        session.append(tokens)
+        processors.observe(tokens)
+        if over:
+            break
+    sequences, scores, _ = search.best(config.num_return_sequences)
+    return sequences, scores
+
+
+class BeamSearch:
+    """The bookkeeping of beam search for B sentences of N beams each (the module docstring's rules): each
+    `step` takes the running beams' next-token log-probabilities and says which beam each row continues,
+    with which token; the caller moves its rows (keys/values, tokens) accordingly. `generate` runs it on a
+    `Session`, the server on a beam request's slots (`zoo.serving.beams`).
+
+    ``prefix``: the tokens each row's sequences hold before the first step (a decoder's prompt, an
+    encoder-decoder's start token; 0 where only the new tokens are passed); the search ends after at most
+    ``max_new_tokens`` steps.
+    """
+
+    def __init__(
+        self,
+        B: int,
+        N: int,
+        *,
+        prefix: int,
+        max_new_tokens: int,
+        eos: torch.Tensor | None,
+        pad: int,
+        length_penalty: float,
+        early_stopping: bool | Literal["never"],
+        device: torch.device,
+    ) -> None:
+        self.N, self.prefix, self.max_new_tokens = N, prefix, max_new_tokens
+        self.eos, self.lp, self.early = eos, length_penalty, early_stopping
+        self.K = max(2, 1 + (eos.numel() if eos is not None else 0)) * N
+        self.in_top_n = torch.arange(self.K, device=device) < N  # (K,): only the top N candidates may finish
+        self.running_scores = torch.full((B, N), _NEG, device=device)  # (B, N)
+        # all beams start equal: only the first may expand, or they would duplicate
+        self.running_scores[:, 0] = 0.0
+        self.done = _Finished.empty(B, N, prefix + max_new_tokens, pad=pad, device=device)
+        self.improvable = torch.ones(B, 1, dtype=torch.bool, device=device)
+        self.sentence_rows = torch.arange(B, device=device)[:, None] * N  # (B, 1): first row of each sentence
+        self.steps = 0
+
+    def step(
+        self,
+        log_probs: torch.Tensor,
+        sequences: torch.Tensor,
+        *,
+        sampling: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """log_probs (BN, V) float32 and the running beams' sequences (BN, prefix + steps so far) -> the row
+        each row continues (BN,), the token it appends (BN,), and whether the search is over."""
+        B, N = self.sentence_rows.shape[0], self.N
+        V, cur_len = log_probs.shape[-1], sequences.shape[1]
+        generated = self.steps + 1  # the candidates' generated length, their new token included
+        lp, early, eos = self.lp, self.early, self.eos
+        totals = (log_probs.view(B, N, V) + self.running_scores[:, :, None]).view(B, N * V)
+        cand_scores, picked = _candidates(totals, self.K, sampling=sampling, generator=generator)  # (B, K)
         cand_beams, cand_tokens = picked // V, picked % V  # (B, K)
-        last = cur_len + 1 >= L
+        last = generated >= self.max_new_tokens
         if eos is not None:
             hits = torch.isin(cand_tokens, eos) | last
         else:
             hits = torch.full_like(cand_tokens, last, dtype=torch.bool)
 
         # Finished hypotheses: merge the candidates that just ended into the N best so far.
-        cand_seqs = session.sequences.view(B, N, -1).gather(1, cand_beams[:, :, None].expand(-1, -1, cur_len))
+        cand_seqs = sequences.view(B, N, cur_len).gather(1, cand_beams[:, :, None].expand(-1, -1, cur_len))
         # Each reason to refuse adds _NEG, exactly as in Hugging Face (so ties resolve the same way).
-        scores = cand_scores / float(cur_len + 1 - prompt_len) ** lp
+        scores = cand_scores / float(generated) ** lp
+        done = self.done
         if early is True:  # a sentence with N finished hypotheses is done
             scores = scores + done.is_finished.all(dim=1, keepdim=True).float() * _NEG
-        ended = hits & in_top_n
-        scores = scores + (~improvable).float() * _NEG + (~ended).float() * _NEG
-        done.merge(cand_seqs, cand_tokens, scores, ended, generated=cur_len + 1 - prompt_len)
+        ended = hits & self.in_top_n
+        scores = scores + (~self.improvable).float() * _NEG + (~ended).float() * _NEG
+        done.merge(cand_seqs, cand_tokens, scores, ended, generated=generated)
 
         # Running beams: the N best candidates that did not end.
         open_scores = cand_scores + hits.float() * _NEG  # (B, K): an ended candidate cannot run on
-        running_scores = _continue(session, processors, open_scores, cand_beams, cand_tokens, sentence_rows)
+        next_index = open_scores.topk(N, dim=1).indices  # (B, N)
+        rows = (self.sentence_rows + cand_beams.gather(1, next_index)).view(B * N)
+        tokens = cand_tokens.gather(1, next_index).view(B * N)
+        self.running_scores = open_scores.gather(1, next_index)  # (B, N)
 
         # Can a running beam still beat the worst finished hypothesis?
-        length = (L - prompt_len) if (early == "never" and lp > 0) else (cur_len + 1 - prompt_len)
-        best_possible = running_scores[:, :1] / float(length) ** lp  # (B, 1)
+        length = self.max_new_tokens if (early == "never" and lp > 0) else generated
+        best_possible = self.running_scores[:, :1] / float(length) ** lp  # (B, 1)
         worst = torch.where(done.is_finished, done.scores.min(dim=1, keepdim=True).values, _NEG)
-        improvable &= (best_possible > worst).any(dim=1, keepdim=True)
-        if last or not bool(improvable.any()) or (early is True and bool(done.is_finished.all())):
-            break
+        self.improvable &= (best_possible > worst).any(dim=1, keepdim=True)
+        self.steps = generated
+        over = last or not bool(self.improvable.any()) or (early is True and bool(done.is_finished.all()))
+        return rows, tokens, over
 
-    # Finished hypotheses are kept sorted, best first (``topk``): the n best are the first n.
-    n = config.num_return_sequences
-    out_len = prompt_len + int(done.lengths[:, :n].max())
-    sequences = done.sequences[:, :n, :out_len].reshape(B * n, out_len).contiguous()  # (B * n, out_len)
-    return sequences, done.scores[:, :n].reshape(B * n)
+    def best(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The n best finished hypotheses of each sentence, best first: their sequences (B * n, prefix + the
+        longest one's generated length), padded; their scores (B * n,); their generated lengths (B * n,),
+        an end token included."""
+        # Finished hypotheses are kept sorted, best first (``topk``): the n best are the first n.
+        done = self.done
+        B = done.sequences.shape[0]
+        out_len = self.prefix + int(done.lengths[:, :n].max())
+        sequences = done.sequences[:, :n, :out_len].reshape(B * n, out_len).contiguous()  # (B * n, out_len)
+        return sequences, done.scores[:, :n].reshape(B * n), done.lengths[:, :n].reshape(B * n)
 
 
 def _log_probs(session: Session, processors: LogitsProcessors, step: int) -> torch.Tensor:
@@ -132,28 +202,6 @@ def _candidates(
         picked = torch.multinomial(totals.softmax(dim=-1), K, generator=generator)  # (B, K)
         return totals.gather(1, picked), picked
     return totals.topk(K, dim=-1)
-
-
-def _continue(
-    session: Session,
-    processors: LogitsProcessors,
-    open_scores: torch.Tensor,
-    cand_beams: torch.Tensor,
-    cand_tokens: torch.Tensor,
-    sentence_rows: torch.Tensor,
-) -> torch.Tensor:
-    """Move each sentence's N running beams to its N best candidates that did not end (``open_scores``
-    (B, K): an ended one is _NEG lower): reorder the session's rows and the processors' state, append the
-    chosen tokens; returns the running beams' scores (B, N)."""
-    B, N = sentence_rows.shape[0], session.batch_size // sentence_rows.shape[0]
-    next_index = open_scores.topk(N, dim=1).indices  # (B, N)
-    rows = (sentence_rows + cand_beams.gather(1, next_index)).view(B * N)
-    session.reorder(rows)
-    processors.reorder(rows)
-    tokens = cand_tokens.gather(1, next_index).view(B * N)
-    session.append(tokens)
-    processors.observe(tokens)
-    return open_scores.gather(1, next_index)
 
 
 @dataclass

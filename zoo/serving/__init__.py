@@ -2,15 +2,18 @@
 
     engine = Engine(model, tokenizer, max_batch=8).start()      # slots, one batched KV cache, a thread
     engine.submit([Completion(prompt=ids, max_tokens=20, emit=callback)])
+    engine.submit([Completion(prompt=ids, max_tokens=20, emit=callback, beam=BeamSettings(4, n=2))])
     app = create_app(engine, tokenizer, model_name="tiny")       # FastAPI (the `serve` extra), lazily
 
 `zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.prefix`
-keeps shared prompt prefixes' keys/values, `zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
+keeps shared prompt prefixes' keys/values, `zoo.serving.beams` runs beam requests as groups of slots,
+`zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
 forces tool calls, `zoo.serving.server` runs it (docs/serving.md).
 """
 
 from zoo.serving.engine import Engine
 from zoo.serving.requests import (
+    BeamSettings,
     Completion,
     Delta,
     Done,
@@ -20,4 +23,14 @@ from zoo.serving.requests import (
     RequestError,
 )
 
-__all__ = ["Completion", "Delta", "Done", "Engine", "Failed", "PromptTooLong", "QueueFull", "RequestError"]
+__all__ = [
+    "BeamSettings",
+    "Completion",
+    "Delta",
+    "Done",
+    "Engine",
+    "Failed",
+    "PromptTooLong",
+    "QueueFull",
+    "RequestError",
+]

@@ -531,7 +531,8 @@ class Relay:
 
     def emit(self, index: int) -> Callable[[Event], None]:
         def put(event: Event) -> None:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, (index, event))
+            choice = index + event.choice if isinstance(event, Done) else index  # a beam request's k-th best
+            self._loop.call_soon_threadsafe(self._events.put_nowait, (choice, event))
 
         return put
 
@@ -562,7 +563,7 @@ class Relay:
     async def results(self) -> AsyncIterator[tuple[int, Event]]:
         """(choice, event) until every choice is done; a failure is a 500 `HTTPError`. However it ends,
         the requests are cancelled (nothing, once done), so a client that went away frees its slots."""
-        left = len(self.requests)
+        left = sum(request.choices for request in self.requests)
         try:
             while left:
                 index, event = await self._next()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from zoo.generation.constrain import Grammar
-from zoo.serving.requests import MAX_LOGPROBS, Completion, Event, valid_text
+from zoo.serving.requests import MAX_LOGPROBS, BeamSettings, Completion, Event, valid_text
 
 
 class HTTPError(Exception):
@@ -65,9 +65,22 @@ SHARED = (
     "guided_json",
     "guided_regex",
     "guided_choice",
+    # beam search (`zoo.serving.beams`): vLLM's
+    "use_beam_search",
+    "best_of",
+    "length_penalty",
+    "early_stopping",
+)
+# The fields a grammar comes from, with the values that ask for one (`zoo.serving.structured`, tools).
+GRAMMARS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("response_format", lambda value: not (isinstance(value, dict) and value.get("type") == "text")),
+    ("guided_json", lambda value: True),
+    ("guided_regex", lambda value: True),
+    ("guided_choice", lambda value: True),
+    ("tool_choice", lambda value: value not in ("auto", "none")),  # "required" or a function: forced
 )
 ACTED: dict[Endpoint, tuple[str, ...]] = {
-    "completions": ("prompt", *SHARED, "best_of", "logprobs", "echo"),
+    "completions": ("prompt", *SHARED, "logprobs", "echo"),
     "chat": (
         "messages",
         *SHARED,
@@ -241,14 +254,49 @@ def _stream_options(options: Any, *, stream: bool) -> bool:
     return _boolean(options, "include_usage")
 
 
+def _beam(body: dict[str, Any], n: int) -> BeamSettings | None:
+    """vLLM's beam search fields: ``use_beam_search: true`` with ``best_of`` beams (default: ``n``), of
+    which the ``n`` best are returned, ``length_penalty`` and ``early_stopping`` (true, false or "never", as
+    transformers'); None without it (or with one beam: greedy search). A beam setting that would change
+    nothing is refused, naming it."""
+    best_of = _integer(body, "best_of", None, low=1, high=128)
+    settings = [name for name in ("length_penalty", "early_stopping") if body.get(name) is not None]
+    if not _boolean(body, "use_beam_search"):
+        if best_of not in (None, 1):
+            raise bad(
+                "best_of > 1 is beam search's width: give use_beam_search: true (without it zoo serve "
+                "returns every sequence it samples: ask for n)",
+                "best_of",
+            )
+        if settings:
+            raise bad(f"{settings[0]} is a beam search setting: give use_beam_search: true", settings[0])
+        return None
+    width = n if best_of is None else best_of
+    if n > width:
+        raise bad(f"n ({n}) must be <= best_of ({width}): beam search returns the best of its beams", "n")
+    if width == 1:
+        if settings:
+            raise bad(
+                f"{settings[0]} has no effect with one beam (greedy search): give best_of > 1", settings[0]
+            )
+        return None
+    early = body.get("early_stopping")
+    if early is not None and not (isinstance(early, bool) or early == "never"):
+        raise bad(f'early_stopping must be true, false or "never", got {early!r}', "early_stopping")
+    return BeamSettings(
+        width=width,
+        n=n,
+        length_penalty=_number(body, "length_penalty", 1.0, low=-1e4, high=1e4),
+        early_stopping=False if early is None else early,
+    )
+
+
 class Sampling:
     """The parameters a completion and a chat completion share, checked (every field of the body: see
     `check_fields`)."""
 
     def __init__(self, body: dict[str, Any], endpoint: Endpoint) -> None:
         check_fields(body, endpoint)
-        if _integer(body, "best_of", None, low=1, high=128) not in (None, 1):
-            raise bad("best_of must be 1: zoo serve returns every sequence it samples (ask for n)", "best_of")
         self.echo = _boolean(body, "echo")  # completions only (`check_fields`)
         self.logprobs = _logprobs(body, endpoint)
         self.max_tokens = _max_tokens(body, endpoint, echo=self.echo)
@@ -277,6 +325,16 @@ class Sampling:
         self.grammar: Grammar | None = None  # set by the handler (`zoo.serving.structured.grammar_of`)
         if self.echo and self.stream:  # the prompt's text and log-probabilities come with the finished text
             raise bad("echo is not supported with stream: true", "echo")
+        self.beam = _beam(body, self.n)
+        if self.beam is not None:
+            if self.stream:  # the hypotheses are known once the search ends
+                raise bad("stream is not supported with use_beam_search", "stream")
+            if body.get("temperature") is None:  # OpenAI's default of 1 samples; beam search does not
+                self.temperature = 0.0
+        # the fields a grammar came from, to name the one beam search refuses (`completions`)
+        self._grammar_fields = [
+            name for name, asks in GRAMMARS if body.get(name) is not None and asks(body[name])
+        ]
 
     def completions(
         self,
@@ -288,7 +346,11 @@ class Sampling:
         continues_prompt: bool = True,
         skip_special_tokens: bool = True,
     ) -> list[Completion]:
-        """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i."""
+        """The ``n`` engine requests; a sampled request's seed s gives choice i the seed s + i. A beam
+        request is one, which returns the n choices."""
+        if self.beam is not None and self.grammar is not None:
+            name = self._grammar_fields[0] if self._grammar_fields else "response_format"
+            raise bad(f"{name} (structured output) does not combine with use_beam_search", name)
         return [
             Completion(
                 prompt=prompt,
@@ -311,6 +373,7 @@ class Sampling:
                 echo=self.echo,
                 skip_special_tokens=skip_special_tokens,
                 grammar=self.grammar,
+                beam=self.beam,
             )
-            for i in range(self.n)
+            for i in range(1 if self.beam is not None else self.n)
         ]

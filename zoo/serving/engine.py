@@ -40,6 +40,10 @@ is bidirectional, so a source cannot be cut into chunks that give the same outpu
 their own (a slot's decoder keys are contiguous columns, so a relative bias such as T5's, computed from
 column differences, sees each row's own distances). An encoder-decoder has no prefix cache, and cannot
 score its source (``echo``).
+
+A beam request (``Completion.beam``, vLLM's ``use_beam_search``) is a group of ``best_of`` slots that share
+its prompt's prefill (`zoo.serving.beams`): they run in the same decode step as every other slot, and after
+it each group's search picks its beams' continuations and reorders its slots' keys within the group.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -60,6 +65,7 @@ from zoo.generation.config import check_model
 from zoo.generation.constrain import Constraint, GrammarError, Vocabulary, vocabulary
 from zoo.generation.session import StepFn, decode_step
 from zoo.generation.weight_layout import use_decoding_layout
+from zoo.serving.beams import BeamGroup, BeamGroups, check_beam
 from zoo.serving.logprobs import score
 from zoo.serving.prefix import DEFAULT_BYTES, PrefixCache, PrefixStats, block_keys
 from zoo.serving.requests import (
@@ -99,6 +105,7 @@ class _Job:
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # echo: one per prompt token
     constraint: Constraint | None = None  # the request's grammar, as it stands
     blocks: list[bytes] | None = None  # its prompt's prefix-cache block keys, once asked for
+    beam: BeamGroup | None = None  # a beam request's group, once its slots are reserved (each slot a job)
 
     @property
     def scores_prompt(self) -> bool:
@@ -107,6 +114,11 @@ class _Job:
     @property
     def prompt_length(self) -> int:
         return len(self.request.prompt)
+
+    @property
+    def members(self) -> list[_Job]:
+        """The jobs holding its slots: itself, or its beam group's (itself first)."""
+        return [self] if self.beam is None else list(self.beam.members)
 
 
 @dataclass
@@ -215,6 +227,7 @@ class Engine:
         )
         self.waiting: deque[_Job] = deque()
         self.prefill: _Prefill | None = None
+        self.beams = BeamGroups(self.device)
 
     # ---- the client side (any thread) ----
 
@@ -234,6 +247,8 @@ class Engine:
         for name, ids in (("logit_bias", request.logit_bias), ("stop_token_ids", request.stop_token_ids)):
             if any(not 0 <= i < out for i in ids):
                 raise RequestError(f"{name} token ids must lie in [0, {out})", param=name)
+        if request.beam is not None:
+            check_beam(request, slots=self.max_batch, vocab_size=self.model.spec.vocab_size)
         if self.seq2seq and request.echo:  # a source is read, not predicted: nothing scores it
             raise RequestError("echo is not supported for encoder-decoder models", param="echo")
         if request.grammar is not None:
@@ -258,20 +273,21 @@ class Engine:
         bad one. Their events come through each request's ``emit``, from the engine's thread."""
         for request in requests:
             self.check(request)
-        if len(requests) > self.max_batch + self.max_queue:  # never fits, busy or idle: the request is wrong
+        rows = sum(request.rows for request in requests)  # sequences: a beam request runs best_of
+        if rows > self.max_batch + self.max_queue:  # never fits, busy or idle: the request is wrong
             raise RequestError(
                 f"n must be at most {self.max_batch + self.max_queue} (the {self.max_batch} running and "
-                f"{self.max_queue} waiting sequences this server holds), got {len(requests)}",
+                f"{self.max_queue} waiting sequences this server holds), got {rows}",
                 param="n",
             )
         with self._lock:
             if self._closing:
                 raise QueueFull("the server is shutting down")
-            if self._in_flight + len(requests) > self.max_batch + self.max_queue:
+            if self._in_flight + rows > self.max_batch + self.max_queue:
                 raise QueueFull(
                     f"the server is busy: {self.max_batch} requests running and {self.max_queue} waiting"
                 )
-            self._in_flight += len(requests)
+            self._in_flight += rows
         for request in requests:
             self._inbox.put(request)
 
@@ -343,25 +359,28 @@ class Engine:
     def _job(self, request: Completion) -> _Job:
         if self.seq2seq:
             room = min(request.max_tokens, self.limit - 1)  # after the start token
-            context: Sequence[int] = ()  # a source is not the beginning of the text
         else:
             room = min(request.max_tokens, self.limit - len(request.prompt))
-            context = request.prompt if request.continues_prompt else ()
         generator = None
         if request.temperature > 0:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(request.seed if request.seed is not None else int(torch.seed()))
-        text = TextStream(self.tokenizer, prompt_ids=context, skip_special_tokens=request.skip_special_tokens)
-        job = _Job(request, room, generator, text, StopText(request.stop))
+        job = _Job(request, room, generator, self._text(request), StopText(request.stop))
         if request.grammar is not None:
             stop = [*request.stop_token_ids, *(() if request.ignore_eos else self.eos)]
             job.constraint = Constraint(request.grammar, self.vocabulary(), stop=stop)
         return job
 
+    def _text(self, request: Completion) -> TextStream:
+        """A fresh text stream for ``request``'s new tokens."""
+        # a source is not the beginning of the text, nor is a chat's prompt
+        context = request.prompt if request.continues_prompt and not self.seq2seq else ()
+        return TextStream(self.tokenizer, prompt_ids=context, skip_special_tokens=request.skip_special_tokens)
+
     def _drop_cancelled(self) -> None:
         for job in [j for j in self.waiting if j.request.cancelled]:
             self.waiting.remove(job)
-            self._retire()
+            self._retire(job.request.rows)
         for i, held in enumerate(self.slots):  # a slot reserved by the prefill: dropped when it joins
             if held is not None and held.request.cancelled and bool(self.live[i]):
                 self._release(held)
@@ -420,23 +439,30 @@ class Engine:
 
     def _start_prefill(self) -> _Prefill | None:
         free = [i for i, job in enumerate(self.slots) if job is None]
-        if not free or not self.waiting:
-            return None
+        if not free or not self.waiting or self.waiting[0].request.rows > len(free):
+            return None  # (a beam request waits for all its slots)
         # a group runs the columns from the first one any row must compute: `rest` wide, k rows (<= the
         # chunk's padded tokens); without cached prefixes every prompt is all rest, and T = rest
         group = [self.waiting.popleft()]
         longest, rest = group[0].prompt_length, self._uncached(group[0])
-        while self.waiting and len(group) < len(free):
+        used = group[0].request.rows  # the slots the group takes: a beam request's prompt fills best_of
+        while self.waiting and used + self.waiting[0].request.rows <= len(free):
             rest_next = max(rest, self._uncached(self.waiting[0]))
             if rest_next * (len(group) + 1) > self.prefill_tokens:
                 break
             job = self.waiting.popleft()
             group.append(job)
-            longest, rest = max(longest, job.prompt_length), rest_next
-        slots = free[: len(group)]
-        for job, slot in zip(group, slots):
-            job.slot = slot
-            self.slots[slot] = job  # reserved: not busy until it joins (`live`)
+            longest, rest, used = max(longest, job.prompt_length), rest_next, used + job.request.rows
+        slots, taken = [], 0
+        for job in group:
+            job.slot = free[taken]
+            slots.append(job.slot)
+            if job.request.beam is not None:  # a job for each slot of its group, beam i in slot i
+                slots_of = free[taken : taken + job.request.rows]
+                self.beams.reserve(job, slots_of, eos=self.eos, text=partial(self._text, job.request))
+            taken += job.request.rows
+            for member in job.members:
+                self.slots[member.slot] = member  # reserved: not busy until it joins (`live`)
             if job.scores_prompt:  # nothing predicts the first token
                 job.prompt_logprobs = [TokenLogprob(job.request.prompt[0], None)]
         if self.seq2seq:
@@ -538,10 +564,14 @@ class Engine:
         jobs = run.jobs
         if self.prefix is not None:
             self._keep_prefixes(run)
+        sampled = [None if job.beam else job for job in jobs]  # a beam group's search chooses for it
         for job in jobs:  # the slots are reserved for them: their rows sample for them from now on
             self.sampling.set(job.slot, job.request, job.constraint, prompt=self._decoder_prompt(job))
         chosen = self.sampling.choose(
-            logits, run.slots, [j.request for j in jobs], [j.generator for j in jobs]
+            logits,
+            run.slots,
+            [j.request if j else None for j in sampled],
+            [j.generator if j else None for j in sampled],
         )
         entries = self._logprobs(logits, chosen, jobs)
         first = chosen.tolist()
@@ -549,15 +579,21 @@ class Engine:
         staying = []
         for row, job in enumerate(jobs):
             if job.request.cancelled:
-                self._retire()
+                self._retire(job.request.rows)
             elif row in failures:  # its grammar failed: this request alone
                 self._fail(job, failures[row])
             elif job.room == 0:  # max_tokens 0 (echo): the prompt is scored, nothing is generated
                 self._finish(job, "length")
+            elif job.beam is not None:
+                if not self.beams.first(job.beam, logits[row]):
+                    staying.append(row)
+                    continue
+                self._retire(job.request.rows)  # over at its first token (max_tokens 1)
             elif not self._add(job, first[row], entries[row]):
                 staying.append(row)
                 continue
-            self.slots[job.slot] = None
+            for member in job.members:
+                self.slots[member.slot] = None
         if not staying:
             return
         T = run.ids.shape[1]
@@ -572,8 +608,10 @@ class Engine:
             self.cache.shift(oldest, T - cursor)
             self.starts = [s + T - cursor for s in self.starts]
             cursor = T
-        keep = torch.tensor(staying, device=self.device)
-        rows = run.slots[keep]
+        # each staying row fills its slot, a beam request's all of its group's (the same prompt in each)
+        targets = [(row, member) for row in staying for member in jobs[row].members]
+        keep = torch.tensor([row for row, _ in targets], device=self.device)  # (k',)
+        rows = torch.tensor([member.slot for _, member in targets], device=self.device)  # (k',)
         keys = run.cache.buffer[:, :, keep]  # (N, 2, k', K, T, D)
         self.cache.place(rows, keys, run.mask[keep])
         if self.sources is not None:
@@ -583,10 +621,14 @@ class Engine:
                 [torch.stack(slot.get()) for slot in filled if slot is not None]
             )  # (N, 2, k, K, S, D)
             self.sources.place(rows, run.memory[keep], cross[:, :, keep], run.source_mask[keep])
-        lengths = [len(self._decoder_prompt(jobs[row])) for row in staying]  # the columns each row holds
-        for row, length in zip(staying, lengths):
-            self.starts[jobs[row].slot] = cursor - length
-        self.next_ids[rows] = torch.tensor([first[r] for r in staying], device=self.device)
+        lengths = [len(self._decoder_prompt(jobs[row])) for row, _ in targets]  # the columns each holds
+        for (_, member), length in zip(targets, lengths):
+            self.starts[member.slot] = cursor - length
+        nexts: list[int] = []  # a beam group's: its beams' first tokens
+        for row in staying:
+            beam = jobs[row].beam
+            nexts += [first[row]] if beam is None else beam.tokens()
+        self.next_ids[rows] = torch.tensor(nexts, device=self.device)
         self.positions[rows] = torch.tensor(lengths, device=self.device)
         self.live[rows] = True
 
@@ -633,7 +675,10 @@ class Engine:
         )  # (rows, V)
         cache.mask[:rows, c] = self.live[:rows]
         self.positions[:rows] += self.live[:rows]
-        running = [job if job is not None and i in busy else None for i, job in enumerate(self.slots[:rows])]
+        running = [  # a beam group's rows are chosen by its search, below
+            job if job is not None and i in busy and job.beam is None else None
+            for i, job in enumerate(self.slots[:rows])
+        ]
         tokens = self.sampling.choose(
             logits,
             self.rows[:rows],
@@ -647,11 +692,17 @@ class Engine:
         for i in busy:
             job = self.slots[i]
             assert job is not None
+            if job.beam is not None:
+                continue
             if i in failures:  # its grammar failed: this request alone
                 self._fail(job, failures[i])
                 self._release(job)
             elif self._add(job, chosen[i], entries[i]):
                 self._release(job)
+        for group in self.beams.step(logits, self.cache, self.next_ids, self.starts):
+            for member in group.members:
+                self._release(member)
+            self._retire(len(group.members))
 
     def _pack(self, busy: list[int]) -> list[int]:
         """Move the last busy slots down into free ones below them, so that a step runs only as many rows
@@ -778,7 +829,9 @@ class Engine:
     def _fail_all(self, message: str) -> None:
         """Fail every request the engine holds (and any still in its inbox), and reset the batch."""
         jobs = list(self.waiting) + [job for job in self.slots if job is not None]
+        held = sum(job.request.rows for job in self.waiting) + len(jobs) - len(self.waiting)
         self.waiting.clear()
+        self.beams.clear()
         self.prefill = None
         self.slots = [None] * self.max_batch
         self.live.zero_()
@@ -786,7 +839,7 @@ class Engine:
         self.positions.zero_()
         if self.sources is not None:
             self.sources.clear()
-        requests = [job.request for job in jobs]
+        requests = list({id(job.request): job.request for job in jobs}.values())  # a beam's slots: one
         while True:
             try:
                 request = self._inbox.get_nowait()
@@ -794,7 +847,8 @@ class Engine:
                 break
             if request is not None:
                 requests.append(request)
+                held += request.rows
         for request in requests:
             if not request.cancelled:
                 request.emit(Failed(message))
-        self._retire(len(requests))
+        self._retire(held)

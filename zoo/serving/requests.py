@@ -15,6 +15,7 @@ from typing import Literal
 from zoo.generation.constrain import Grammar
 
 FinishReason = Literal["stop", "length"]
+EarlyStopping = bool | Literal["never"]
 
 
 class RequestError(ValueError):
@@ -74,6 +75,7 @@ class Done:
     prompt_tokens: int
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token of token_ids (a request that asks)
     prompt_logprobs: tuple[TokenLogprob, ...] = ()  # one per prompt token (``echo`` with ``logprobs``)
+    choice: int = 0  # a beam request's: which of its returned hypotheses (0: the best)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,61 @@ class Failed:
 
 
 Event = Delta | Done | Failed
+
+
+@dataclass(frozen=True)
+class BeamSettings:
+    """Beam search for one request (vLLM's ``use_beam_search`` with ``best_of``): ``width`` beams, the
+    ``n`` best finished hypotheses returned, best first, scored sum(log p) / length ** ``length_penalty``;
+    ``early_stopping`` as transformers' (True, False or "never"). `zoo.serving.beams` runs it."""
+
+    width: int
+    n: int = 1
+    length_penalty: float = 1.0
+    early_stopping: EarlyStopping = False
+
+    def check(self) -> None:
+        """Raise `RequestError` naming the first bad setting (HTTP's field names)."""
+        if not isinstance(self.width, int) or self.width < 2:
+            raise RequestError(
+                f"best_of must be an integer >= 2 for beam search, got {self.width!r}", param="best_of"
+            )
+        if not isinstance(self.n, int) or not 1 <= self.n <= self.width:
+            raise RequestError(
+                f"n ({self.n!r}) must be in [1, best_of ({self.width})]: beam search returns the best of its beams",
+                param="n",
+            )
+        if not math.isfinite(self.length_penalty):
+            raise RequestError(
+                f"length_penalty must be a finite number, got {self.length_penalty!r}", param="length_penalty"
+            )
+        if not (isinstance(self.early_stopping, bool) or self.early_stopping == "never"):
+            raise RequestError(
+                f'early_stopping must be true, false or "never", got {self.early_stopping!r}',
+                param="early_stopping",
+            )
+
+
+# What beam search does not combine with: each is a request field, refused by name when it asks for
+# something (its value is not the neutral one).
+_NOT_WITH_BEAMS = (
+    (
+        "temperature",
+        lambda r: r.temperature != 0.0,
+        "beam search is deterministic: leave temperature out or give 0",
+    ),
+    ("top_p", lambda r: r.top_p != 1.0, "a sampling setting"),
+    ("top_k", lambda r: r.top_k != 0, "a sampling setting"),
+    ("min_p", lambda r: r.min_p != 0.0, "a sampling setting"),
+    ("logprobs", lambda r: r.logprobs is not None, "not reported for beam hypotheses"),
+    ("echo", lambda r: r.echo, "not reported for beam hypotheses"),
+    ("stop", lambda r: bool(r.stop), "a hypothesis ends at an end token or max_tokens"),
+    ("repetition_penalty", lambda r: r.repetition_penalty != 1.0, "not applied to beams yet"),
+    ("presence_penalty", lambda r: r.presence_penalty != 0.0, "not applied to beams yet"),
+    ("frequency_penalty", lambda r: r.frequency_penalty != 0.0, "not applied to beams yet"),
+    ("logit_bias", lambda r: bool(r.logit_bias), "not applied to beams yet"),
+    ("response_format", lambda r: r.grammar is not None, "structured output is not applied to beams"),
+)
 
 
 @dataclass
@@ -112,7 +169,12 @@ class Completion:
     ``grammar``: the text must follow it (structured output, `zoo.generation.constrain`): each step's
     tokens are masked to those it allows, the stop tokens (eos unless ``ignore_eos``, ``stop_token_ids``)
     where it accepts the text; the text ends ("stop") as soon as it is complete. At ``max_tokens`` it ends
-    ("length") where it is, possibly incomplete, as OpenAI's does."""
+    ("length") where it is, possibly incomplete, as OpenAI's does.
+
+    ``beam``: beam search (`BeamSettings`, `zoo.serving.beams`) instead: the request runs in ``width`` slots
+    and ends with ``n`` `Done` events (``Done.choice``), the best first, equal to ``model.generate`` with
+    ``num_beams`` and ``num_return_sequences``; its eos ids are the model's (unless ``ignore_eos``) and
+    ``stop_token_ids``. It sends no `Delta`, and refuses what does not combine with it (`_NOT_WITH_BEAMS`)."""
 
     prompt: Sequence[int]  # token ids: a decoder's prompt, an encoder-decoder's source
     max_tokens: int
@@ -134,16 +196,32 @@ class Completion:
     echo: bool = False
     skip_special_tokens: bool = True
     grammar: Grammar | None = None
+    beam: BeamSettings | None = None  # beam search (None: greedy search or sampling)
     cancelled: bool = field(default=False, init=False)  # set by any thread; the engine drops it next step
 
     def cancel(self) -> None:
         """Stop generating (a client went away): the slot is freed at the next step, nothing more is emitted."""
         self.cancelled = True
 
+    @property
+    def rows(self) -> int:
+        """The slots it runs in: its beams, or one."""
+        return self.beam.width if self.beam is not None else 1
+
+    @property
+    def choices(self) -> int:
+        """The `Done` events it ends with: a beam request's n hypotheses, or one."""
+        return self.beam.n if self.beam is not None else 1
+
     def check(self) -> None:
         """Raise `RequestError` naming the first bad parameter."""
         if not self.prompt:
             raise RequestError("the prompt is empty", param="prompt")
+        if self.beam is not None:
+            self.beam.check()
+            for name, asks, why in _NOT_WITH_BEAMS:
+                if asks(self):
+                    raise RequestError(f"{name} does not combine with use_beam_search ({why})", param=name)
         least = 0 if self.echo else 1  # 0 new tokens: the prompt is only scored
         if not isinstance(self.max_tokens, int) or self.max_tokens < least:
             raise RequestError(
