@@ -26,6 +26,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "SequenceClassifierSpec": {"num_labels": 2},
     "TokenClassifierSpec": {"num_labels": 2},
     **{name: {"vocab_size": 100} for name in ("EncoderSpec", "DecoderSpec", "EncoderDecoderSpec")},
+    "DualEncoderSpec": {"vocab_size": 100, "eos_token_id": 1, "vision": {"vocab_size": 1}},
 }
 
 

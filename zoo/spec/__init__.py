@@ -33,6 +33,7 @@ from zoo.spec.lora import LoraSpec
 from zoo.spec.model import (
     ClassifierSpec,
     DecoderSpec,
+    DualEncoderSpec,
     EncoderDecoderSpec,
     EncoderHeadsSpec,
     EncoderSpec,
@@ -69,6 +70,7 @@ __all__ = [
     "ClampedGLU",
     "ClassifierSpec",
     "DecoderSpec",
+    "DualEncoderSpec",
     "DynamicRopeScaling",
     "EmbeddingSpec",
     "EncoderDecoderSpec",

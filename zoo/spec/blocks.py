@@ -29,8 +29,9 @@ Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 Epsilon = Annotated[float, Field(gt=0.0, lt=1.0)]
 """A norm's epsilon, in (0, 1): one that dwarfs the variance makes every position's output the same."""
 
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-"""FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish."""
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
+"""FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish; ``quick_gelu`` is
+CLIP's x * sigmoid(1.702 x)."""
 
 
 class Spec(CleanModel):

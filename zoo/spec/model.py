@@ -38,6 +38,7 @@ from zoo.spec.blocks import (
     SinusoidalPositions,
     Spec,
 )
+from zoo.spec.dual import DualEncoderHeadsSpec
 from zoo.spec.errors import SpecValidationError, plain_tags
 from zoo.spec.limits import check_limits
 from zoo.spec.patterns import BlockSparsePattern, CausalPattern, FullPattern
@@ -498,6 +499,62 @@ class EncoderDecoderSpec(_ModelSpecBase):
         return self
 
 
+class DualEncoderSpec(_ModelSpecBase):
+    """An image tower and a text tower scored against each other (CLIP, SigLIP; `zoo.spec.dual`).
+
+    The model-level fields describe the text tower (its vocabulary, width, blocks; ``text`` its stack,
+    ``text.pattern: {kind: causal}`` for CLIP's causal text encoder); ``vision`` is a whole image encoder
+    spec (``embedding: {kind: patches}``, no heads of its own); ``heads`` pool, project and score them.
+    """
+
+    family: Literal["dual-encoder"] = "dual-encoder"
+    text: StackSpec = StackSpec()
+    vision: EncoderSpec
+    heads: DualEncoderHeadsSpec = DualEncoderHeadsSpec()
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        if self.text.cross_attention is not None:
+            raise ValueError("text.cross_attention: a dual encoder's towers do not cross-attend")
+        causal = self.text.pattern is not None and self.text.pattern.kind == "causal"
+        return {"text": self._resolve("text", self.text, causal=causal, cross=False)}
+
+    @property
+    def text_dim(self) -> int:
+        """Width of the pooled text vector before any projection (SigLIP's text head, else d_model)."""
+        return self.heads.text_head_dim or self.d_model
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of ``image_embeds`` and ``text_embeds``: the projection's, else the towers' own."""
+        return self.heads.projection.dim if self.heads.projection is not None else self.vision.d_model
+
+    @model_validator(mode="after")
+    def _check_towers(self) -> DualEncoderSpec:
+        heads, vision = self.heads, self.vision.heads
+        if vision.pooler or vision.mlm or vision.classifier or vision.replaced_token:
+            raise ValueError(
+                "vision.heads: the image tower of a dual encoder has no heads of its own (see heads)"
+            )
+        if heads.projection is None and self.text_dim != self.vision.d_model:
+            raise ValueError(
+                f"heads.projection is null, so the pooled text width ({self.text_dim}: heads.text_head_dim or "
+                f"d_model) must equal vision.d_model ({self.vision.d_model})"
+            )
+        pooling = heads.image_pooling
+        if pooling.kind == "attention" and self.vision.d_model % (
+            pooling.num_heads or self.vision.attention.num_heads
+        ):
+            raise ValueError(
+                f"vision.d_model ({self.vision.d_model}) must be divisible by heads.image_pooling.num_heads "
+                f"({pooling.num_heads or self.vision.attention.num_heads})"
+            )
+        if heads.text_pooling.kind == "eos_token" and self.eos_token_id is None:
+            raise ValueError("heads.text_pooling 'eos_token' needs eos_token_id")
+        if heads.loss == "sigmoid" and heads.logit_bias_init is None:
+            raise ValueError("heads.loss 'sigmoid' needs heads.logit_bias_init (SigLIP's learned bias)")
+        return self
+
+
 def _check_embedding(embedding: EmbeddingSpec, *, family: str) -> None:
     if embedding.projection_dim is None:
         return
@@ -576,12 +633,16 @@ def _check_lm_head(head: LMHeadSpec | None) -> None:
         raise ValueError("lm_head.rescale_tied needs lm_head.tied: the rescale belongs to a tied output")
 
 
-ModelSpec = Annotated[EncoderSpec | DecoderSpec | EncoderDecoderSpec, Field(discriminator="family")]
+ModelSpec = Annotated[
+    EncoderSpec | DecoderSpec | EncoderDecoderSpec | DualEncoderSpec, Field(discriminator="family")
+]
 _ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(title="ModelSpec"))
 # Where a spec holds union tags (see `plain_tags`).
 _TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encoder",), ("decoder",))]
 _TAGS.append(("heads", "classifier", "task"))
-_TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder")]
+_TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder", "text")]
+_TAGS += [("vision", "family"), ("text", "position", "kind"), ("heads", "image_pooling", "kind")]
+_TAGS += [("heads", "text_pooling", "kind")]
 _TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
 _TAGS += [(*stack, "ffn", "kind") for stack in ((), ("encoder",), ("decoder",))]
 
