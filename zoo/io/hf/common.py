@@ -133,8 +133,15 @@ ACTIVATIONS_FROM_HF = {
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
+    "quick_gelu": "quick_gelu",  # CLIP's x * sigmoid(1.702 x)
 }
-ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+ACTIVATIONS_TO_HF = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+    "quick_gelu": "quick_gelu",
+}
 
 
 def activation_from_hf(name: Any, *, field: str) -> str:
