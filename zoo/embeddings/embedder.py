@@ -57,6 +57,8 @@ class Embedder:
     ``include_prompt``.
     """
 
+    reads_images = False  # a dual encoder's `zoo.embeddings.image_text.ImageTextEmbedder` reads images too
+
     def __init__(
         self,
         model: ZooModel,
@@ -97,6 +99,16 @@ class Embedder:
         modes = check_pooling(pooling) if pooling is not None else None
         model, settings = _model_and_settings(model_or_folder, device=device)
         tok = _tokenizer(tokenizer, settings)
+        if model.spec.family == "dual-encoder":  # CLIP, SigLIP: texts and images (`image_text`)
+            given = {"pooling": pooling, "max_length": max_length, "normalize": normalize is False or None}
+            for name, value in given.items():
+                if value is not None:
+                    raise ValueError(
+                        f"{name}: a dual encoder (CLIP, SigLIP) pools, cuts and normalises as its spec says"
+                    )
+            from zoo.embeddings.image_text import dual_embedder
+
+            return dual_embedder(model, tok, settings)
         if settings.lowercase:
             tok = _lowercased(tok)
         if settings.from_modules and settings.pooling is None and modes is None:
@@ -134,6 +146,10 @@ class Embedder:
         project_out = getattr(self.model, "project_out", None)
         width = project_out.out_features if project_out is not None else self.model.spec.d_model
         return width * len(self.pooling)
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text costs (the server's usage count)."""
+        return [len(ids) for ids in self.tokenize(texts)]
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids: prompt put first, framed by the tokenizer's special tokens, cut to max_length."""
