@@ -25,6 +25,7 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "DynamicRopeScaling": {"factor": 2.0, "original_max_positions": 4},
     "SequenceClassifierSpec": {"num_labels": 2},
     "TokenClassifierSpec": {"num_labels": 2},
+    "ImageClassifierSpec": {"num_labels": 2},
     **{name: {"vocab_size": 100} for name in ("EncoderSpec", "DecoderSpec", "EncoderDecoderSpec")},
 }
 

@@ -1,0 +1,145 @@
+"""Image pre-processing, exact to Hugging Face's image processors, torchvision-free (Pillow and numpy).
+
+    PIL image ──RGB──> resize (PIL, the processor's filter) ──> uint8 (H, W, Ch)
+        ──× rescale_factor (float64, then float32)──> (x - mean) / std (float32) ──> (Ch, H, W)
+
+Each step is the one transformers' ``PilBackend`` runs (``image_transforms.resize``, ``rescale``,
+``normalize``), in the same dtypes, so ``pixel_values`` match ``ViTImageProcessor`` to float32 rounding
+(tests/io/test_images.py). `ImageProcessor.from_hf` reads a ``preprocessor_config.json``; a setting this
+module does not implement is refused by name, never skipped. Pillow is the ``vision`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from zoo._extras import install_hint
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+IMAGENET_STANDARD_MEAN = (0.5, 0.5, 0.5)  # ViT's (transformers' IMAGENET_STANDARD_*)
+IMAGENET_STANDARD_STD = (0.5, 0.5, 0.5)
+RESAMPLE = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3, "box": 4, "hamming": 5}
+"""PIL's filter numbers, which preprocessor_config.json's ``resample`` holds."""
+
+
+def pil() -> Any:
+    """The PIL.Image module, or an ImportError naming the extra that brings it."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError(f"image pre-processing needs Pillow: {install_hint('vision')}") from None
+    return Image
+
+
+@dataclass(frozen=True)
+class ImageProcessor:
+    """Resize to ``size`` (height, width) with ``resample``, rescale, normalise: ViTImageProcessor's
+    defaults. ``__call__`` turns PIL images into ``pixel_values`` (B, Ch, H, W) float32."""
+
+    size: tuple[int, int] = (224, 224)
+    resample: str = "bilinear"
+    do_resize: bool = True
+    do_rescale: bool = True
+    rescale_factor: float = 1 / 255
+    do_normalize: bool = True
+    image_mean: tuple[float, ...] = IMAGENET_STANDARD_MEAN
+    image_std: tuple[float, ...] = IMAGENET_STANDARD_STD
+    convert_rgb: bool = True
+
+    def __post_init__(self) -> None:
+        if self.resample not in RESAMPLE:
+            raise ValueError(f"resample {self.resample!r} is not one of {', '.join(RESAMPLE)}")
+        if len(self.image_mean) != len(self.image_std):
+            raise ValueError(
+                f"image_mean ({len(self.image_mean)} values) and image_std ({len(self.image_std)}) must have "
+                "one value per channel each"
+            )
+
+    @classmethod
+    def from_hf(cls, config: Mapping[str, Any], *, where: str = "preprocessor_config.json") -> ImageProcessor:
+        """The processor a Hugging Face ``preprocessor_config.json`` describes (ViTImageProcessor's keys)."""
+        unsupported = [key for key in ("do_center_crop", "do_pad") if config.get(key)]
+        if unsupported:
+            raise ValueError(f"{where}: {unsupported[0]} is not supported by zoo's image processor yet")
+        size = config.get("size", {"height": 224, "width": 224})
+        if isinstance(size, int):
+            size = {"height": size, "width": size}
+        if not (isinstance(size, Mapping) and set(size) == {"height", "width"}):
+            raise ValueError(f"{where}: size must be {{'height', 'width'}} (ViT's), got {size!r}")
+        names = {number: name for name, number in RESAMPLE.items()}
+        resample = config.get("resample", 2)
+        if resample not in names:
+            raise ValueError(f"{where}: resample {resample!r} is not a PIL filter number (0-5)")
+        return cls(
+            size=(int(size["height"]), int(size["width"])),
+            resample=names[resample],
+            do_resize=bool(config.get("do_resize", True)),
+            do_rescale=bool(config.get("do_rescale", True)),
+            rescale_factor=float(config.get("rescale_factor", 1 / 255)),
+            do_normalize=bool(config.get("do_normalize", True)),
+            image_mean=tuple(float(v) for v in config.get("image_mean", IMAGENET_STANDARD_MEAN)),
+            image_std=tuple(float(v) for v in config.get("image_std", IMAGENET_STANDARD_STD)),
+            convert_rgb=bool(config.get("do_convert_rgb", True) is not False),
+        )
+
+    def to_hf(self) -> dict[str, Any]:
+        """This processor as a ``preprocessor_config.json`` that ViTImageProcessor reads back."""
+        return {
+            "image_processor_type": "ViTImageProcessor",
+            "do_resize": self.do_resize,
+            "size": {"height": self.size[0], "width": self.size[1]},
+            "resample": RESAMPLE[self.resample],
+            "do_rescale": self.do_rescale,
+            "rescale_factor": self.rescale_factor,
+            "do_normalize": self.do_normalize,
+            "image_mean": list(self.image_mean),
+            "image_std": list(self.image_std),
+            "do_convert_rgb": self.convert_rgb,
+        }
+
+    def __call__(self, images: Image.Image | Sequence[Image.Image]) -> torch.Tensor:
+        """One PIL image or a list of them -> pixel_values (B, Ch, H, W) float32 (B = 1 for one image)."""
+        Image = pil()
+        batch: list[Any] = [images] if isinstance(images, Image.Image) else list(images)  # type: ignore[arg-type]
+        if not batch:
+            raise ValueError("ImageProcessor: no images given")
+        arrays = [self.array(image) for image in batch]
+        shapes = {array.shape for array in arrays}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"ImageProcessor: the images come out in different shapes {sorted(shapes)}; set do_resize"
+            )
+        return torch.from_numpy(np.stack(arrays))
+
+    def array(self, image: Image.Image) -> np.ndarray:
+        """One PIL image -> (Ch, H, W): float32 once rescaled or normalised, else uint8."""
+        Image = pil()
+        if not isinstance(image, Image.Image):
+            raise ValueError(f"ImageProcessor: expected a PIL image, got {type(image).__name__}")
+        if self.convert_rgb and image.mode != "RGB":
+            image = image.convert("RGB")
+        if self.do_resize:
+            height, width = self.size
+            image = image.resize((width, height), resample=RESAMPLE[self.resample])
+        x = np.array(image)
+        x = x[:, :, None] if x.ndim == 2 else x  # (H, W, Ch)
+        if self.do_rescale:  # float64 first, as transformers' rescale, then float32
+            x = (x.astype(np.float64) * self.rescale_factor).astype(np.float32)
+        if self.do_normalize:
+            if x.shape[-1] != len(self.image_mean):
+                raise ValueError(
+                    f"ImageProcessor: the image has {x.shape[-1]} channels, image_mean and image_std have "
+                    f"{len(self.image_mean)}"
+                )
+            x = x.astype(np.float32) if not np.issubdtype(x.dtype, np.floating) else x
+            mean = np.array(self.image_mean, dtype=x.dtype)
+            std = np.array(self.image_std, dtype=x.dtype)
+            x = (x - mean) / std
+        return np.ascontiguousarray(x.transpose(2, 0, 1))  # (Ch, H, W)
