@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from zoo.spec.blocks import EmbeddingSpec
+from zoo.spec.blocks import InputEmbeddingSpec
 from zoo.spec.errors import number
 from zoo.spec.stacks import ResolvedStack
 
@@ -46,7 +46,7 @@ class LimitedSpec(Protocol):
     @property
     def max_positions(self) -> int: ...
     @property
-    def embedding(self) -> EmbeddingSpec: ...
+    def embedding(self) -> InputEmbeddingSpec: ...
     def stacks(self) -> dict[str, ResolvedStack]: ...
 
 
