@@ -33,7 +33,9 @@ def clip_config(**text: object) -> transformers.CLIPConfig:
 
 
 def siglip_config() -> transformers.SiglipConfig:
-    return transformers.SiglipConfig(text_config={**TEXT, "pad_token_id": 0, "projection_size": 48}, vision_config=VISION)
+    return transformers.SiglipConfig(
+        text_config={**TEXT, "pad_token_id": 0, "projection_size": 48}, vision_config=VISION
+    )
 
 
 def randomized(model: torch.nn.Module) -> torch.nn.Module:
@@ -64,7 +66,9 @@ def inputs(eos: int | None) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def assert_parity(model: zoo.ZooModel, hf: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+def assert_parity(
+    model: zoo.ZooModel, hf: torch.nn.Module, batch: dict[str, torch.Tensor]
+) -> dict[str, float]:
     ours, theirs = model(**batch), hf(**batch)
     diffs = {}
     for name in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds"):
@@ -120,7 +124,9 @@ def test_losses_and_features_match_transformers(tmp_path: Path, family: str) -> 
     torch.testing.assert_close(model.get_text_features(**text), features, atol=1e-4, rtol=1e-4)
     features = hf.get_image_features(pixel_values=batch["pixel_values"])
     features = getattr(features, "pooler_output", features)
-    torch.testing.assert_close(model.get_image_features(batch["pixel_values"]), features, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        model.get_image_features(batch["pixel_values"]), features, atol=1e-4, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,9 @@ def test_the_config_round_trips(tmp_path: Path) -> None:
         ours = ImageProcessor.from_hf(config)
         assert ImageProcessor.from_hf(ours.to_hf()) == ours
         back = type(theirs)(**{k: v for k, v in ours.to_hf().items() if k != "image_processor_type"})
-        np.testing.assert_array_equal(back(images()[:2], return_tensors="np")["pixel_values"], ours(images()[:2]).numpy())
+        np.testing.assert_array_equal(
+            back(images()[:2], return_tensors="np")["pixel_values"], ours(images()[:2]).numpy()
+        )
 
 
 def test_a_crop_larger_than_the_image_pads_with_zeros_as_transformers() -> None:
@@ -61,4 +63,6 @@ def test_a_crop_larger_than_the_image_pads_with_zeros_as_transformers() -> None:
     ours = ImageProcessor(do_resize=False, crop_size=(40, 70), image_mean=(0.5,) * 3, image_std=(0.5,) * 3)
     theirs.image_mean = theirs.image_std = [0.5] * 3
     image = images()[0]  # 47 x 33
-    np.testing.assert_allclose(ours([image]).numpy(), theirs([image], return_tensors="np")["pixel_values"], atol=1e-6)
+    np.testing.assert_allclose(
+        ours([image]).numpy(), theirs([image], return_tensors="np")["pixel_values"], atol=1e-6
+    )

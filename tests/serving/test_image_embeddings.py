@@ -51,7 +51,9 @@ def test_texts_and_images_over_the_openai_client_equal_zoo_embed(server: Server,
     out = client.embeddings.create(model=NAME, input=inputs)
     got = np.array([d.embedding for d in out.data], dtype=np.float32)
     np.testing.assert_allclose(got, zoo.embed(clip_folder, inputs), atol=1e-6, rtol=0)
-    texts = sum(len(ids) for ids in zoo.Tokenizer.from_file(clip_folder)(["hello world", "a man."])["input_ids"])
+    texts = sum(
+        len(ids) for ids in zoo.Tokenizer.from_file(clip_folder)(["hello world", "a man."])["input_ids"]
+    )
     patches = 2 * (1 + 5 * 5)  # each image: its class token and 5 x 5 patches
     assert out.usage.prompt_tokens == texts + patches
 
@@ -60,7 +62,10 @@ def test_texts_and_images_over_the_openai_client_equal_zoo_embed(server: Server,
     ("inputs", "message"),
     [
         (["hi", "data:image/png;base64,!!"], "inputs[1]: the data: URL's base64 does not decode"),
-        (["data:image/png;base64," + base64.b64encode(b"no png").decode()], "inputs[0]: not a readable image"),
+        (
+            ["data:image/png;base64," + base64.b64encode(b"no png").decode()],
+            "inputs[0]: not a readable image",
+        ),
     ],
 )
 def test_an_unreadable_image_is_a_400_naming_it(server: Server, inputs: list[str], message: str) -> None:

@@ -15,6 +15,7 @@ from torch import nn
 from zoo.blocks.dropout import Dropout
 from zoo.spec import FFNSpec
 
+
 class QuickGELU(nn.Module):
     """CLIP's sigmoid approximation of GELU, x * sigmoid(1.702 x) (Hendrycks & Gimpel 2016, 2.): what the
     CLIP checkpoints were trained with, so not interchangeable with the exact GELU."""

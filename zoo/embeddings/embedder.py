@@ -33,6 +33,7 @@ from tokenizers import normalizers
 
 from zoo.embeddings import packing
 from zoo.embeddings.folder import FolderSettings, check_pooling, read_folder_settings
+from zoo.embeddings.image_text import ImageTextEmbedder, dual_embedder
 from zoo.embeddings.pooling import pool
 from zoo.io.checkpoint import load, load_tokenizer
 from zoo.io.hf import from_hf
@@ -57,7 +58,7 @@ class Embedder:
     ``include_prompt``.
     """
 
-    reads_images = False  # a dual encoder's `zoo.embeddings.image_text.ImageTextEmbedder` reads images too
+    reads_images = False  # a dual encoder's `ImageTextEmbedder` reads images too
 
     def __init__(
         self,
@@ -89,9 +90,10 @@ class Embedder:
         normalize: bool | None = None,
         max_length: int | None = None,
         device: torch.device | str | None = None,
-    ) -> Embedder:
+    ) -> Embedder | ImageTextEmbedder:
         """The embedder of a folder (zoo checkpoint, Hugging Face or sentence-transformers; or a Hub id) or
-        of a loaded model. See `embed` for the arguments."""
+        of a loaded model. See `embed` for the arguments. A dual encoder's (CLIP, SigLIP) is an
+        `ImageTextEmbedder`, which embeds images too."""
         if max_length is not None and (not is_int(max_length) or max_length < 1):
             raise ValueError(f"max_length must be an int >= 1 or None, got {max_length!r}")
         if normalize is not None and not isinstance(normalize, bool):
@@ -100,14 +102,17 @@ class Embedder:
         model, settings = _model_and_settings(model_or_folder, device=device)
         tok = _tokenizer(tokenizer, settings)
         if model.spec.family == "dual-encoder":  # CLIP, SigLIP: texts and images (`image_text`)
-            given = {"pooling": pooling, "max_length": max_length, "normalize": normalize is False or None}
-            for name, value in given.items():
-                if value is not None:
+            # its vectors are unit length (normalize=True is what it does anyway)
+            given = {
+                "pooling": pooling is not None,
+                "max_length": max_length is not None,
+                "normalize": normalize is False,
+            }
+            for name, set_ in given.items():
+                if set_:
                     raise ValueError(
                         f"{name}: a dual encoder (CLIP, SigLIP) pools, cuts and normalises as its spec says"
                     )
-            from zoo.embeddings.image_text import dual_embedder
-
             return dual_embedder(model, tok, settings)
         if settings.lowercase:
             tok = _lowercased(tok)
@@ -230,7 +235,7 @@ class Embedder:
 
 def embed(
     model_or_folder: ZooModel | PathLike,
-    texts: Sequence[str],
+    texts: Sequence[Any],
     *,
     tokenizer: Tokenizer | PathLike | None = None,
     pooling: str | Sequence[str] | None = None,
@@ -240,6 +245,10 @@ def embed(
     device: torch.device | str | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: one float32 vector per text, as a numpy array of shape (len(texts), dim).
+
+    A dual encoder (CLIP, SigLIP) embeds images too: ``texts`` may hold PIL images and ``data:image/...;base64,``
+    URLs among the texts, each vector transformers' ``image_embeds`` / ``text_embeds`` (unit length, one
+    space; `zoo.embeddings.image_text`).
 
     ``model_or_folder``: a folder (a zoo checkpoint, a Hugging Face or a sentence-transformers folder; a Hub
     id in the local cache), or a loaded zoo model. A sentence-transformers folder's ``modules.json``,

@@ -25,11 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zoo.embeddings.embedder import Embedder
 from zoo.embeddings.folder import FolderSettings
 from zoo.io.images import ImageProcessor, pil
 from zoo.io.jsonfile import read_json_object
 from zoo.io.tokenizer import Tokenizer
+from zoo.io.tokenizer.lengths import char_budget, cut_before_encoding
+from zoo.spec import DualEncoderSpec, PatchEmbeddingSpec
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -57,7 +58,9 @@ def decode_image(url: str, *, where: str = "input") -> Any:
     try:
         image = Image.open(io.BytesIO(raw))
         if image.width * image.height > MAX_IMAGE_PIXELS:
-            raise ValueError(f"{where}: the image is {image.width}x{image.height}, over {MAX_IMAGE_PIXELS} pixels")
+            raise ValueError(
+                f"{where}: the image is {image.width}x{image.height}, over {MAX_IMAGE_PIXELS} pixels"
+            )
         image.load()
     except ValueError:
         raise
@@ -66,36 +69,52 @@ def decode_image(url: str, *, where: str = "input") -> Any:
     return image
 
 
-class ImageTextEmbedder(Embedder):
+class ImageTextEmbedder:
     """A dual encoder, its tokenizer and its image processor: ``embedder(inputs)`` -> (N, E) unit vectors,
-    for texts and images alike (`zoo.embeddings.image_text`)."""
+    for texts and images alike (`zoo.embeddings.image_text`). What `zoo.embed` and `zoo serve` ask of an
+    `Embedder` it has too (``dim``, ``normalize``, ``tokenize``, ``counts``, ``model``, ``tokenizer``)."""
 
     reads_images = True
 
     def __init__(self, model: ZooModel, tokenizer: Tokenizer, processor: ImageProcessor | None) -> None:
+        if not isinstance(model.spec, DualEncoderSpec):
+            raise ValueError(
+                f"ImageTextEmbedder needs a dual encoder (CLIP, SigLIP), got a {model.spec.family} model"
+            )
+        self.spec = model.spec
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.processor = processor
-        self.pooling = ("dual_encoder",)
         self.normalize = True
         self.max_length = model.spec.max_positions
-        self.prompt, self.prompt_length, self.packable = None, 0, False
-        self.fixed_length = getattr(model.spec, "heads").text_pooling.kind == "last_token"
+        self.fixed_length = self.spec.heads.text_pooling.kind == "last_token"
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (the batches go there)."""
+        return next(self.model.parameters()).device
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, framed by the tokenizer's special tokens, cut to the model's positions."""
+        texts, _ = cut_before_encoding(list(texts), char_budget(self.tokenizer, self.max_length))
+        ids: list[list[int]] = self.tokenizer(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        return ids
 
     @property
     def dim(self) -> int:
         """The shared space's width (``image_embeds`` and ``text_embeds``)."""
-        return int(getattr(self.model.spec, "embed_dim"))
+        return self.spec.embed_dim
 
     def counts(self, inputs: Sequence[Any]) -> list[int]:
         """Tokens each input costs: a text its ids, an image its image tower's positions."""
-        tokens = getattr(self.model.spec, "vision").max_positions
+        patches = self.spec.vision.embedding
+        tokens = patches.num_tokens if isinstance(patches, PatchEmbeddingSpec) else 0
         texts = [x for x in inputs if isinstance(x, str) and not is_image_url(x)]
         lengths = iter(len(ids) for ids in self.tokenize(texts)) if texts else iter(())
         return [next(lengths) if isinstance(x, str) and not is_image_url(x) else tokens for x in inputs]
 
     @torch.inference_mode()
-    def __call__(  # type: ignore[override]  (texts and images, where an Embedder takes texts)
+    def __call__(
         self,
         inputs: Sequence[Any],
         *,
@@ -116,7 +135,9 @@ class ImageTextEmbedder(Embedder):
             elif Image is not None and isinstance(item, Image.Image):
                 images.append((i, item))
             else:
-                raise ValueError(f"inputs[{i}] is {type(item).__name__}: a text, a PIL image or a data:image URL is expected")
+                raise ValueError(
+                    f"inputs[{i}] is {type(item).__name__}: a text, a PIL image or a data:image URL is expected"
+                )
         if images and self.processor is None:
             raise ValueError(
                 f"inputs[{images[0][0]}] is an image, but the model's folder has no {PREPROCESSOR_NAME}: pass "
@@ -138,7 +159,7 @@ class ImageTextEmbedder(Embedder):
     def _texts(self, texts: list[str]) -> torch.Tensor:
         """Texts -> (B, E) unit vectors."""
         rows = self.tokenize(texts)
-        pad_id = self.model.spec.pad_token_id or 0
+        pad_id = self.spec.pad_token_id or 0
         T = self.max_length if self.fixed_length and self.max_length else max(len(row) for row in rows)
         ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)

@@ -65,4 +65,6 @@ def pool_text(
     if spec.kind == "max_token_id":
         return hidden[rows, input_ids.argmax(dim=-1)]
     # the first eos: padding may reuse the eos id (argmax returns the first maximum)
-    return hidden[rows, (input_ids == eos_token_id).int().argmax(dim=-1)]
+    assert eos_token_id is not None  # the spec requires it for eos_token pooling
+    first = torch.eq(input_ids, eos_token_id).int().argmax(dim=-1)  # (B,)
+    return hidden[rows, first]

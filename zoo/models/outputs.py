@@ -55,4 +55,6 @@ class DualEncoderOutput:
     image_embeds: torch.Tensor | None = None
 
 
-torch.export.register_dataclass(DualEncoderOutput, serialized_type_name="zoo.models.outputs.DualEncoderOutput")
+torch.export.register_dataclass(
+    DualEncoderOutput, serialized_type_name="zoo.models.outputs.DualEncoderOutput"
+)

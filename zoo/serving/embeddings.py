@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from zoo.embeddings.embedder import Embedder
+    from zoo.embeddings.image_text import ImageTextEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,9 @@ class EmbeddingEngine:
     vectors and token counts. ``batch_size``: texts per forward pass, and the most that waiting requests are
     grouped to (a larger request runs alone, in batches); ``max_queue``: requests that may wait."""
 
-    def __init__(self, embedder: Embedder, *, batch_size: int = 32, max_queue: int = 64) -> None:
+    def __init__(
+        self, embedder: Embedder | ImageTextEmbedder, *, batch_size: int = 32, max_queue: int = 64
+    ) -> None:
         if batch_size < 1 or max_queue < 0:
             raise ValueError("batch_size must be >= 1, max_queue >= 0")
         self.embedder = embedder
@@ -308,9 +311,7 @@ async def embeddings(request: Any) -> Any:
     )
 
 
-def check_body(
-    body: dict[str, Any], dim: int, *, images: bool = False
-) -> tuple[list[str], str, int | None]:
+def check_body(body: dict[str, Any], dim: int, *, images: bool = False) -> tuple[list[str], str, int | None]:
     """(texts, encoding_format, dimensions) of a request body, or a 400 naming the field at fault.
     ``images``: the model embeds images too (a dual encoder), given as ``data:image/...;base64,`` URLs."""
     for name, value in body.items():
