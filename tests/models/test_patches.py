@@ -163,3 +163,27 @@ def test_an_image_classifier_trains() -> None:
         loss.backward()
         optimizer.step()
     assert loss.item() < first / 3
+
+
+def test_save_and_load_keep_an_image_model(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = zoo.build("vit-tiny").eval()
+    zoo.save(model, tmp_path / "vit")
+    loaded = zoo.load(tmp_path / "vit").eval()
+    assert loaded.spec == model.spec
+    pixels = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(loaded(pixel_values=pixels).logits, model(pixel_values=pixels).logits)
+
+
+def test_zoo_show_counts_the_vit_preset(capsys) -> None:
+    import json
+
+    from zoo.cli import main
+
+    assert main(["show", "vit-base-patch16-224", "--json", "--seq-len", "197"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    counts = data["parameters"]
+    assert counts["total"] == 86_567_656
+    assert counts["embedding"] == 197 * 768 + 768  # the position table and the class token
+    assert counts["head"] == 768 * 1000 + 1000  # the classifier alone
