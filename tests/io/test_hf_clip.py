@@ -99,7 +99,9 @@ def test_siglip_matches_transformers_both_ways(tmp_path: Path) -> None:
     hf.save_pretrained(tmp_path / "hf")
     model = zoo.from_hf(tmp_path / "hf")
     masked = inputs(None)
-    unmasked = {k: v for k, v in masked.items() if k != "attention_mask"}  # as SigLIP was trained: padding seen
+    unmasked = {
+        k: v for k, v in masked.items() if k != "attention_mask"
+    }  # as SigLIP was trained: padding seen
     assert_parity(model, hf, unmasked)
     assert_parity(model, hf, masked)
     zoo.to_hf(model, tmp_path / "out")
