@@ -160,3 +160,17 @@ def test_preset_counts_equal_transformers(preset: str, config: object) -> None:
 def test_siglip_reads_back_its_fixed_logit_start() -> None:
     spec = zoo.preset("siglip-base-patch16-224")
     assert spec.heads.logit_scale_init == pytest.approx(math.log(10))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_other_image_sizes_interpolate_positions_as_transformers(tmp_path: Path, family: str) -> None:
+    cls = transformers.CLIPModel if family == "clip" else transformers.SiglipModel
+    hf = randomized(cls(clip_config() if family == "clip" else siglip_config()))
+    hf.save_pretrained(tmp_path)
+    model = zoo.from_hf(tmp_path)
+    batch = inputs(98 if family == "clip" else None)
+    batch["pixel_values"] = torch.randn(2, 3, 36, 42)  # a 6 x 7 patch grid, trained on 5 x 5
+    ours = model(**batch, interpolate_pos_encoding=True)
+    theirs = hf(**batch, interpolate_pos_encoding=True)
+    torch.testing.assert_close(ours.logits_per_image, theirs.logits_per_image, atol=1e-4, rtol=1e-4)

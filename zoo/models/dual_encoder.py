@@ -63,10 +63,16 @@ class DualEncoderModel(ZooModel):
         bias = heads.logit_bias_init
         self.logit_bias = nn.Parameter(torch.tensor(bias)) if bias is not None else None  # ()
 
-    def get_image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def get_image_features(
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False
+    ) -> torch.Tensor:
         """pixel_values (B, channels, H, W) -> (B, E): pooled and projected, not normalised (as transformers
-        4.x's ``get_image_features``)."""
-        hidden = self.vision(pixel_values=pixel_values).last_hidden_state  # (B, P, C_v)
+        4.x's ``get_image_features``). H = W = ``vision.embedding.image_size``, or with
+        ``interpolate_pos_encoding`` any multiples of the patch size (the position table resized, as
+        transformers resizes it)."""
+        hidden = self.vision(
+            pixel_values=pixel_values, interpolate_pos_encoding=interpolate_pos_encoding
+        ).last_hidden_state  # (B, P, C_v)
         pooled = self.image_pool(hidden) if self.image_pool is not None else hidden[:, 0]  # (B, C_v)
         return self.visual_projection(pooled) if self.visual_projection is not None else pooled
 
@@ -101,11 +107,13 @@ class DualEncoderModel(ZooModel):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         return_loss: bool = False,
+        interpolate_pos_encoding: bool = False,
     ) -> DualEncoderOutput:
         """input_ids (N_t, T), pixel_values (N_i, channels, H, W), attention_mask (N_t, T) -> the scores of
         every text against every image (`DualEncoderOutput`); with ``return_loss``, text i and image i are
         the matching pairs (N_t == N_i) and ``loss`` the spec's (contrastive or sigmoid)."""
-        image_embeds = F.normalize(self.get_image_features(pixel_values), dim=-1)  # (N_i, E)
+        image = self.get_image_features(pixel_values, interpolate_pos_encoding)
+        image_embeds = F.normalize(image, dim=-1)  # (N_i, E)
         text_embeds = F.normalize(self.get_text_features(input_ids, attention_mask, position_ids), dim=-1)
         logits_per_text = text_embeds @ image_embeds.t() * self.logit_scale.exp()  # (N_t, N_i)
         if self.logit_bias is not None:
