@@ -40,7 +40,8 @@ class AttentionPoolingHead(nn.Module):
         norm: NormSpec,
     ) -> None:
         super().__init__()
-        self.probe = nn.Parameter(torch.randn(1, 1, d_model))
+        self.probe = nn.Parameter(torch.empty(1, 1, d_model))  # (1, 1, C): the one learned query
+        nn.init.normal_(self.probe)  # a fill the meta-device build skips (`zoo.models.build`), unlike randn
         self.attn = Attention(
             AttentionSpec(num_heads=spec.num_heads or num_heads), d_model=d_model, cross=True
         )
