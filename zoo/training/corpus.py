@@ -195,7 +195,7 @@ def prepare_corpus(
     shared = _tokenizer(tokenizer)
     target = _tokenizer(target_tokenizer) if target_tokenizer is not None else None
     tokenizers = Tokenizers(
-        target=task.frame_tokenizer(target or shared), source=task.frame_tokenizer(shared) if target else None
+        task.frame_tokenizer(target or shared), source=task.frame_tokenizer(shared) if target else None
     )
     source = corpus_source(
         task, inputs, format=format, fields=fields, documents=documents, on_bad_line=on_bad_line

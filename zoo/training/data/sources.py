@@ -43,8 +43,8 @@ from zoo.training.data import DataError
 
 log = logging.getLogger(__name__)
 
-Format = Literal["tsv", "aligned", "text", "jsonl", "parquet", "arrow"]
-FORMATS: tuple[str, ...] = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow")
+Format = Literal["tsv", "aligned", "text", "jsonl", "parquet", "arrow", "npz"]
+FORMATS: tuple[str, ...] = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow", "npz")
 OnBadLine = Literal["error", "skip"]
 Value = str | list[str]
 
@@ -171,7 +171,9 @@ def iter_records(source: Source, *, stats: ReadStats | None = None) -> Iterator[
     if source.format == "aligned":
         yield from _aligned(files, source.fields, bad)
         return
-    read = {"tsv": _tsv, "text": _text, "jsonl": _jsonl, "parquet": _parquet, "arrow": _arrow}[source.format]
+    read = {"tsv": _tsv, "text": _text, "jsonl": _jsonl, "parquet": _parquet, "arrow": _arrow, "npz": _npz}[
+        source.format
+    ]
     for path in files:
         yield from read(path, source, bad)
 
@@ -333,6 +335,27 @@ def _aligned(paths: Sequence[Path], names: Sequence[str], bad: _BadLines) -> Ite
             bad(empty, number, "empty line (aligned files need text on every line)")
             continue
         yield Record(paths[0], number, dict(zip(names, texts)))  # type: ignore[arg-type]
+
+
+def _npz(path: Path, source: Source, bad: _BadLines) -> Iterator[Record]:
+    """A NumPy ``.npz`` of images: one record per row of its ``labels`` array, ``{"label": "3"}``, at "line"
+    row + 1; the pixels stay in the file (`zoo.training.tasks.images` reads them by row)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            labels = archive["labels"] if "labels" in archive.files else None
+            found = list(archive.files)
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: not a NumPy .npz archive ({error})") from None
+    if labels is None or "images" not in found:
+        raise DataError(f"{path}: an image .npz holds the arrays 'images' and 'labels'; found {found}")
+    if labels.ndim != 1 or not (labels.dtype.kind in "iu" or labels.dtype.kind == "U"):
+        raise DataError(
+            f"{path}: labels must be one integer or string per image, got {labels.dtype} {labels.shape}"
+        )
+    for row, label in enumerate(labels.tolist()):
+        yield Record(path, row + 1, {"label": str(label)})
 
 
 def _value(value: Any) -> tuple[Value | None, str | None]:
