@@ -181,8 +181,9 @@ def test_zoo_show_counts_the_vit_preset(capsys) -> None:
 
     from zoo.cli import main
 
-    assert main(["show", "vit-base-patch16-224", "--json", "--seq-len", "197"]) == 0
+    assert main(["show", "vit-base-patch16-224", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["seq_len"] == 197  # one 224x224 image: 196 patches and the class token
     counts = data["parameters"]
     assert counts["total"] == 86_567_656
     assert counts["embedding"] == 197 * 768 + 768  # the position table and the class token
