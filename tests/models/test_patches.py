@@ -188,3 +188,15 @@ def test_zoo_show_counts_the_vit_preset(capsys) -> None:
     assert counts["total"] == 86_567_656
     assert counts["embedding"] == 197 * 768 + 768  # the position table and the class token
     assert counts["head"] == 768 * 1000 + 1000  # the classifier alone
+
+
+def test_lora_adapts_an_image_model_like_any_encoder() -> None:
+    import zoo.lora
+
+    torch.manual_seed(0)
+    model = zoo.build("vit-tiny")
+    zoo.lora.apply(model, r=4)
+    loss = model(pixel_values=torch.randn(2, 3, 8, 8), labels=torch.tensor([1, 2])).loss
+    loss.backward()
+    trained = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert trained and all("lora" in name for name in trained)

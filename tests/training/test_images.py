@@ -108,6 +108,7 @@ def test_a_run_saves_a_model_without_a_tokenizer_that_loads_and_exports(tmp_path
             ConfigError,
             "image_std has 2 values",
         ),
+        ({"data.max_length": 8}, ConfigError, "image_classification never cuts an image"),
     ],
 )
 def test_what_the_task_cannot_use_is_refused_by_name(

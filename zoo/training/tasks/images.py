@@ -130,6 +130,11 @@ class ImageClassification(Task):
 
     def check_data(self, data: DataConfig) -> None:
         self.refuse_parallel_files(data, "data: image_classification reads one file per split")
+        if data.max_length is not None or data.too_long != "truncate":
+            raise ConfigError(
+                "data.max_length and data.too_long cut token sequences; image_classification never cuts an "
+                "image (its tokens are the model's patches): leave them out"
+            )
 
     def source(self, files: Path | Any, *, on_bad_line: OnBadLine = "error") -> Source:
         text = str(files)
