@@ -151,3 +151,50 @@ def test_digits_example_reaches_high_held_out_accuracy(tmp_path: Path) -> None:
     result = train(cfg, progress=False)
     assert result.final["val_accuracy"] >= 0.9, result.final  # chance: 0.1 (359 held-out images)
     assert result.model.spec.heads.classifier.labels == tuple(str(i) for i in range(10))
+
+
+def write_folder(root: Path, *, seed: int = 0, size: tuple[int, int] = (7, 5)) -> Path:
+    PIL = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(seed)
+    for label in ("cat", "dog"):
+        (root / label).mkdir(parents=True)
+        for i in range(6):
+            pixels = rng.integers(0, 256, (*size, 3)).astype(np.uint8)
+            PIL.fromarray(pixels).save(root / label / f"{i}.png")
+    return root
+
+
+def test_an_image_folder_is_resized_as_the_image_processor_resizes(tmp_path: Path) -> None:
+    PIL = pytest.importorskip("PIL.Image")
+    from zoo.io.images import ImageProcessor
+    from zoo.training.distributed import Runtime
+    from zoo.training.setup import setup
+
+    write_folder(tmp_path / "train")
+    write_folder(tmp_path / "valid", seed=1)
+    data = {"train": str(tmp_path / "train"), "valid": str(tmp_path / "valid")}
+    prepared = setup(
+        config(tmp_path, data=data), resume_from=None, runtime=Runtime(0, 1, 0, torch.device("cpu"))
+    )
+    split, task = prepared.train, prepared.task
+    units = task.units(split, tokenizers=prepared.tokenizers, limits=prepared.limits)
+    collate = task.collator(
+        split, units, spec=prepared.spec, tokenizers=prepared.tokenizers, limits=prepared.limits
+    )
+    batch = collate(np.arange(12))
+    files = sorted((tmp_path / "train").glob("*/*.png"))
+    want = ImageProcessor(size=(4, 4))([PIL.open(file) for file in files])
+    assert torch.equal(batch.inputs["pixel_values"], want)
+    assert (
+        prepared.spec.heads.classifier.labels == ("cat", "dog")
+        and batch.targets.tolist() == [0] * 6 + [1] * 6
+    )
+    result = train(config(tmp_path, data=data, output_dir=str(tmp_path / "run2")), progress=False)
+    assert result.final["val_accuracy"] is not None
+
+
+def test_a_stray_file_in_an_image_folder_is_named(tmp_path: Path) -> None:
+    write_folder(tmp_path / "train")
+    (tmp_path / "train" / "cat" / "notes.txt").write_text("hi")
+    with pytest.raises(DataError, match=r"cat/notes\.txt:1: not an image file"):
+        train(config(tmp_path, data={"train": str(tmp_path / "train"), "valid": None}), progress=False)

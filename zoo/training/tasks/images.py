@@ -1,10 +1,14 @@
 """Image classification: an encoder with an image front-end (``embedding.kind: patches``, ViT) and an image
 classifier head, its labels named by the data.
 
-Data, one file per split:
+Data, one file or folder per split:
 
     a NumPy ``.npz``          arrays ``images``, (N, H, W) grayscale or (N, H, W, C), uint8 pixels 0-255,
                               and ``labels``, (N,) integers or strings (the class names)
+    an image folder           one subfolder per label (``train/cat/001.png``), images of any size, read
+                              with Pillow (the ``vision`` extra), converted to RGB (or grayscale for a
+                              1-channel model) and resized to the model's image_size with PIL's bilinear
+                              filter, as `zoo.io.images.ImageProcessor` resizes
     ``sklearn_digits:train``  scikit-learn's bundled handwritten digits (1,797 real 8x8 images, no
     ``sklearn_digits:valid``  download): a fixed shuffle, the first 80% for training and the rest held out,
                               written once as an .npz in zoo's cache (``$ZOO_CACHE``); needs scikit-learn
@@ -13,8 +17,8 @@ Prepared data keeps each image as a row of C·H·W uint8 pixels (channels first)
 classification keeps token ids (`zoo.training.tasks.classification`): memory-mapped, batches read as they
 are taken. A batch is ``pixel_values`` (B, C, H, W), rescaled by 1/255 and normalised per channel with the
 task's ``image_mean`` / ``image_std`` in float32 (as `zoo.io.images.ImageProcessor` does), and the labels
-(B,) in the model's class ids. Images must already be the model's ``embedding.image_size``: the task does
-not resize (`zoo.io.images` does, before the .npz is written). Every batch costs the same: its images'
+(B,) in the model's class ids. An .npz's images must already be the model's ``embedding.image_size`` (an
+image folder's are resized as they are prepared, the size recorded with them). Every batch costs the same: its images'
 tokens (patches, and the class token), which ``batch.max_tokens`` counts. Validation reports
 ``val_accuracy``. No tokenizer is loaded, trained or saved (`Task.reads_text`).
 """
@@ -29,6 +33,7 @@ import numpy as np
 import torch
 
 from zoo.io.atomic import write_atomic
+from zoo.io.images import RESAMPLE, pil
 from zoo.spec import EncoderSpec, ModelSpec, PatchEmbeddingSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
@@ -87,7 +92,7 @@ class ImageClassification(Task):
                     f"task.{name} has {len(values)} values; the model's images have {front.channels} channels "
                     "(give one value, or one per channel)"
                 )
-        self._tokens_per_image = front.num_tokens
+        self._tokens_per_image, self._front = front.num_tokens, front
 
     @property
     def _settings(self) -> ImageClassificationSettings:
@@ -140,10 +145,12 @@ class ImageClassification(Task):
         text = str(files)
         if text.startswith(DIGITS):
             return Source("npz", (digits_file(text.removeprefix(DIGITS)),), fields=self.fields)
+        if Path(text).is_dir():
+            return Source("image_folder", (files,), fields=self.fields, on_bad_line=on_bad_line)
         if Path(text).suffix != ".npz":
             raise DataError(
-                f"{files}: image_classification reads a NumPy .npz (arrays images and labels) or "
-                f"{DIGITS}train / {DIGITS}valid"
+                f"{files}: image_classification reads a NumPy .npz (arrays images and labels), a folder of "
+                f"images (one subfolder per label) or {DIGITS}train / {DIGITS}valid"
             )
         return Source("npz", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
@@ -157,7 +164,9 @@ class ImageClassification(Task):
         paths: set[Path] = set()
         for record in records():
             found.add(str(record.fields["label"]))
-            if record.path not in paths:
+            if record.path.suffix != ".npz":  # an image folder's: resized to the model's size
+                shapes.add(self._folder_shape)
+            elif record.path not in paths:
                 paths.add(record.path)
                 shapes.add(_images(record.path).shape[1:])
         if len(shapes) > 1:
@@ -185,6 +194,9 @@ class ImageClassification(Task):
         def encode(records: list[Record]) -> dict[str, Any]:
             pixels = []
             for record in records:
+                if record.path.suffix != ".npz":
+                    pixels.append(self._read_image(record.path).reshape(-1))
+                    continue
                 if record.path not in opened:
                     opened[record.path] = _images(record.path)
                 image = opened[record.path][record.line - 1]  # (C, H, W)
@@ -192,6 +204,29 @@ class ImageClassification(Task):
             return {"image": pixels, "label": [index[str(r.fields["label"])] for r in records]}
 
         return encode
+
+    @property
+    def _folder_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of an image folder's images once prepared: the model's (`check_model` saw it)."""
+        assert self._front is not None, "check_model runs before the data is prepared"
+        return (self._front.channels, self._front.image_size, self._front.image_size)
+
+    def _read_image(self, path: Path) -> np.ndarray:
+        """One image file -> (C, H, W) uint8 at the model's size: RGB (or grayscale for one channel), resized
+        with PIL's bilinear filter when it is another size (`zoo.io.images.ImageProcessor`'s resize)."""
+        channels, height, width = self._folder_shape
+        Image = pil()
+        try:
+            with Image.open(path) as opened:
+                image = opened.convert("L" if channels == 1 else "RGB")
+        except (OSError, ValueError) as error:
+            raise DataError(f"{path}: not a readable image ({error})") from None
+        if channels not in (1, 3):
+            raise DataError(f"{path}: an image folder gives 1 or 3 channels; the model takes {channels}")
+        if image.size != (width, height):
+            image = image.resize((width, height), resample=RESAMPLE["bilinear"])
+        array = np.array(image)
+        return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
     def check_prepared(self, data: PreparedData, *, where: str) -> None:
         data_labels(data)
@@ -207,6 +242,7 @@ class ImageClassification(Task):
         return Units(np.full(split.data.num_examples, tokens, dtype=np.int32), name=split.data.origin)
 
     _tokens_per_image: int | None = None
+    _front: PatchEmbeddingSpec | None = None
 
     def framed_sides(self, tokenizers: Tokenizers) -> dict[str, int]:
         return {"image": 0}
