@@ -198,3 +198,12 @@ def test_a_stray_file_in_an_image_folder_is_named(tmp_path: Path) -> None:
     (tmp_path / "train" / "cat" / "notes.txt").write_text("hi")
     with pytest.raises(DataError, match=r"cat/notes\.txt:1: not an image file"):
         train(config(tmp_path, data={"train": str(tmp_path / "train"), "valid": None}), progress=False)
+
+
+def test_zoo_data_prepare_refuses_image_data(tmp_path: Path) -> None:
+    from zoo.training.corpus import prepare_corpus
+
+    with pytest.raises(ValueError, match="image_classification reads no text"):
+        prepare_corpus(
+            "image_classification", [write_npz(tmp_path / "a.npz")], tokenizer="x", out=tmp_path / "p"
+        )
