@@ -108,6 +108,8 @@ def test_a_token_model_refuses_pixel_values() -> None:
     )
     with pytest.raises(ValueError, match="pixel_values is for an image front-end"):
         model(torch.zeros(1, 3, dtype=torch.long), pixel_values=torch.randn(1, 3, 8, 8))
+    with pytest.raises(ValueError, match="interpolate_pos_encoding is for an image front-end"):
+        model(torch.zeros(1, 3, dtype=torch.long), interpolate_pos_encoding=True)
 
 
 def _hf_embeddings(model):
