@@ -108,6 +108,8 @@ def test_a_token_model_refuses_pixel_values() -> None:
     )
     with pytest.raises(ValueError, match="pixel_values is for an image front-end"):
         model(torch.zeros(1, 3, dtype=torch.long), pixel_values=torch.randn(1, 3, 8, 8))
+    with pytest.raises(ValueError, match="interpolate_pos_encoding is for an image front-end"):
+        model(torch.zeros(1, 3, dtype=torch.long), interpolate_pos_encoding=True)
 
 
 def _hf_embeddings(model):
@@ -181,9 +183,22 @@ def test_zoo_show_counts_the_vit_preset(capsys) -> None:
 
     from zoo.cli import main
 
-    assert main(["show", "vit-base-patch16-224", "--json", "--seq-len", "197"]) == 0
+    assert main(["show", "vit-base-patch16-224", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["seq_len"] == 197  # one 224x224 image: 196 patches and the class token
     counts = data["parameters"]
     assert counts["total"] == 86_567_656
     assert counts["embedding"] == 197 * 768 + 768  # the position table and the class token
     assert counts["head"] == 768 * 1000 + 1000  # the classifier alone
+
+
+def test_lora_adapts_an_image_model_like_any_encoder() -> None:
+    import zoo.lora
+
+    torch.manual_seed(0)
+    model = zoo.build("vit-tiny")
+    zoo.lora.apply(model, r=4)
+    loss = model(pixel_values=torch.randn(2, 3, 8, 8), labels=torch.tensor([1, 2])).loss
+    loss.backward()
+    trained = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert trained and all("lora" in name for name in trained)

@@ -153,9 +153,10 @@ class EncoderModel(ZooModel):
             assert pixel_values is not None
             x = self.embed(pixel_values, interpolate_pos_encoding=interpolate_pos_encoding)  # (B, N, C)
         else:
-            if pixel_values is not None:
+            if pixel_values is not None or interpolate_pos_encoding:
+                given = "pixel_values" if pixel_values is not None else "interpolate_pos_encoding"
                 raise ValueError(
-                    "EncoderModel.forward: pixel_values is for an image front-end (embedding.kind: patches); "
+                    f"EncoderModel.forward: {given} is for an image front-end (embedding.kind: patches); "
                     "this model reads input_ids"
                 )
             self._check_inputs(
