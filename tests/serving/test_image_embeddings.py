@@ -82,3 +82,23 @@ def test_a_text_model_refuses_an_image_by_its_index(tmp_path: Path) -> None:
     error = response.json()["error"]
     assert response.status_code == 400 and error["param"] == "input"
     assert error["message"].startswith("input[1] is an image (a data:image URL); this model embeds text only")
+
+
+def test_zoo_serve_serves_a_clip_folder_for_texts_and_images(
+    clip_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoo.cli import main
+    from zoo.embeddings.image_text import ImageTextEmbedder
+
+    seen: dict = {}
+    monkeypatch.setattr(
+        "zoo.serving.server.serve", lambda engine, tokenizer, **kwargs: seen.update(engine=engine)
+    )
+    assert main(["serve", str(clip_folder), "--port", "0", "--device", "cpu"]) == 0
+    engine = seen["engine"]
+    assert isinstance(engine, EmbeddingEngine) and isinstance(engine.embedder, ImageTextEmbedder)
+    inputs = ["hello world", data_url(images()[0])]
+    vectors, counts = engine.start().submit(inputs).result(30)
+    assert counts[1] == 1 + 5 * 5  # the image: its class token and patches
+    engine.close()
+    np.testing.assert_allclose(vectors, zoo.embed(clip_folder, inputs), atol=1e-6, rtol=0)
