@@ -19,6 +19,7 @@ PACKAGES = {
     "hub": "huggingface_hub",
     "viz": "matplotlib",
     "tensorboard": "tensorboard",
+    "vision": "pillow",
 }
 
 

@@ -34,7 +34,7 @@ from zoo.blocks.layer_masks import (
 )
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
-from zoo.spec import EmbeddingSpec, ResolvedStack
+from zoo.spec import InputEmbeddingSpec, ResolvedStack
 
 Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (B, 1, T, R): R rotating dims per head
 
@@ -139,7 +139,7 @@ class Stack(nn.Module):
         self,
         spec: ResolvedStack,
         *,
-        embedding: EmbeddingSpec,
+        embedding: InputEmbeddingSpec,
         d_model: int,
         max_positions: int,
         dropout: float,
@@ -151,7 +151,7 @@ class Stack(nn.Module):
         self.cross_attention_dropout = spec.cross_attention is not None and spec.cross_attention.dropout > 0
         self.attention_sinks = spec.attention.sinks  # flex on a CPU returns no log-sum-exp: dense there
         self.num_layers = spec.num_layers
-        embed_dim = embedding.factorized_dim or d_model
+        embed_dim = embedding.stack_dim(d_model)
         self.positions = build_positions(
             spec.position,
             max_positions=max_positions,

@@ -153,7 +153,7 @@ class _Spy:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder, self.calls = embedder, []
         self.normalize, self.dim = embedder.normalize, embedder.dim
-        self.tokenize = embedder.tokenize
+        self.tokenize, self.counts = embedder.tokenize, embedder.counts
 
     def __call__(self, texts: list[str], *, batch_size: int) -> np.ndarray:
         self.calls.append(list(texts))

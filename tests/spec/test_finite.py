@@ -25,7 +25,9 @@ REQUIRED: dict[str, dict[str, Any]] = {
     "DynamicRopeScaling": {"factor": 2.0, "original_max_positions": 4},
     "SequenceClassifierSpec": {"num_labels": 2},
     "TokenClassifierSpec": {"num_labels": 2},
+    "ImageClassifierSpec": {"num_labels": 2},
     **{name: {"vocab_size": 100} for name in ("EncoderSpec", "DecoderSpec", "EncoderDecoderSpec")},
+    "DualEncoderSpec": {"vocab_size": 100, "eos_token_id": 1, "vision": {"embedding": {"kind": "patches"}}},
 }
 
 

@@ -36,6 +36,13 @@ WORDS = [
 ]
 BERT = {"preset": "bert-tiny", "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64}}
 GPT = {"preset": "gpt2-tiny", "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64}}
+VIT = {
+    "spec": {
+        "family": "encoder", "d_model": 32, "num_layers": 1, "attention": {"num_heads": 2},
+        "ffn": {"d_ff": 64}, "norm": {"placement": "pre"}, "position": {"kind": "none"},
+        "embedding": {"kind": "patches", "image_size": 4, "patch_size": 2, "channels": 1},
+    }
+}  # fmt: skip
 TRANSFORMER = {
     "preset": "transformer-tiny",
     "overrides": {
@@ -102,6 +109,16 @@ def write_conversations(path: Path, seed: int) -> Path:
     return path
 
 
+def write_images(path: Path, seed: int) -> Path:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, 60)
+    images = (rng.integers(0, 60, (60, 4, 4)) + 60 * labels[:, None, None]).astype(np.uint8)
+    np.savez(path, images=images, labels=labels)
+    return path
+
+
 def write_triplets(path: Path, seed: int) -> Path:
     rows = [{"anchor": " ".join(s), "positive": " ".join(reversed(s)), "negative": " ".join(s[1:])}
             for s in sentences(60, seed)]  # fmt: skip
@@ -121,6 +138,7 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "masked_lm packed": (write_text, ".txt", BERT, {"data.packing": {"block_size": 32}}, None),
     "sequence_classification": (write_labelled, ".tsv", BERT, {}, "val_accuracy"),
     "token_classification": (write_tagged, ".jsonl", BERT, {}, "val_accuracy"),
+    "image_classification": (write_images, ".npz", VIT, {}, "val_accuracy"),
     "chat": (write_conversations, ".jsonl", GPT, {}, None),
     "chat packed": (write_conversations, ".jsonl", GPT, {"data.packing": {"block_size": 48, "documents": "separate"}},
                     None),
@@ -148,7 +166,11 @@ def config_for(variant: str, tmp_path: Path, output: str, max_steps: int) -> Tra
         "model": model,
         "task": variant.split()[0],
         "data": {"train": str(train_file), "valid": str(valid_file)},
-        "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
+        **(
+            {"tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1}}
+            if TASKS[variant.split()[0]].reads_text
+            else {}
+        ),
         "schedule": {"kind": "constant", "lr": 1e-3},
         "batch": {"max_tokens": 128, "grad_accum": 2},
         "checkpoint": {"every_steps": 2, "keep_last": 3},

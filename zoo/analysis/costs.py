@@ -30,7 +30,7 @@ def assumptions(spec: ModelSpec) -> tuple[str, ...]:
     causal = any(stack.causal for stack in stacks)
     cross = any(stack.cross_attention is not None for stack in stacks)
     heads = getattr(spec, "heads", None)
-    per_sequence = heads is not None and (heads.pooler or heads.classifier is not None)
+    per_sequence = getattr(heads, "pooler", False) or getattr(heads, "classifier", None) is not None
     lines = [
         "FLOPs: 2 per weight per token for every matmul (Kaplan et al. 2020); embedding lookups, norms, "
         "softmax and activations are not counted"
@@ -156,7 +156,7 @@ def _head_bytes(spec: ModelSpec, *, dtype_bytes: int) -> float:
     heads = getattr(spec, "heads", None)
     if lm_head is not None:
         return dtype_bytes * spec.d_model + LOSS_BYTES * spec.vocab_size
-    if heads is not None and heads.mlm is not None:  # dense input, act input, norm input, decoder input
+    if getattr(heads, "mlm", None) is not None:  # dense input, act input, norm input, decoder input
         return dtype_bytes * (spec.d_model + 3 * spec.embedding_dim) + LOSS_BYTES * spec.vocab_size
     return 0.0
 

@@ -1,7 +1,9 @@
 """Parameter counts of a built model, by role: lookup tables, the layer stacks, and the output heads.
 
-    embedding   token / segment / position tables and T5's relative-bias tables (lookups, no FLOPs)
-    body        everything inside the stacks that multiplies (Kaplan et al.'s non-embedding parameters)
+    embedding   token / segment / position tables and T5's relative-bias tables (lookups, no FLOPs); an
+                image front-end's class token and position table
+    body        everything inside the stacks that multiplies (Kaplan et al.'s non-embedding parameters),
+                and an image front-end's patch projection (a matmul per patch)
     head        output heads: untied LM matrix, MLM head, pooler, classifier, replaced-token detector
 
 ``body_as_run`` counts a shared layer once per use (ALBERT runs one layer 12 times): the FLOPs follow
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.analysis.tree import EMBEDDING_TABLES
+from zoo.blocks.patches import PatchEmbedding
 from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.models.sizes import idle_expert_parameters
 from zoo.stacks import Stack
@@ -45,11 +48,15 @@ def count_parameters(model: nn.Module) -> ParameterCounts:
     """Split ``model``'s distinct parameters into embedding / body / head, plus tied and shared views."""
     everything = _distinct(model.parameters())
     tables: dict[int, int] = {}
+    body: dict[int, int] = {}
+    body_as_run = 0
     for module in model.modules():
         if isinstance(module, EMBEDDING_TABLES):
             tables |= _distinct(module.parameters())
-    body: dict[int, int] = {}
-    body_as_run = 0
+        elif isinstance(module, PatchEmbedding):  # tables beside a projection
+            tables |= _distinct(p for p in (module.cls_token, module.positions) if p is not None)
+            body |= _distinct(module.proj.parameters())
+            body_as_run += sum(p.numel() for p in module.proj.parameters())
     for module in model.modules():
         if not isinstance(module, Stack):
             continue

@@ -140,7 +140,8 @@ def summary(
     """Parameter counts, FLOPs, training memory and KV-cache size of a model or spec.
 
     ``model_or_spec``: a built zoo model, a spec, a preset name, a spec file or a checkpoint directory.
-    ``seq_len`` defaults to the spec's ``max_positions``; ``dtype`` (e.g. "bf16") to the model's
+    ``seq_len`` defaults to the spec's ``max_positions`` (an image front-end's: the tokens of one
+    ``image_size`` image); ``dtype`` (e.g. "bf16") to the model's
     parameter dtype, float32 for a spec.
 
     >>> zoo.summary("gpt2", seq_len=1024).flops.forward   # FLOPs per token
@@ -162,7 +163,8 @@ def summary(
     else:
         spec = load_target_spec(model_or_spec)
         model = build_model(spec, device="meta", init=False)
-    seq_len = spec.max_positions if seq_len is None else seq_len
+    if seq_len is None:  # an image front-end: the tokens of one image at its trained size
+        seq_len = getattr(spec.embedding, "num_tokens", spec.max_positions)
     if seq_len < 1 or batch < 1:
         raise ValueError(f"seq_len ({seq_len}) and batch ({batch}) must be positive")
     dtype_name, p = dtype_info(dtype or "float32")

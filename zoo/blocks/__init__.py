@@ -6,6 +6,7 @@ from zoo.blocks.ffn import ACTIVATIONS, FeedForward
 from zoo.blocks.mla import LatentAttention, build_attention
 from zoo.blocks.moe import MoEFeedForward, RouterOutput, build_ffn, layer_ffn
 from zoo.blocks.norm import RMSNorm, build_norm
+from zoo.blocks.patches import PatchEmbedding
 from zoo.blocks.position import build_positions, sinusoidal_table
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "KVSlot",
     "LatentAttention",
     "MoEFeedForward",
+    "PatchEmbedding",
     "RMSNorm",
     "RouterOutput",
     "TokenEmbedding",

@@ -15,11 +15,21 @@ from torch import nn
 from zoo.blocks.dropout import Dropout
 from zoo.spec import FFNSpec
 
+
+class QuickGELU(nn.Module):
+    """CLIP's sigmoid approximation of GELU, x * sigmoid(1.702 x) (Hendrycks & Gimpel 2016, 2.): what the
+    CLIP checkpoints were trained with, so not interchangeable with the exact GELU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
 ACTIVATIONS: dict[str, nn.Module] = {
     "relu": nn.ReLU(),
     "gelu": nn.GELU(),
     "gelu_tanh": nn.GELU(approximate="tanh"),
     "silu": nn.SiLU(),
+    "quick_gelu": QuickGELU(),
 }
 
 

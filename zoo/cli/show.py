@@ -26,7 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME|SPEC_FILE|DIR",
         help="preset, spec file, zoo checkpoint or Hugging Face folder",
     )
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: max_positions)")
+    parser.add_argument(
+        "--seq-len",
+        type=int,
+        default=None,
+        help="sequence length (default: max_positions; an image model: one image's tokens)",
+    )
     parser.add_argument("--batch", type=int, default=1, help="batch size of a training step (default: 1)")
     add_dtype_option(parser, default="float32", help="the dtype the estimates assume (default: float32)")
     parser.add_argument("--depth", type=int, default=None, help="show the tree this many levels deep")

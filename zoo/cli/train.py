@@ -216,7 +216,6 @@ def run(args: argparse.Namespace) -> int:
             _report_interrupt(stop, args)
         return stop.exit_code
     if is_main_process():
-        console.print(
-            f"trained {result.step} steps; model and tokenizer saved to [bold]{markup(result.output_dir)}[/]"
-        )
+        saved = "model and tokenizer" if result.tokenizer is not None else "model"  # images: no tokenizer
+        console.print(f"trained {result.step} steps; {saved} saved to [bold]{markup(result.output_dir)}[/]")
     return 0

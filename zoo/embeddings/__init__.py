@@ -10,6 +10,7 @@ One job a module:
     pooling.py    token vectors -> text vectors: mean, cls, max, lasttoken, mean_sqrt_len_tokens, weightedmean
     packing.py    a batch's rows: padded, or several texts packed into a row (document ids keep them apart)
     embedder.py   `Embedder` and `embed`: tokenize, sort by length, batch, pool, normalise, restore the order
+    image_text.py `ImageTextEmbedder`: a dual encoder's (CLIP, SigLIP) texts and images, in one space
 
 ``zoo embed MODEL --input texts.txt --out vectors.npy`` (`zoo.cli.embed`) streams a file through an
 `Embedder`. docs/embeddings.md has the details and the comparison with sentence-transformers.

@@ -33,6 +33,7 @@ from tokenizers import normalizers
 
 from zoo.embeddings import packing
 from zoo.embeddings.folder import FolderSettings, check_pooling, read_folder_settings
+from zoo.embeddings.image_text import ImageTextEmbedder, dual_embedder
 from zoo.embeddings.pooling import pool
 from zoo.io.checkpoint import load, load_tokenizer
 from zoo.io.hf import from_hf
@@ -56,6 +57,8 @@ class Embedder:
     ``prompt`` is put before every text, and its tokens are left out of the pooling unless
     ``include_prompt``.
     """
+
+    reads_images = False  # a dual encoder's `ImageTextEmbedder` reads images too
 
     def __init__(
         self,
@@ -87,9 +90,10 @@ class Embedder:
         normalize: bool | None = None,
         max_length: int | None = None,
         device: torch.device | str | None = None,
-    ) -> Embedder:
+    ) -> Embedder | ImageTextEmbedder:
         """The embedder of a folder (zoo checkpoint, Hugging Face or sentence-transformers; or a Hub id) or
-        of a loaded model. See `embed` for the arguments."""
+        of a loaded model. See `embed` for the arguments. A dual encoder's (CLIP, SigLIP) is an
+        `ImageTextEmbedder`, which embeds images too."""
         if max_length is not None and (not is_int(max_length) or max_length < 1):
             raise ValueError(f"max_length must be an int >= 1 or None, got {max_length!r}")
         if normalize is not None and not isinstance(normalize, bool):
@@ -97,6 +101,19 @@ class Embedder:
         modes = check_pooling(pooling) if pooling is not None else None
         model, settings = _model_and_settings(model_or_folder, device=device)
         tok = _tokenizer(tokenizer, settings)
+        if model.spec.family == "dual-encoder":  # CLIP, SigLIP: texts and images (`image_text`)
+            # its vectors are unit length (normalize=True is what it does anyway)
+            given = {
+                "pooling": pooling is not None,
+                "max_length": max_length is not None,
+                "normalize": normalize is False,
+            }
+            for name, set_ in given.items():
+                if set_:
+                    raise ValueError(
+                        f"{name}: a dual encoder (CLIP, SigLIP) pools, cuts and normalises as its spec says"
+                    )
+            return dual_embedder(model, tok, settings)
         if settings.lowercase:
             tok = _lowercased(tok)
         if settings.from_modules and settings.pooling is None and modes is None:
@@ -134,6 +151,10 @@ class Embedder:
         project_out = getattr(self.model, "project_out", None)
         width = project_out.out_features if project_out is not None else self.model.spec.d_model
         return width * len(self.pooling)
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text costs (the server's usage count)."""
+        return [len(ids) for ids in self.tokenize(texts)]
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids: prompt put first, framed by the tokenizer's special tokens, cut to max_length."""
@@ -214,7 +235,7 @@ class Embedder:
 
 def embed(
     model_or_folder: ZooModel | PathLike,
-    texts: Sequence[str],
+    texts: Sequence[Any],
     *,
     tokenizer: Tokenizer | PathLike | None = None,
     pooling: str | Sequence[str] | None = None,
@@ -224,6 +245,10 @@ def embed(
     device: torch.device | str | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: one float32 vector per text, as a numpy array of shape (len(texts), dim).
+
+    A dual encoder (CLIP, SigLIP) embeds images too: ``texts`` may hold PIL images and ``data:image/...;base64,``
+    URLs among the texts, each vector transformers' ``image_embeds`` / ``text_embeds`` (unit length, one
+    space; `zoo.embeddings.image_text`).
 
     ``model_or_folder``: a folder (a zoo checkpoint, a Hugging Face or a sentence-transformers folder; a Hub
     id in the local cache), or a loaded zoo model. A sentence-transformers folder's ``modules.json``,

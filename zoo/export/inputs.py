@@ -40,10 +40,20 @@ MIN_DYNAMIC = 2  # the smallest example size of a dynamic dimension (a size of 1
 def input_names(model: ZooModel) -> tuple[str, ...]:
     """The inputs `example_inputs` makes for ``model``: every name of its family, ``token_type_ids`` only
     where the model has segment embeddings."""
-    names = INPUT_NAMES[model.spec.family]
+    names = INPUT_NAMES[_exported_family(model)]
     if not model.spec.embedding.segment_vocab_size:
         names = tuple(name for name in names if name != "token_type_ids")
     return names
+
+
+def _exported_family(model: ZooModel) -> str:
+    """The model's family, or `ExportError` for one this exporter does not trace yet (a dual encoder)."""
+    family = model.spec.family
+    if family not in INPUT_NAMES:
+        raise ExportError(
+            f"zoo.export: a {family} model (CLIP, SigLIP) is not exported yet; zoo.to_hf writes its Hugging Face checkpoint"
+        )
+    return family
 
 
 def example_inputs(
@@ -94,7 +104,7 @@ def example_inputs(
 def check_example(model: ZooModel, example: Mapping[str, object], *, dynamic: bool) -> None:
     """``example`` must hold tensors under names ``model``'s family exports, the required ones included,
     each (B, length) (a 3-D attention mask: (B, length, length)); with ``dynamic``, sizes of at least 2."""
-    family = model.spec.family
+    family = _exported_family(model)
     allowed, required = INPUT_NAMES[family], REQUIRED[family]
     unknown = sorted(set(example) - set(allowed))
     if unknown:

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, run
 import torch
 from torch import nn
 
-from zoo.blocks import TokenEmbedding
+from zoo.blocks import PatchEmbedding, TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.generation.weight_layout import row_major
 from zoo.losses import load_balancing_loss
-from zoo.spec import ModelSpec
+from zoo.spec import EmbeddingSpec, ModelSpec, PatchEmbeddingSpec
 from zoo.stacks import Stack, StackCache, StackOutput
 
 if TYPE_CHECKING:
@@ -69,7 +69,17 @@ def build_stack(spec: ModelSpec, name: str) -> Stack:
 
 def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenEmbedding:
     """Token embeddings for ``spec`` (its target vocabulary unless ``vocab_size`` says otherwise)."""
-    return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
+    embedding = spec.embedding
+    if not isinstance(embedding, EmbeddingSpec):  # the spec allows other front-ends in encoders only
+        raise ValueError(f"embedding.kind {embedding.kind!r}: a {spec.family} model embeds tokens")
+    return TokenEmbedding(embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
+
+
+def build_front_end(spec: ModelSpec) -> TokenEmbedding | PatchEmbedding:
+    """What turns an encoder's inputs into its first vectors: token embeddings, or image patches."""
+    if isinstance(spec.embedding, PatchEmbeddingSpec):
+        return PatchEmbedding(spec.embedding, d_model=spec.d_model)
+    return build_embedding(spec)
 
 
 def aux_loss(*stacks: tuple[StackOutput, torch.Tensor | None]) -> torch.Tensor | None:

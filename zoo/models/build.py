@@ -20,11 +20,21 @@ from torch.overrides import TorchFunctionMode
 from zoo.devices import ArgumentTypeError, resolve_device, resolve_dtype
 from zoo.models.base import ZooModel
 from zoo.models.decoder import DecoderModel
+from zoo.models.dual_encoder import DualEncoderModel
 from zoo.models.encoder import EncoderModel
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.models.init import initialize
 from zoo.models.sizes import ModelSizes, model_sizes
-from zoo.spec import DecoderSpec, EncoderDecoderSpec, EncoderSpec, ModelSpec, load_spec, parse_spec, preset
+from zoo.spec import (
+    DecoderSpec,
+    DualEncoderSpec,
+    EncoderDecoderSpec,
+    EncoderSpec,
+    ModelSpec,
+    load_spec,
+    parse_spec,
+    preset,
+)
 from zoo.spec.errors import SpecError, short_repr
 from zoo.spec.limits import parameters_message
 from zoo.stacks import sizing_build
@@ -35,6 +45,7 @@ MODEL_CLASSES: dict[str, type[ZooModel]] = {
     "encoder": EncoderModel,
     "decoder": DecoderModel,
     "encoder-decoder": EncoderDecoderModel,
+    "dual-encoder": DualEncoderModel,
 }
 
 
@@ -49,7 +60,7 @@ def resolve_spec(spec: SpecLike) -> ModelSpec:
         return load_spec(os.fspath(spec))
     if isinstance(spec, str):
         return preset(spec)
-    if isinstance(spec, EncoderSpec | DecoderSpec | EncoderDecoderSpec):
+    if isinstance(spec, EncoderSpec | DecoderSpec | EncoderDecoderSpec | DualEncoderSpec):
         return spec
     raise ArgumentTypeError(
         "spec must be a preset name, a spec file path (.yaml, .yml, .json), a mapping of fields or a "

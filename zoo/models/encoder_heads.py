@@ -8,6 +8,7 @@ asking which (``N``: the positions ``logits_mask`` selects; ``L``: num_labels):
     MLM (BERT)            (B, T, V) / (N, V)   (B, T) token ids, -100 = ignored        token cross-entropy
     token classifier      (B, T, L) / (N, L)   (B, T) class ids, -100 = ignored        token cross-entropy
     sequence classifier   (B, L)               (B,) class ids; (B, L) or (B,) floats   as transformers'
+    image classifier      (B, L)               as a sequence classifier's              as transformers'
     replaced-token        (B, T) / (N,)        (B, T) 0/1, 1 = replaced (ELECTRA)      BCE over real tokens
     none                  None                 not read                                None
 
@@ -25,13 +26,14 @@ from torch import nn
 from zoo.losses import select_labels, token_cross_entropy
 from zoo.models.heads import (
     ClassificationHead,
+    ImageClassificationHead,
     classification_loss,
     replaced_token_loss,
     resolve_problem_type,
     select_positions,
 )
 from zoo.models.inputs import check_labels
-from zoo.spec.model import SequenceClassifierSpec
+from zoo.spec.model import ImageClassifierSpec, SequenceClassifierSpec
 
 Scores = tuple[torch.Tensor | None, torch.Tensor | None]  # (logits, loss)
 
@@ -122,11 +124,16 @@ class ReplacedTokenScores:
 
 
 class SequenceScores:
-    """A sequence classifier: one row of logits per sequence, its loss by problem type (`classification_loss`)."""
+    """A sequence (or image) classifier: one row of logits per sequence (or image), its loss by problem
+    type (`classification_loss`)."""
 
     name, per_token = "MLM head", False  # logits_mask has no head here to select for
 
-    def __init__(self, module: ClassificationHead, spec: SequenceClassifierSpec) -> None:
+    def __init__(
+        self,
+        module: ClassificationHead | ImageClassificationHead,
+        spec: SequenceClassifierSpec | ImageClassifierSpec,
+    ) -> None:
         self.module, self.spec = module, spec
 
     def check_labels(self, labels: object, *, where: str, shape: tuple[int, int]) -> None:

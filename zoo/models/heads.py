@@ -1,4 +1,4 @@
-"""Output heads: LM head (tied or not), BERT's MLM head, pooler, sequence/token classifier and its loss."""
+"""Output heads: LM head (tied or not), BERT's MLM head, pooler, sequence/token/image classifiers and their loss."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from zoo.blocks import ACTIVATIONS, build_norm
 from zoo.losses import IGNORE_INDEX
 from zoo.losses.chunked import ChunkedLoss, chunked_token_losses
 from zoo.spec import LMHeadSpec, MLMHeadSpec, NormSpec, ReplacedTokenHeadSpec
-from zoo.spec.model import ClassifierSpec, HeadTransformSpec
+from zoo.spec.model import ClassifierSpec, HeadTransformSpec, ImageClassifierSpec
 
 
 class TiedOutput:
@@ -222,6 +222,32 @@ class ClassificationHead(nn.Module):
         if self.dense is not None:
             x = self.dropout(self.act(self.dense(x)))
         return self.out_proj(x)
+
+
+class ImageClassificationHead(nn.Module):
+    """One label per image, as ViTForImageClassification (``L`` = num_labels):
+
+    class_token   hidden[:, 0] (B, C) -> dropout -> out_proj (B, L)                      ViT
+    mean          hidden[:, first patch:].mean (B, C) -> dropout -> out_proj (B, L)
+    """
+
+    def __init__(self, spec: ImageClassifierSpec, *, d_model: int, dropout: float, class_token: bool) -> None:
+        super().__init__()
+        self.pooling = spec.pooling
+        self.first_patch = int(class_token)  # mean pooling leaves the class token out
+        self.dropout = nn.Dropout(spec.dropout if spec.dropout is not None else dropout)
+        self.out_proj = nn.Linear(d_model, spec.num_labels)
+
+    def forward(
+        self, hidden: torch.Tensor, pooled: torch.Tensor | None = None, padding: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """hidden (B, N, C), the stack's output over the class token and the patches -> logits (B, L);
+        ``pooled`` and ``padding`` are not read (the interface of `ClassificationHead`)."""
+        if self.pooling == "class_token":
+            x = hidden[:, 0]  # (B, C)
+        else:
+            x = hidden[:, self.first_patch :].mean(dim=1)  # (B, C)
+        return self.out_proj(self.dropout(x))
 
 
 def mean_over_tokens(hidden: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from zoo.blocks import Attention, FeedForward, MoEFeedForward, RMSNorm
+from zoo.blocks import Attention, FeedForward, MoEFeedForward, PatchEmbedding, RMSNorm
 from zoo.blocks.position import LearnedPositions, RelativeBias
 from zoo.models.heads import LMHead, MLMHead
 from zoo.spec import InitSpec
@@ -48,6 +48,8 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
             module.init_weights(residual_std=residual_std, fold_scale_into_query=spec.scheme == "t5")
         elif isinstance(module, FeedForward):
             module.init_weights(residual_std=residual_std)
+        elif isinstance(module, PatchEmbedding):  # a convolution and raw tables
+            module.init_weights(std=spec.std if spec.scheme == "normal" else d_model**-0.5)
         elif isinstance(module, MoEFeedForward):  # stacked expert weights are not nn.Linear
             module.init_weights(
                 std=spec.std if spec.scheme == "normal" else d_model**-0.5, residual_std=residual_std

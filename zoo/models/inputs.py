@@ -13,6 +13,9 @@ embedding or a mask that silently broadcasts. The rules (Hugging Face's names an
     token_type_ids                 (B, T) int64 or int32 segment ids in [0, segment_vocab_size)
     labels                         like the ids, or (B,) for a classifier: int64 class ids, or -100 (ignored)
     memory, memory_mask            the encoder output (B, S, d_model) and its (B, S) padding mask
+    pixel_values                   (B, channels, H, W) floats, for an image front-end (embedding.kind:
+                                   patches): H = W = image_size, or any multiples of patch_size with
+                                   interpolate_pos_encoding
     logits_mask                    (B, T) bool, for a model with the token-level head it selects for
     chunked_loss                   its targets (N,) integer class ids, one per position the head scores;
                                    not with labels
@@ -280,6 +283,51 @@ def check_labels(
                 f"{where}: labels contains {low if low < 0 else high}, outside [0, {num_classes}) "
                 f"and not {IGNORE_INDEX} (ignored)"
             )
+
+
+def check_pixels(
+    pixel_values: object,
+    *,
+    where: str,
+    channels: int,
+    image_size: int,
+    patch_size: int,
+    interpolate: bool,
+) -> tuple[int, int]:
+    """``pixel_values`` must be a (B, channels, H, W) float tensor with H = W = image_size, or (with
+    ``interpolate``) H and W any positive multiples of patch_size; returns (B, patches per image)."""
+    if not isinstance(pixel_values, torch.Tensor) or pixel_values.dim() != 4:
+        hint = (
+            "; for one image pass pixel_values[None]"
+            if isinstance(pixel_values, torch.Tensor) and pixel_values.dim() == 3
+            else ""
+        )
+        raise ValueError(
+            f"{where}: pixel_values must be a (batch, channels, height, width) tensor, got "
+            f"{_shape(pixel_values)}{hint}"
+        )
+    if not pixel_values.dtype.is_floating_point:
+        raise ValueError(
+            f"{where}: pixel_values must be floats (an image processor's rescaled, normalised output), got "
+            f"dtype {pixel_values.dtype}"
+        )
+    B, C, H, W = pixel_values.shape
+    if channels != C:
+        raise ValueError(
+            f"{where}: pixel_values has {C} channels (dim 1 of {_shape(pixel_values)}), the model takes "
+            f"{channels} (embedding.channels)"
+        )
+    if not interpolate and (image_size, image_size) != (H, W):
+        raise ValueError(
+            f"{where}: pixel_values are {H}x{W} images, the model takes {image_size}x{image_size} "
+            "(embedding.image_size); resize them, or pass interpolate_pos_encoding=True"
+        )
+    if H % patch_size or W % patch_size or not H or not W:
+        raise ValueError(
+            f"{where}: pixel_values are {H}x{W} images; height and width must be positive multiples of "
+            f"patch_size ({patch_size})"
+        )
+    return B, (H // patch_size) * (W // patch_size)
 
 
 def check_memory(memory: object, *, where: str, rows: int, d_model: int) -> int:

@@ -39,3 +39,22 @@ class ModelOutput:
 
 # The serialized name keeps a saved ``.pt2`` loadable (`torch.export.load`) wherever zoo is importable.
 torch.export.register_dataclass(ModelOutput, serialized_type_name="zoo.models.outputs.ModelOutput")
+
+
+@dataclass
+class DualEncoderOutput:
+    """A dual encoder's scores (CLIP, SigLIP), under transformers' CLIPOutput / SiglipOutput names.
+
+    ``logits_per_text`` (N_text, N_image) and ``logits_per_image`` its transpose; ``text_embeds`` (N_text, E)
+    and ``image_embeds`` (N_image, E) unit length; ``loss`` a scalar with ``return_loss=True``."""
+
+    loss: torch.Tensor | None = None
+    logits_per_image: torch.Tensor | None = None
+    logits_per_text: torch.Tensor | None = None
+    text_embeds: torch.Tensor | None = None
+    image_embeds: torch.Tensor | None = None
+
+
+torch.export.register_dataclass(
+    DualEncoderOutput, serialized_type_name="zoo.models.outputs.DualEncoderOutput"
+)

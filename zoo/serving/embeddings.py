@@ -12,7 +12,9 @@ answers ``/v1/models``, ``/v1/embeddings``, ``/health`` and ``/metrics``; ``/v1/
 answers ``/v1/embeddings`` with a 400 saying the converse).
 
 Fields: ``input`` (a string or a list of up to 2048 strings; token ids are refused: the `Embedder` puts
-the folder's prompt before the text and cuts it to the max length, which ids would bypass),
+the folder's prompt before the text and cuts it to the max length, which ids would bypass; a dual encoder
+(CLIP, SigLIP) also takes images, each a ``data:image/<type>;base64,<data>`` string among the texts, and a
+text-only model refuses one by its index),
 ``encoding_format`` (``float`` or ``base64``: little-endian float32, as the openai client decodes it),
 ``dimensions`` (the first d components, then unit length again when the model normalises: Matryoshka
 truncation), ``user`` (a label), ``model``; any other key is a 400 naming it.
@@ -25,6 +27,7 @@ import base64
 import difflib
 import logging
 import queue
+import re
 import threading
 import time
 from concurrent.futures import Future
@@ -52,10 +55,12 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from zoo.embeddings.embedder import Embedder
+    from zoo.embeddings.image_text import ImageTextEmbedder
 
 logger = logging.getLogger(__name__)
 
 FIELDS = ("model", "input", "encoding_format", "dimensions")
+IMAGE_URL = re.compile(r"data:image/", re.IGNORECASE)  # an image given inline (`zoo.embeddings.image_text`)
 MAX_INPUTS = 2048  # OpenAI's limit on the texts of one request
 MAX_REQUEST_BYTES = 16 << 20  # texts are cut to what max_length keeps before they are tokenised
 
@@ -87,7 +92,9 @@ class EmbeddingEngine:
     vectors and token counts. ``batch_size``: texts per forward pass, and the most that waiting requests are
     grouped to (a larger request runs alone, in batches); ``max_queue``: requests that may wait."""
 
-    def __init__(self, embedder: Embedder, *, batch_size: int = 32, max_queue: int = 64) -> None:
+    def __init__(
+        self, embedder: Embedder | ImageTextEmbedder, *, batch_size: int = 32, max_queue: int = 64
+    ) -> None:
         if batch_size < 1 or max_queue < 0:
             raise ValueError("batch_size must be >= 1, max_queue >= 0")
         self.embedder = embedder
@@ -171,7 +178,7 @@ class EmbeddingEngine:
         try:
             texts = [text for job in group for text in job.texts]
             vectors = self.embedder(texts, batch_size=self.batch_size)  # (N, dim)
-            counts = [len(ids) for ids in self.embedder.tokenize(texts)]
+            counts = self.embedder.counts(texts)
         except Exception as error:
             if len(group) > 1:  # one request's texts failed the group: each alone, so only it fails
                 for job in group:
@@ -273,7 +280,10 @@ async def embeddings(request: Any) -> Any:
     """POST /v1/embeddings: one vector per input text."""
     state = _state(request)
     body = await read_body(state, request)
-    texts, encoding, dimensions = await asyncio.to_thread(check_body, body, state.engine.dim)
+    engine = state.engine
+    texts, encoding, dimensions = await asyncio.to_thread(
+        check_body, body, engine.dim, images=engine.embedder.reads_images
+    )
     try:
         future = state.engine.submit(texts)
     except QueueFull as error:
@@ -301,8 +311,9 @@ async def embeddings(request: Any) -> Any:
     )
 
 
-def check_body(body: dict[str, Any], dim: int) -> tuple[list[str], str, int | None]:
-    """(texts, encoding_format, dimensions) of a request body, or a 400 naming the field at fault."""
+def check_body(body: dict[str, Any], dim: int, *, images: bool = False) -> tuple[list[str], str, int | None]:
+    """(texts, encoding_format, dimensions) of a request body, or a 400 naming the field at fault.
+    ``images``: the model embeds images too (a dual encoder), given as ``data:image/...;base64,`` URLs."""
     for name, value in body.items():
         if name in FIELDS:
             continue
@@ -313,7 +324,7 @@ def check_body(body: dict[str, Any], dim: int) -> tuple[list[str], str, int | No
         close = difflib.get_close_matches(name, (*FIELDS, *LABELS), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise bad(f"unknown field {name!r} for /v1/embeddings{hint}", name)
-    texts = _texts(body.get("input"))
+    texts = _texts(body.get("input"), images=images)
     encoding = body.get("encoding_format")
     encoding = "float" if encoding is None else encoding
     if encoding not in ("float", "base64"):
@@ -327,7 +338,7 @@ def check_body(body: dict[str, Any], dim: int) -> tuple[list[str], str, int | No
     return texts, encoding, dimensions
 
 
-def _texts(given: object) -> list[str]:
+def _texts(given: object, *, images: bool) -> list[str]:
     if isinstance(given, str):
         given = [given]
     if not isinstance(given, list) or not given:
@@ -345,6 +356,12 @@ def _texts(given: object) -> list[str]:
             valid_text(text, f"input[{i}]")
         except RequestError as error:
             raise bad(str(error), "input") from None
+        if not images and IMAGE_URL.match(text):
+            raise bad(
+                f"input[{i}] is an image (a data:image URL); this model embeds text only (a dual encoder such "
+                "as CLIP or SigLIP embeds images)",
+                "input",
+            )
     return given
 
 

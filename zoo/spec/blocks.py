@@ -29,8 +29,9 @@ Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 Epsilon = Annotated[float, Field(gt=0.0, lt=1.0)]
 """A norm's epsilon, in (0, 1): one that dwarfs the variance makes every position's output the same."""
 
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-"""FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish."""
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
+"""FFN nonlinearities. ``gelu_tanh`` is GPT-2's ``gelu_new``; ``silu`` is also called swish; ``quick_gelu`` is
+CLIP's x * sigmoid(1.702 x)."""
 
 
 class Spec(CleanModel):
@@ -763,8 +764,15 @@ ABSOLUTE_POSITION_KINDS = ("sinusoidal", "learned")
 
 
 class EmbeddingSpec(Spec):
-    """Token embeddings and what happens to them before the first layer."""
+    """Token embeddings and what happens to them before the first layer.
 
+    The token member of the front-end union (`InputEmbeddingSpec`): ``kind: tokens`` may be written or left
+    out, and is never dumped, so specs and checkpoints written before the union existed read the same.
+    """
+
+    kind: Literal["tokens"] = Field(
+        "tokens", exclude=True, description="tokens (this) or patches (`PatchEmbeddingSpec`, images)."
+    )
     scale: bool = Field(False, description="Multiply token embeddings by sqrt(d_model), as in the paper.")
     segment_vocab_size: NonNegativeInt = Field(0, description="Token-type (segment) embeddings; 0 = none.")
     norm: bool = Field(False, description="A norm over the summed embeddings (BERT, BART).")
@@ -788,3 +796,94 @@ class EmbeddingSpec(Spec):
         """Width at which a stack adds positions and applies the embedding norm: ALBERT's factorized_dim, else
         d_model (OPT's projection_dim is projected in before the stack)."""
         return self.factorized_dim or d_model
+
+
+class PatchEmbeddingSpec(Spec):
+    """An image front-end (ViT, Dosovitskiy et al. 2021, section 3.1): ``pixel_values`` (B, channels, H, W)
+    cut into patch_size x patch_size patches, each projected to d_model by one strided convolution, an
+    optional learned class token in front, and a learned table of 2-D positions over the patch grid (plus
+    the class token), bicubically interpolated for another image size when asked (Hugging Face's
+    ``interpolate_pos_encoding``). Encoder models only; the stack's own ``position`` adds to it (ViT: none).
+    """
+
+    model_config = ConfigDict(**Spec.model_config, json_schema_extra={"required": ["kind"]})
+
+    kind: Literal["patches"] = "patches"
+    image_size: PositiveInt = Field(
+        224, description="Height and width of the (square) images it is trained on."
+    )
+    patch_size: PositiveInt = Field(16, description="Height and width of one patch; divides image_size.")
+    channels: PositiveInt = Field(3, description="Colour channels of pixel_values (3: RGB).")
+    class_token: bool = Field(
+        True, description="A learned [CLS] vector before the patches (ViT's cls_token)."
+    )
+    positions: Literal["learned", "none"] = Field(
+        "learned",
+        description="learned: a (patches [+ 1], d_model) table added before the stack (ViT); none: no table "
+        "here (the stack's position then says what there is).",
+    )
+    bias: bool = Field(True, description="A bias on the patch projection (CLIP has none).")
+    norm: bool = Field(
+        False, description="A norm over the embeddings before the first layer (CLIP's pre_layrnorm)."
+    )
+
+    @model_validator(mode="after")
+    def _whole_patches(self) -> PatchEmbeddingSpec:
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})"
+            )
+        return self
+
+    @property
+    def grid(self) -> int:
+        """Patches along each side of an image_size image."""
+        return self.image_size // self.patch_size
+
+    @property
+    def num_tokens(self) -> int:
+        """Positions the stack sees for an image_size image: the patches, and the class token if any."""
+        return self.grid**2 + int(self.class_token)
+
+    # What the readers of a token front-end ask of any front-end: an image front-end has no token table.
+    @property
+    def scale(self) -> bool:
+        return False
+
+    @property
+    def segment_vocab_size(self) -> int:
+        return 0
+
+    @property
+    def factorized_dim(self) -> int | None:
+        return None
+
+    @property
+    def projection_dim(self) -> int | None:
+        return None
+
+    def token_dim(self, d_model: int) -> int:
+        """Width of the patch embeddings: d_model."""
+        return d_model
+
+    def stack_dim(self, d_model: int) -> int:
+        """Width at which the stack adds positions: d_model."""
+        return d_model
+
+
+def _embedding_kind(value: Any) -> str:
+    """The union member of a front-end spec: its ``kind``, ``tokens`` when none is written (older specs)."""
+    kind = value.get("kind", "tokens") if isinstance(value, dict) else getattr(value, "kind", "tokens")
+    return kind if kind in ("tokens", "patches") else str(kind)
+
+
+InputEmbeddingSpec = Annotated[
+    Annotated[EmbeddingSpec, Tag("tokens")] | Annotated[PatchEmbeddingSpec, Tag("patches")],
+    Discriminator(
+        _embedding_kind,
+        custom_error_type="embedding_kind",
+        custom_error_message="kind must be 'tokens' or 'patches'",
+    ),
+]
+"""A model's input front-end: token ids (`EmbeddingSpec`, the default when ``kind`` is left out) or image
+patches (`PatchEmbeddingSpec`)."""

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from zoo.spec.blocks import EmbeddingSpec
+from zoo.spec.blocks import InputEmbeddingSpec
 from zoo.spec.errors import number
 from zoo.spec.stacks import ResolvedStack
 
@@ -46,7 +46,7 @@ class LimitedSpec(Protocol):
     @property
     def max_positions(self) -> int: ...
     @property
-    def embedding(self) -> EmbeddingSpec: ...
+    def embedding(self) -> InputEmbeddingSpec: ...
     def stacks(self) -> dict[str, ResolvedStack]: ...
 
 
@@ -117,7 +117,11 @@ def _fields(spec: LimitedSpec) -> Iterator[tuple[str, int | None, Limit]]:
     yield "vocab_size", spec.vocab_size, VOCAB
     yield "source_vocab_size", getattr(spec, "source_vocab_size", None), VOCAB
     heads: Any = getattr(spec, "heads", None)
-    yield "heads.num_labels", heads.num_labels if heads is not None else None, VOCAB
+    yield "heads.num_labels", getattr(heads, "num_labels", None), VOCAB
+    # a dual encoder's (`zoo.spec.dual`): the projection, SigLIP's text head and attention-pooling MLP
+    yield "heads.projection.dim", getattr(getattr(heads, "projection", None), "dim", None), WIDTH
+    yield "heads.text_head_dim", getattr(heads, "text_head_dim", None), WIDTH
+    yield "heads.image_pooling.d_ff", getattr(getattr(heads, "image_pooling", None), "d_ff", None), WIDTH
     yield "embedding.segment_vocab_size", spec.embedding.segment_vocab_size, VOCAB
     yield "d_model", spec.d_model, WIDTH
     yield "embedding.factorized_dim", spec.embedding.factorized_dim, WIDTH

@@ -31,13 +31,17 @@ from zoo.spec.blocks import (
     EmbeddingSpec,
     FeedForwardSpec,
     FFNSpec,
+    InputEmbeddingSpec,
     NormSpec,
+    PatchEmbeddingSpec,
     PositionSpec,
     Probability,
     RotaryPositions,
     SinusoidalPositions,
     Spec,
+    _embedding_kind,
 )
+from zoo.spec.dual import DualEncoderHeadsSpec
 from zoo.spec.errors import SpecValidationError, plain_tags
 from zoo.spec.limits import check_limits
 from zoo.spec.patterns import BlockSparsePattern, CausalPattern, FullPattern
@@ -168,13 +172,47 @@ class SequenceClassifierSpec(_ClassifierBase):
         return self
 
 
+class ImageClassifierSpec(_ClassifierBase):
+    """One label per image (ViT's ViTForImageClassification), over an image front-end (`PatchEmbeddingSpec`):
+
+        class_token   hidden[:, 0], the class token's final state -> dropout -> out_proj   ViT
+        mean          the mean over the patch tokens (the class token left out) -> dropout -> out_proj
+
+    The norm before it is the stack's final norm (ViT's ``layernorm``), as for every encoder.
+    """
+
+    task: Literal["image"] = "image"
+    pooling: Literal["class_token", "mean"] = Field(
+        "class_token",
+        description="class_token: the class token's final state (ViT); mean: the mean of the patch tokens' "
+        "final states (no class token counted).",
+    )
+    problem_type: (
+        Literal["single_label_classification", "multi_label_classification", "regression"] | None
+    ) = Field(
+        None,
+        description="The loss, as Hugging Face names it (as for a sequence classifier); null: regression for "
+        "1 label, else by the labels' dtype (integers: single-label).",
+    )
+
+    @model_validator(mode="after")
+    def _no_transform(self) -> ImageClassifierSpec:
+        if self.transform is not None:
+            raise ValueError(
+                "transform is for text classifiers; an image classifier projects the pooled state"
+            )
+        return self
+
+
 class TokenClassifierSpec(_ClassifierBase):
     """One label per token: dropout -> out_proj on every position (BERT, RoBERTa, ALBERT alike)."""
 
     task: Literal["token"] = "token"
 
 
-ClassifierSpec = Annotated[SequenceClassifierSpec | TokenClassifierSpec, Field(discriminator="task")]
+ClassifierSpec = Annotated[
+    SequenceClassifierSpec | TokenClassifierSpec | ImageClassifierSpec, Field(discriminator="task")
+]
 
 
 class EncoderHeadsSpec(Spec):
@@ -188,7 +226,8 @@ class EncoderHeadsSpec(Spec):
     pooler: bool = Field(False, description="BERT pooler: tanh(dense(hidden[:, 0])).")
     mlm: MLMHeadSpec | None = None
     classifier: ClassifierSpec | None = Field(
-        None, description="A sequence- (task: sequence) or token-classification (task: token) head."
+        None,
+        description="A sequence- (task: sequence), token- (task: token) or image-classification (task: image) head.",
     )
     replaced_token: ReplacedTokenHeadSpec | None = Field(
         None, description="ELECTRA's discriminator: one logit per token, 'replaced or original'."
@@ -233,7 +272,7 @@ class _ModelSpecBase(Spec):
     ffn: FeedForwardSpec = FFNSpec()
     norm: NormSpec = NormSpec()
     position: PositionSpec = SinusoidalPositions()
-    embedding: EmbeddingSpec = EmbeddingSpec()
+    embedding: InputEmbeddingSpec = EmbeddingSpec()
     dropout: Probability = Field(0.1, description="Dropout on embeddings and on every residual branch.")
     init: InitSpec = InitSpec()
     pad_token_id: NonNegativeInt | None = 0
@@ -392,6 +431,22 @@ class EncoderSpec(_ModelSpecBase):
             raise ValueError("encoder.cross_attention: an encoder stack has no cross-attention")
         return {"encoder": self._resolve("encoder", self.encoder, causal=False, cross=False)}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_vocabulary(cls, data: Any) -> Any:
+        """An image front-end reads no tokens: vocab_size defaults to 1 and pad_token_id to null there."""
+        if not isinstance(data, Mapping):
+            return data
+        embedding = data.get("embedding")
+        if _embedding_kind(embedding) != "patches":
+            return data
+        return {"vocab_size": 1, "pad_token_id": None, **data}
+
+    @model_validator(mode="after")
+    def _check_images(self) -> EncoderSpec:
+        _check_image_front_end(self)
+        return self
+
     @model_validator(mode="after")
     def _check_heads(self) -> EncoderSpec:
         heads, classifier = self.heads, self.heads.classifier
@@ -498,7 +553,105 @@ class EncoderDecoderSpec(_ModelSpecBase):
         return self
 
 
-def _check_embedding(embedding: EmbeddingSpec, *, family: str) -> None:
+class DualEncoderSpec(_ModelSpecBase):
+    """An image tower and a text tower scored against each other (CLIP, SigLIP; `zoo.spec.dual`).
+
+    The model-level fields describe the text tower (its vocabulary, width, blocks; ``text`` its stack,
+    ``text.pattern: {kind: causal}`` for CLIP's causal text encoder); ``vision`` is a whole image encoder
+    spec (``embedding: {kind: patches}``, no heads of its own); ``heads`` pool, project and score them.
+    """
+
+    family: Literal["dual-encoder"] = "dual-encoder"
+    text: StackSpec = StackSpec()
+    vision: EncoderSpec
+    heads: DualEncoderHeadsSpec = DualEncoderHeadsSpec()
+
+    def stacks(self) -> dict[str, ResolvedStack]:
+        if self.text.cross_attention is not None:
+            raise ValueError("text.cross_attention: a dual encoder's towers do not cross-attend")
+        causal = self.text.pattern is not None and self.text.pattern.kind == "causal"
+        return {"text": self._resolve("text", self.text, causal=causal, cross=False)}
+
+    @property
+    def text_dim(self) -> int:
+        """Width of the pooled text vector before any projection (SigLIP's text head, else d_model)."""
+        return self.heads.text_head_dim or self.d_model
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of ``image_embeds`` and ``text_embeds``: the projection's, else the towers' own."""
+        return self.heads.projection.dim if self.heads.projection is not None else self.vision.d_model
+
+    @model_validator(mode="after")
+    def _check_towers(self) -> DualEncoderSpec:
+        heads, vision = self.heads, self.vision.heads
+        if not isinstance(self.vision.embedding, PatchEmbeddingSpec):
+            raise ValueError(
+                "vision.embedding.kind must be 'patches': the image tower reads pixel_values (an image front-end)"
+            )
+        if vision.pooler or vision.mlm or vision.classifier or vision.replaced_token:
+            raise ValueError(
+                "vision.heads: the image tower of a dual encoder has no heads of its own (see heads)"
+            )
+        if heads.projection is None and self.text_dim != self.vision.d_model:
+            raise ValueError(
+                f"heads.projection is null, so the pooled text width ({self.text_dim}: heads.text_head_dim or "
+                f"d_model) must equal vision.d_model ({self.vision.d_model})"
+            )
+        pooling = heads.image_pooling
+        if pooling.kind == "attention" and self.vision.d_model % (
+            pooling.num_heads or self.vision.attention.num_heads
+        ):
+            raise ValueError(
+                f"vision.d_model ({self.vision.d_model}) must be divisible by heads.image_pooling.num_heads "
+                f"({pooling.num_heads or self.vision.attention.num_heads})"
+            )
+        if heads.text_pooling.kind == "eos_token" and self.eos_token_id is None:
+            raise ValueError("heads.text_pooling 'eos_token' needs eos_token_id")
+        if heads.loss == "sigmoid" and heads.logit_bias_init is None:
+            raise ValueError("heads.loss 'sigmoid' needs heads.logit_bias_init (SigLIP's learned bias)")
+        return self
+
+
+def _check_image_front_end(spec: EncoderSpec) -> None:
+    """An image front-end (`PatchEmbeddingSpec`) and the heads and token fields that go with it, or not."""
+    embedding, heads, classifier = spec.embedding, spec.heads, spec.heads.classifier
+    if not isinstance(embedding, PatchEmbeddingSpec):
+        if isinstance(classifier, ImageClassifierSpec):
+            raise ValueError(
+                "heads.classifier.task 'image' needs an image front-end (embedding.kind: patches); this model "
+                "reads tokens (task: sequence classifies a token sequence)"
+            )
+        return
+    if spec.vocab_size != 1 or spec.pad_token_id is not None:
+        raise ValueError(
+            f"vocab_size ({spec.vocab_size}) and pad_token_id ({spec.pad_token_id}) are for token embeddings; an "
+            "image front-end (embedding.kind: patches) has no vocabulary: leave them out"
+        )
+    for name in ("mlm", "replaced_token"):
+        if getattr(heads, name) is not None:
+            raise ValueError(
+                f"heads.{name} scores tokens; an image front-end (embedding.kind: patches) has none"
+            )
+    if classifier is not None and not isinstance(classifier, ImageClassifierSpec):
+        raise ValueError(
+            f"heads.classifier.task {classifier.task!r} reads token sequences; with an image front-end "
+            "(embedding.kind: patches) use task: image"
+        )
+    pooling = getattr(classifier, "pooling", None)
+    if isinstance(classifier, ImageClassifierSpec) and pooling == "class_token" and not embedding.class_token:
+        raise ValueError(
+            "heads.classifier.pooling 'class_token' needs embedding.class_token: true; or use pooling: mean"
+        )
+    if heads.pooler and not embedding.class_token:
+        raise ValueError("heads.pooler reads the class token; embedding.class_token is false")
+
+
+def _check_embedding(embedding: InputEmbeddingSpec, *, family: str) -> None:
+    if isinstance(embedding, PatchEmbeddingSpec) and family != "encoder":
+        raise ValueError(
+            f"embedding.kind 'patches' (an image front-end) is for encoder models (ViT), not a {family} model"
+        )
     if embedding.projection_dim is None:
         return
     if embedding.factorized_dim is not None:
@@ -576,12 +729,16 @@ def _check_lm_head(head: LMHeadSpec | None) -> None:
         raise ValueError("lm_head.rescale_tied needs lm_head.tied: the rescale belongs to a tied output")
 
 
-ModelSpec = Annotated[EncoderSpec | DecoderSpec | EncoderDecoderSpec, Field(discriminator="family")]
+ModelSpec = Annotated[
+    EncoderSpec | DecoderSpec | EncoderDecoderSpec | DualEncoderSpec, Field(discriminator="family")
+]
 _ADAPTER: TypeAdapter[ModelSpec] = TypeAdapter(ModelSpec, config=ConfigDict(title="ModelSpec"))
 # Where a spec holds union tags (see `plain_tags`).
 _TAGS = [("family",)] + [(*stack, "position", "kind") for stack in ((), ("encoder",), ("decoder",))]
 _TAGS.append(("heads", "classifier", "task"))
-_TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder")]
+_TAGS += [(stack, "pattern", "kind") for stack in ("encoder", "decoder", "text")]
+_TAGS += [("vision", "family"), ("text", "position", "kind"), ("heads", "image_pooling", "kind")]
+_TAGS += [("heads", "text_pooling", "kind")]
 _TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
 _TAGS += [(*stack, "ffn", "kind") for stack in ((), ("encoder",), ("decoder",))]
 

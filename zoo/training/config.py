@@ -142,7 +142,8 @@ class DataConfig(Section):
     ``text<TAB>label`` lines or JSON lines ``{"text": ..., "label": ...}``; token classification: JSON lines
     ``{"tokens": [...], "tags": [...]}`` or CoNLL-style ``token<TAB>tag`` lines, a blank line between
     sentences (`zoo.training.tasks.classification`); chat: JSON lines of conversations
-    (`zoo.training.tasks.chat`). Any of them may instead be ``{prepared: DIR}``, a
+    (`zoo.training.tasks.chat`); image classification: an .npz of images and labels, or a folder of label
+    folders (`zoo.training.tasks.images`). Any of them may instead be ``{prepared: DIR}``, a
     folder ``zoo data prepare`` wrote; raw files are prepared on the fly into a cache."""
 
     train: DataFiles

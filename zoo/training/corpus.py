@@ -192,10 +192,15 @@ def prepare_corpus(
     ``too_long`` says (default: not cut). A second call with the same inputs and settings writes nothing.
     """
     task = get_task(task) if isinstance(task, str) else task
+    if not task.reads_text:
+        raise ValueError(
+            f"{task.name} reads no text: zoo data prepare tokenizes corpora; zoo train prepares image data itself "
+            "(an image folder is resized to the model's size)"
+        )
     shared = _tokenizer(tokenizer)
     target = _tokenizer(target_tokenizer) if target_tokenizer is not None else None
     tokenizers = Tokenizers(
-        target=task.frame_tokenizer(target or shared), source=task.frame_tokenizer(shared) if target else None
+        task.frame_tokenizer(target or shared), source=task.frame_tokenizer(shared) if target else None
     )
     source = corpus_source(
         task, inputs, format=format, fields=fields, documents=documents, on_bad_line=on_bad_line

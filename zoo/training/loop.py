@@ -397,7 +397,7 @@ class Trainer:
         self.model.eval()  # handed back ready for inference, as zoo.load returns models
         result = TrainResult(
             model=self.model,
-            tokenizer=self.tokenizers.target,
+            tokenizer=self.tokenizers.text,
             source_tokenizer=self.tokenizers.source,
             output_dir=self.output_dir,
             step=self.step,

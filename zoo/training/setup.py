@@ -36,7 +36,7 @@ from zoo.io.tokenizer import Tokenizer, check_special_tokens, train_tokenizer
 from zoo.models.build import build_model
 from zoo.spec import ModelSpec, load_spec, parse_spec, preset
 from zoo.training import pretrained, tasks
-from zoo.training.config import ConfigError, DataFiles, PreparedFiles, TrainConfig
+from zoo.training.config import ConfigError, DataFiles, PreparedFiles, TokenizerConfig, TrainConfig
 from zoo.training.corpus import prepare_split
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.sources import OnBadLine, data_files
@@ -181,6 +181,10 @@ def load_or_train_tokenizers(config: TrainConfig, *, task: Task, saved_dir: Path
     `_init_tokenizer_if_same`), or trained on the training split's text, streamed. The task frames it as its
     model reads it (a classifier's gets ``bos text eos`` as its post-processor, so it frames as training did
     wherever it goes: `zoo.training.tasks.labels.with_encoder_framing`)."""
+    if not task.reads_text:  # images: nothing to tokenize
+        if config.tokenizer != TokenizerConfig():
+            raise ConfigError(f"tokenizer: {task.name} reads no text; leave the tokenizer section out")
+        return Tokenizers(None)
     tokenizers = _load_or_train(config, task=task, saved_dir=saved_dir)
     tokenizers.target = task.frame_tokenizer(tokenizers.target)
     return tokenizers
@@ -258,7 +262,10 @@ def _lines(task: Task, files: DataFiles, side: str, *, on_bad_line: OnBadLine) -
 
 def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
     """The run's tokenizer(s), as `zoo.save` writes them: with ``tokenizer_config.json`` (its special tokens and
-    chat template), so that the other processes and a resumed run render conversations with the same one."""
+    chat template), so that the other processes and a resumed run render conversations with the same one.
+    A run without a tokenizer (images) writes none."""
+    if tokenizers.text is None:
+        return
     tokenizers.target.save(directory / TOKENIZER_NAME)
     tokenizers.target.save_config(directory / TOKENIZER_CONFIG_NAME)
     if tokenizers.source is not None:
@@ -266,7 +273,10 @@ def save_tokenizers(tokenizers: Tokenizers, directory: Path) -> None:
 
 
 def wire_spec(spec: ModelSpec, tokenizers: Tokenizers, config: TrainConfig, *, task: Task) -> ModelSpec:
-    """The spec with the tokenizer's vocabulary size(s) and special ids, checked against each other."""
+    """The spec with the tokenizer's vocabulary size(s) and special ids, checked against each other (as
+    it is for a task that reads no text)."""
+    if tokenizers.text is None:
+        return spec
     explicit = set(config.model.overrides)
     if config.model.init_from is not None:
         explicit.add("vocab_size")  # trained embeddings: the tokenizer must fit them (checked below)

@@ -88,6 +88,20 @@ class TokenClassificationSettings(TaskSettings):
     kind: Literal["token_classification"] = "token_classification"
 
 
+class ImageClassificationSettings(TaskSettings):
+    """image_classification: one label per image (an image front-end, ``embedding.kind: patches``); the
+    labels come from the data. Pixels (0-255) are rescaled by 1/255, then normalised per channel as
+    ``(x - image_mean) / image_std`` (ViTImageProcessor's defaults: 0.5, 0.5)."""
+
+    kind: Literal["image_classification"] = "image_classification"
+    image_mean: list[float] = Field(
+        default_factory=lambda: [0.5], min_length=1, description="Per channel, or one for all."
+    )
+    image_std: list[Annotated[float, Field(gt=0.0)]] = Field(
+        default_factory=lambda: [0.5], min_length=1, description="Per channel, or one for all."
+    )
+
+
 class ChatSettings(TaskSettings):
     """chat: supervised fine-tuning on conversations, the loss on the assistant's turns."""
 
@@ -219,6 +233,7 @@ TaskSettingsUnion = Annotated[
     | MaskedLMSettings
     | SequenceClassificationSettings
     | TokenClassificationSettings
+    | ImageClassificationSettings
     | ChatSettings
     | DPOSettings
     | KTOSettings

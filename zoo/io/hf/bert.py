@@ -64,9 +64,11 @@ from zoo.io.hf.common import (
 )
 from zoo.spec import EncoderSpec, ModelSpec, RelativeBiasSpec, parse_spec
 from zoo.spec.errors import short_repr
-from zoo.spec.model import SequenceClassifierSpec, TokenClassifierSpec
+from zoo.spec.model import ImageClassifierSpec, SequenceClassifierSpec, TokenClassifierSpec
 
-Classifier = SequenceClassifierSpec | TokenClassifierSpec
+Classifier = (
+    SequenceClassifierSpec | TokenClassifierSpec | ImageClassifierSpec
+)  # image: refused by embedding_kinds
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from zoo.io.hf.common import HFError, Rule, architecture, linear
-from zoo.spec.model import SequenceClassifierSpec, TokenClassifierSpec
+from zoo.spec.model import ImageClassifierSpec, SequenceClassifierSpec, TokenClassifierSpec
 
-Task = Literal["sequence", "token"]
+Task = Literal["sequence", "token", "image"]
 SEQUENCE_TENSORS = ("classifier.weight", "classifier.out_proj.weight")
 
 
@@ -72,14 +72,14 @@ def classifier_from_hf(
         "labels": labels,
         "dropout": None if model_dropout is not None and dropout == model_dropout else dropout,
     }
-    if task == "sequence":
+    if task in ("sequence", "image"):
         spec |= {"pooling": pooling, "problem_type": config.get("problem_type")}
     # A token head has no problem_type: transformers' token classifiers always use cross-entropy.
     return spec
 
 
 def classifier_to_hf(
-    classifier: SequenceClassifierSpec | TokenClassifierSpec,
+    classifier: SequenceClassifierSpec | TokenClassifierSpec | ImageClassifierSpec,
     *,
     dropout_key: str = "classifier_dropout",
     model_dropout: float | None = None,
@@ -95,7 +95,9 @@ def classifier_to_hf(
     }
 
 
-def classifier_rules(classifier: SequenceClassifierSpec | TokenClassifierSpec | None) -> list[Rule]:
+def classifier_rules(
+    classifier: SequenceClassifierSpec | TokenClassifierSpec | ImageClassifierSpec | None,
+) -> list[Rule]:
     """zoo <-> HF names of a classifier: ``classifier`` (one linear), RoBERTa's ``classifier.dense`` and
     ``classifier.out_proj``, or DistilBERT's ``pre_classifier`` before ``classifier``; the same in every
     BERT-like family."""

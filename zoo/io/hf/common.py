@@ -54,6 +54,8 @@ class FamilyMapping:
         or unexpected keys.
     ffn_kinds: the FFN spec kinds (``dense``, ``moe``) the family writes; export refuses any other before
         ``spec_to_config`` runs.
+    embedding_kinds: the input front-ends (``tokens``, ``patches``) the family reads; export refuses any
+        other before ``spec_to_config`` runs.
     exported_as(spec): the spec the written files describe, where the family re-expresses an option through
         the weights (Marian: the paper's interleaved sinusoids as its half layout, the residual stream
         reordered); the export guard (`zoo.io.hf.faithful`) reads the config back against it. None: ``spec``.
@@ -65,6 +67,7 @@ class FamilyMapping:
     hf_to_zoo: Callable[[StateDict, ModelSpec], StateDict]
     zoo_to_hf: Callable[[StateDict, ModelSpec], StateDict]
     ffn_kinds: tuple[str, ...] = ("dense",)
+    embedding_kinds: tuple[str, ...] = ("tokens",)
     exported_as: Callable[[ModelSpec], ModelSpec] | None = None
 
 
@@ -79,6 +82,18 @@ def check_ffn_kinds(mapping: FamilyMapping, spec: ModelSpec) -> None:
                 f"{' or '.join(mapping.ffn_kinds)} feed-forward layers only",
                 fields=(field,),
             )
+
+
+def check_embedding_kind(mapping: FamilyMapping, spec: ModelSpec) -> None:
+    """HFError when ``mapping`` cannot read the spec's input front-end (image patches in a text family)."""
+    kind = spec.embedding.kind
+    if kind not in mapping.embedding_kinds:
+        family = "/".join(mapping.model_types)
+        raise HFError(
+            f"{family} cannot express embedding.kind={kind!r}: Hugging Face {family} reads "
+            f"{' or '.join(mapping.embedding_kinds)}",
+            fields=("embedding.kind",),
+        )
 
 
 class HFError(ValueError):
@@ -133,8 +148,15 @@ ACTIVATIONS_FROM_HF = {
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
+    "quick_gelu": "quick_gelu",  # CLIP's x * sigmoid(1.702 x)
 }
-ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+ACTIVATIONS_TO_HF = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "relu": "relu",
+    "silu": "silu",
+    "quick_gelu": "quick_gelu",
+}
 
 
 def activation_from_hf(name: Any, *, field: str) -> str:

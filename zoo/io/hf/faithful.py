@@ -28,7 +28,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-from zoo.io.hf.common import FamilyMapping, NamesOnly, check_ffn_kinds, refusal
+from zoo.io.hf.common import FamilyMapping, NamesOnly, check_embedding_kind, check_ffn_kinds, refusal
 from zoo.models import build_model
 from zoo.spec import AttentionSpec, ModelSpec, MoESpec, ResolvedStack
 
@@ -52,6 +52,7 @@ _RESOLVED_ELSEWHERE = {"num_layers", *_STACK_BLOCKS, "encoder", "decoder"}  # wh
 
 def faithful_config(mapping: FamilyMapping, spec: ModelSpec) -> dict[str, Any]:
     """``mapping``'s config.json for ``spec``; HFError naming every field reading it back would lose."""
+    check_embedding_kind(mapping, spec)
     check_ffn_kinds(mapping, spec)
     config = mapping.spec_to_config(spec)
     meta = build_model(spec, device="meta", init=False).state_dict()

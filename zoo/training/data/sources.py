@@ -43,8 +43,9 @@ from zoo.training.data import DataError
 
 log = logging.getLogger(__name__)
 
-Format = Literal["tsv", "aligned", "text", "jsonl", "parquet", "arrow"]
-FORMATS: tuple[str, ...] = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow")
+Format = Literal["tsv", "aligned", "text", "jsonl", "parquet", "arrow", "npz", "image_folder"]
+FORMATS: tuple[str, ...] = ("tsv", "aligned", "text", "jsonl", "parquet", "arrow", "npz", "image_folder")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 OnBadLine = Literal["error", "skip"]
 Value = str | list[str]
 
@@ -171,7 +172,15 @@ def iter_records(source: Source, *, stats: ReadStats | None = None) -> Iterator[
     if source.format == "aligned":
         yield from _aligned(files, source.fields, bad)
         return
-    read = {"tsv": _tsv, "text": _text, "jsonl": _jsonl, "parquet": _parquet, "arrow": _arrow}[source.format]
+    read = {
+        "tsv": _tsv,
+        "text": _text,
+        "jsonl": _jsonl,
+        "parquet": _parquet,
+        "arrow": _arrow,
+        "npz": _npz,
+        "image_folder": _image_folder,
+    }[source.format]
     for path in files:
         yield from read(path, source, bad)
 
@@ -184,10 +193,26 @@ def data_files(source: Source) -> list[Path]:
             raise FileNotFoundError(f"{path}: data file not found")
     if source.format in ("parquet", "arrow"):
         return [file for path in source.paths for file in _table_files(path, source.format)]
+    if source.format == "image_folder":  # every file in the label folders, each sorted; hidden ones skipped
+        files = []
+        for path in source.paths:
+            if not path.is_dir():
+                raise DataError(
+                    f"{path}: not a folder (an image folder holds one subfolder of images per label)"
+                )
+            for entry in _visible(path):
+                files += [f for f in _visible(entry) if f.is_file()] if entry.is_dir() else [entry]
+        if not files:
+            raise DataError(f"{source.paths[0]}: no images (one subfolder per label, images inside)")
+        return files
     for path in source.paths:
         if not path.is_file():
             raise DataError(f"{path}: not a file (a {source.format} source reads files, one or more)")
     return list(source.paths)
+
+
+def _visible(folder: Path) -> list[Path]:
+    return sorted(entry for entry in folder.iterdir() if not entry.name.startswith("."))
 
 
 # --- bad lines ---------------------------------------------------------------------------------------------
@@ -333,6 +358,39 @@ def _aligned(paths: Sequence[Path], names: Sequence[str], bad: _BadLines) -> Ite
             bad(empty, number, "empty line (aligned files need text on every line)")
             continue
         yield Record(paths[0], number, dict(zip(names, texts)))  # type: ignore[arg-type]
+
+
+def _npz(path: Path, source: Source, bad: _BadLines) -> Iterator[Record]:
+    """A NumPy ``.npz`` of images: one record per row of its ``labels`` array, ``{"label": "3"}``, at "line"
+    row + 1; the pixels stay in the file (`zoo.training.tasks.images` reads them by row)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            labels = archive["labels"] if "labels" in archive.files else None
+            found = list(archive.files)
+    except (OSError, ValueError) as error:
+        raise DataError(f"{path}: not a NumPy .npz archive ({error})") from None
+    if labels is None or "images" not in found:
+        raise DataError(f"{path}: an image .npz holds the arrays 'images' and 'labels'; found {found}")
+    if labels.ndim != 1 or not (labels.dtype.kind in "iu" or labels.dtype.kind == "U"):
+        raise DataError(
+            f"{path}: labels must be one integer or string per image, got {labels.dtype} {labels.shape}"
+        )
+    for row, label in enumerate(labels.tolist()):
+        yield Record(path, row + 1, {"label": str(label)})
+
+
+def _image_folder(path: Path, source: Source, bad: _BadLines) -> Iterator[Record]:
+    """One file of an image folder (`data_files` lists them: ``train/cat/1.png`` is labelled "cat"): a
+    record ``{"label": "cat"}`` at "line" 1 of its file. A file that is not an image (by its suffix), or one
+    beside the label folders, is a bad line."""
+    if path.parent in source.paths:
+        bad(path, 1, "an image folder holds one subfolder per label, not files")
+    elif path.suffix.lower() not in IMAGE_SUFFIXES:
+        bad(path, 1, f"not an image file ({', '.join(IMAGE_SUFFIXES)})")
+    else:
+        yield Record(path, 1, {"label": path.parent.name})
 
 
 def _value(value: Any) -> tuple[Value | None, str | None]:

@@ -96,7 +96,7 @@ def check_callbacks(callbacks: Iterable[Any]) -> list[Any]:
 @dataclass
 class TrainResult:
     model: ZooModel  # the trained model (sharded in place under FSDP)
-    tokenizer: Tokenizer  # the target (or shared) tokenizer
+    tokenizer: Tokenizer | None  # the target (or shared) tokenizer; None for a task that reads no text
     source_tokenizer: Tokenizer | None
     output_dir: Path
     step: int

@@ -279,9 +279,9 @@ def checkpoint_problem(path: Path) -> str | None:
     parseable, every safetensors file holding all its tensors' bytes (headers only: nothing is loaded)."""
     if not path.is_dir():
         return "no such directory" if not path.exists() else "not a directory"
-    needed = (TRAINER_STATE_NAME, SPEC_NAME, TOKENIZER_NAME, OPTIMIZER_NAME, RNG_NAME)
+    needed = (TRAINER_STATE_NAME, SPEC_NAME, OPTIMIZER_NAME, RNG_NAME)  # and the tokenizer, unless images
     try:  # no file read on resume may be a link out of the checkpoint (`zoo.io.paths`)
-        for name in (*needed, ADAPTER_NAME, SOURCE_TOKENIZER_NAME):
+        for name in (*needed, TOKENIZER_NAME, ADAPTER_NAME, SOURCE_TOKENIZER_NAME):
             inside(path, name, error=ResumeError)
     except ResumeError as error:
         return str(error).replace(f"{path}{os.sep}", "")
@@ -290,12 +290,16 @@ def checkpoint_problem(path: Path) -> str | None:
         return f"{', '.join(missing)} missing"
     try:
         state = read_trainer_state(path)
+        text = state.get("tokenizer", True) is not False  # a run that reads no text saved none
+        if text and not (path / TOKENIZER_NAME).is_file():
+            return f"{TOKENIZER_NAME} missing"
         if state.get("lora") is not None:  # a LoRA run's checkpoint: its adapters are what a resume loads
             if not (path / ADAPTER_NAME).is_file():
                 return f"{ADAPTER_NAME} missing"
             read_header(path / ADAPTER_NAME)
         read_json_object(path / SPEC_NAME, error=ResumeError)
-        read_json_object(path / TOKENIZER_NAME, error=ResumeError)
+        if text:
+            read_json_object(path / TOKENIZER_NAME, error=ResumeError)
         open_checkpoint(path)  # the weights: headers, sizes and spec
         metadata, _ = read_header(path / OPTIMIZER_NAME)
         groups = parse_json(metadata.get("param_groups", "null"), where=f"{OPTIMIZER_NAME}: param_groups")

@@ -114,7 +114,7 @@ class CheckpointIO:
         return copy
 
     def _save_model(self, model: torch.nn.Module | None, directory: Path) -> None:
-        zoo.save(model, directory, tokenizer=self.tokenizers.target)
+        zoo.save(model, directory, tokenizer=self.tokenizers.text)
         save_tokenizers(self.tokenizers, directory)
         if self.lora is not None:
             zoo.lora.save(self.model, directory / ADAPTER_NAME, base_id=self.base_id)
@@ -134,6 +134,8 @@ class CheckpointIO:
                 "grad_accum": self.grad_accum,
                 "zoo_version": zoo.__version__,
             } | ({"lora": self.lora.model_dump(mode="json")} if self.lora is not None else {})
+            if self.tokenizers.text is None:  # a task that reads no text (images): no tokenizer to expect
+                provenance["tokenizer"] = False
             checkpoints.write_checkpoint(
                 path,
                 save_model=lambda directory: self._save_model(model, directory),

@@ -4,6 +4,8 @@
     causal_lm, masked_lm       `zoo.training.tasks.language_model`   plain text, packing, BERT's masking
     sequence_classification    `zoo.training.tasks.classification`   labelled text, a classifier head,
     token_classification                                             accuracy (and token F1)
+    image_classification       `zoo.training.tasks.images`           images (.npz, scikit-learn's digits), an
+                                                                     image front-end and classifier, accuracy
     chat                       `zoo.training.tasks.chat`             conversations (JSON lines), the loss on
                                                                      the assistant's turns, packing
     dpo                        `zoo.training.tasks.dpo`              preference pairs, DPO's loss (or IPO,
@@ -30,6 +32,7 @@ from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
 from zoo.training.tasks.contrastive import Contrastive
 from zoo.training.tasks.dpo import DPO
+from zoo.training.tasks.images import ImageClassification
 from zoo.training.tasks.kto import KTO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
 from zoo.training.tasks.seq2seq import Seq2Seq
@@ -43,6 +46,7 @@ TASKS: dict[str, type[Task]] = {
         MaskedLM,
         SequenceClassification,
         TokenClassification,
+        ImageClassification,
         Chat,
         DPO,
         KTO,

@@ -66,9 +66,20 @@ Encode = Callable[[list[Record]], dict[str, Any]]  # side -> one row per record 
 
 @dataclass
 class Tokenizers:
-    target: Tokenizer  # the shared one, or the target side
+    text: Tokenizer | None  # the shared one, or the target side; None: a task that reads no text (images)
     source: Tokenizer | None = None  # only with separate vocabularies
     trained: bool = False  # zoo trained them for this run (so their special ids define the spec's)
+
+    @property
+    def target(self) -> Tokenizer:
+        """The shared (or target) tokenizer; a `ConfigError` for a run without one (`Task.reads_text`)."""
+        if self.text is None:
+            raise ConfigError("this task reads no text: the run has no tokenizer")
+        return self.text
+
+    @target.setter
+    def target(self, tokenizer: Tokenizer) -> None:
+        self.text = tokenizer
 
     @property
     def for_source(self) -> Tokenizer:
@@ -141,6 +152,7 @@ class Task(ABC):
     sides: ClassVar[tuple[str, ...]]  # the token arrays of its prepared data, e.g. ("source", "target")
     fields: ClassVar[tuple[str, ...]]  # the record fields its raw data has, e.g. ("source", "target")
     packs: ClassVar[bool] = False  # whether it reads ``data.packing`` (documents packed into windows)
+    reads_text: ClassVar[bool] = True  # False (images): setup loads, trains and wires no tokenizer
     chunks_loss: ClassVar[bool] = False  # its loss reads a decoder's LM head at the scored tokens only
 
     def __init__(self, settings: TaskSettings | None = None, *, packing: PackingConfig | None = None) -> None:
