@@ -5,7 +5,7 @@
     app = create_app(engine, tokenizer, model_name="tiny")       # FastAPI (the `serve` extra), lazily
 
 `zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.prefix`
-keeps shared prompt prefixes' keys/values, `zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
+keeps shared prompt prefixes' keys/values, `zoo.serving.speculative` decodes by draft and verify, `zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
 forces tool calls, `zoo.serving.server` runs it (docs/serving.md).
 """
 
@@ -19,5 +19,16 @@ from zoo.serving.requests import (
     QueueFull,
     RequestError,
 )
+from zoo.serving.speculative import Speculation
 
-__all__ = ["Completion", "Delta", "Done", "Engine", "Failed", "PromptTooLong", "QueueFull", "RequestError"]
+__all__ = [
+    "Completion",
+    "Delta",
+    "Done",
+    "Engine",
+    "Failed",
+    "PromptTooLong",
+    "QueueFull",
+    "RequestError",
+    "Speculation",
+]
