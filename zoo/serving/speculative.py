@@ -41,7 +41,7 @@ honoured (each token's log-softmax at its own column).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -52,8 +52,10 @@ from zoo.generation.weight_layout import use_decoding_layout
 from zoo.serving.requests import Completion, TokenLogprob
 from zoo.serving.slots import SlotCache
 
-if TYPE_CHECKING:
-    from zoo.serving.engine import Engine, _Job
+# The engine (`zoo.serving.engine.Engine`, whose state a round reads and updates) and its jobs: typed as Any,
+# since the engine imports this module (no import cycle, not even for types).
+Engine = Any
+_Job = Any
 
 MAX_NGRAM = 2  # prompt lookup's longest n-gram (transformers' max_matching_ngram_size default)
 
@@ -253,7 +255,7 @@ class DraftModel:
             ).float()  # (R, V)
             token = logits.argmax(dim=-1)  # (R,)
             if sampled:
-                token, q = _draw(engine, logits, token, sampled, [jobs[i] for i in sampled])  # type: ignore[misc]
+                token, q = _draw(engine, logits, token, sampled, [jobs[i] for i in sampled])
                 probs.append(q)
             drafts.append(token)
             if step + 1 < self.k:  # the last draft's key is made next round, if the target accepts it
