@@ -5,6 +5,7 @@ take plain steps with the same result, and what it cannot serve is refused by na
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,3 +168,21 @@ def test_what_it_cannot_serve_is_refused_by_name() -> None:
         Engine(model, Digits(), speculative=Speculation(draft=tiny_decoder(vocab_size=64)))
     with pytest.raises(ValueError, match="one of them"):
         Speculation(draft=model, lookup=True)
+
+
+def test_zoo_serve_draft_and_prompt_lookup_set_up_the_engine(
+    saved: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zoo.serving.server as server
+    from zoo.cli import main
+
+    engines: list[Engine] = []
+    monkeypatch.setattr(server, "serve", lambda engine, *args, **kwargs: engines.append(engine))
+    assert main(["serve", str(saved), "--port", "0", "--prompt-lookup", "3"]) == 0
+    assert main(["serve", str(saved), "--port", "0", "--draft", str(saved), "--draft-tokens", "2"]) == 0
+    lookup, draft = (engine.speculative for engine in engines)
+    assert lookup is not None and isinstance(lookup.drafter, module.Lookup) and lookup.k == 3
+    assert draft is not None and isinstance(draft.drafter, module.DraftModel) and draft.k == 2
+    capsys.readouterr()
+    assert main(["serve", str(saved), "--port", "0", "--draft", str(saved), "--prompt-lookup", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "error: zoo serve: give --draft or --prompt-lookup, not both"
