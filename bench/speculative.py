@@ -93,10 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lookup", type=int, default=4, help="prompt_lookup_num_tokens")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers")
     parser.add_argument("--engine", action="store_true", help="add the serving engine's rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--models", type=Path, default=None, help="keep / reuse the fitted pair here")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     device = args.device
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     base = zoo.preset("gpt2-tiny").override(max_positions=1024, dropout=0.0)
     target_spec = base.override(d_model=768, num_layers=4, **{"attention.num_heads": 12, "ffn.d_ff": 3072})
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.close()
     record = {
         "load": os.getloadavg(),
+        "threads": torch.get_num_threads(),
         "machine": report.machine(device),
         "losses": losses,
         "new_tokens": args.new_tokens,
@@ -242,7 +246,7 @@ def _engine_runs(
             target, _Bytes(), max_batch=batch, prefix_cache_bytes=0, speculative=speculation
         ).start()
         _ENGINES.append(engine)
-        rows = batch if speculation is None else batch * (speculation.tokens + 1)
+        rows = batch
 
         def run(engine: Engine = engine, rows: int = rows) -> list[tuple[int, ...]]:
             use_decoding_layout(target, rows=rows)  # as the engine set it (generate's runs change it)

@@ -456,10 +456,7 @@ def prepare(
         vocab_of = vocabulary(tokenizer, vocab)
         constraints = [Constraint(grammar, vocab_of, stop=eos) for _ in range(rows)]
     if not model.training:  # a training loop's sample leaves the weights as training wants them
-        # speculative decoding's forwards verify k + 1 tokens a row: 5 rows of a matrix read row-major
-        # took 75 ms against 80 ms column-major on the bench's pair (a 1-row step: 43 against 34 ms)
-        drafts = config.prompt_lookup_num_tokens or (config.num_assistant_tokens if assistant_model else 0)
-        use_decoding_layout(model, rows=rows * (1 + drafts))
+        use_decoding_layout(model, rows=rows)
     if assistant_model is not None:
         assistant_model = check_model(assistant_model)
         if _device_of(assistant_model) != device:

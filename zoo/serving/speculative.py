@@ -315,7 +315,6 @@ class SpeculativeStep:
         # spare columns for the rounds' holes: a compaction every few rounds at most
         spare = 8 * (self.k + 1)
         engine.cache = SlotCache(engine.stack, slots=engine.max_batch, length=engine.limit + spare)
-        use_decoding_layout(engine.model, rows=engine.max_batch * (self.k + 1))
         self.proposed = self.taken = 0
 
     def __call__(self) -> None:
