@@ -186,3 +186,31 @@ def test_zoo_serve_draft_and_prompt_lookup_set_up_the_engine(
     capsys.readouterr()
     assert main(["serve", str(saved), "--port", "0", "--draft", str(saved), "--prompt-lookup", "3"]) == 2
     assert capsys.readouterr().err.strip() == "error: zoo serve: give --draft or --prompt-lookup, not both"
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "other"])
+def test_a_seeded_request_samples_the_same_text_alone_or_beside_others(drafter: str) -> None:
+    """Its uniform numbers come from its own generator, one per draft of its own, whatever the other slots
+    drafted in the same rounds."""
+    model = tiny_decoder()
+    prompt = _prompts(120, [6])[0] * 3
+    others = [p * 2 for p in _prompts(120, [9, 4, 14], seed=2)]
+
+    def engine() -> Engine:
+        draft = None if drafter == "lookup" else _other_draft()
+        speculation = (
+            Speculation(lookup=True, tokens=3) if draft is None else Speculation(draft=draft, tokens=3)
+        )
+        return Engine(model, Digits(), max_batch=4, max_length=96, speculative=speculation)
+
+    alone = _run(engine(), [{"prompt": prompt, "temperature": 0.9, "top_p": 0.9, "seed": 7}], new=20)
+    crowd = _run(
+        engine(),
+        [
+            *({"prompt": p, "temperature": 1.0, "seed": i} for i, p in enumerate(others)),
+            {"prompt": prompt, "temperature": 0.9, "top_p": 0.9, "seed": 7},
+        ],
+        new=20,
+    )
+    assert alone.done[0].token_ids == crowd.done[3].token_ids
+    assert alone.done[0].token_ids != tuple(_alone(model, prompt, 20))  # it did sample

@@ -368,7 +368,9 @@ class SpeculativeStep:
         tokens = target
         sampled = [i for i, job in enumerate(jobs) if job is not None and counts[i] and job.generator]
         if sampled:
-            accepted, tokens = self._rejection(logits, drafts, q, allowed, sampled, jobs, accepted, tokens)
+            accepted, tokens = self._rejection(
+                logits, drafts, q, allowed, counts, sampled, jobs, accepted, tokens
+            )
         plain = [job if job is not None and not counts[i] else None for i, job in enumerate(jobs)]
         failures: dict[int, str] = {}
         if any(job is not None for job in plain):  # no drafts: the engine's own sampling, as a plain step
@@ -410,6 +412,7 @@ class SpeculativeStep:
         drafts: torch.Tensor,
         q: torch.Tensor | None,
         allowed: torch.Tensor,
+        counts: list[int],
         rows: list[int],
         jobs: list[_Job | None],
         accepted: torch.Tensor,
@@ -435,7 +438,12 @@ class SpeculativeStep:
         p_d = p[:, :n].gather(2, d[..., None]).squeeze(2)  # (S, n)
         q_rows = q[picked, :n] if q is not None else None  # (S, n, V)
         q_d = q_rows.gather(2, d[..., None]).squeeze(2) if q_rows is not None else torch.ones_like(p_d)
-        u = torch.stack([torch.rand(n, generator=g, device=g.device) for g in generators]).to(p.device)
+        # one uniform number per draft of the row's own, from its own generator: a seeded request draws the
+        # same numbers whatever the other slots drafted (the round's width n is theirs too)
+        own = [counts[i] for i in rows]
+        u = torch.ones(len(rows), n, device=p.device)  # (S, n): columns past a row's drafts are not read
+        for row, (g, count) in enumerate(zip(generators, own)):
+            u[row, :count] = torch.rand(count, generator=g, device=g.device).to(p.device)
         ok = (u * q_d < p_d) & (torch.arange(n, device=p.device)[None] < allowed[picked, None])
         m = ok.long().cumprod(dim=1).sum(dim=1)  # (S,)
         at = m[:, None, None].expand(-1, 1, V)
