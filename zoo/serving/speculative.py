@@ -62,8 +62,8 @@ MAX_NGRAM = 2  # prompt lookup's longest n-gram (transformers' max_matching_ngra
 
 @dataclass(frozen=True)
 class Speculation:
-    """How the engine drafts: ``draft`` a smaller model with the target's vocabulary, or ``lookup`` > 0
-    (prompt lookup), never both; ``tokens``: drafts per slot and round (k)."""
+    """How the engine drafts: with ``draft`` (a smaller decoder with the target's vocabulary, on its device)
+    or by prompt lookup (``lookup=True``), one of them; ``tokens``: drafts per slot and round (k)."""
 
     draft: Any = None
     lookup: bool = False
