@@ -120,8 +120,7 @@ def test_requests_it_cannot_honour_take_plain_steps_beside_drafting_ones() -> No
     assert len(fast.done[1].logprobs) == 12
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lookup", [False, True])
+@pytest.mark.parametrize("lookup", [pytest.param(False, marks=pytest.mark.slow), True])  # ~5 s, ~3 s
 def test_sampling_keeps_the_target_distribution(lookup: bool) -> None:
     """The first two new tokens' empirical joint distribution over many seeded requests against the
     target's exact one (`tests/generation/test_speculative.py`, through the engine's per-request draws)."""
