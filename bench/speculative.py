@@ -8,9 +8,13 @@ AdamW steps on one repeating paragraph, so the draft agrees with the target most
 acceptance setup; a model trained on real text accepts less). Each contender continues the paragraph's
 first 32 bytes by ``--new-tokens`` greedy tokens in float32; zoo's are checked to return plain greedy's
 tokens. transformers runs the same weights through `zoo.to_hf` (``assistant_model=``,
-``prompt_lookup_num_tokens=``). Reported: tokens/s (median of the repetitions), the wall time against
-the same library's plain greedy, and zoo's acceptance rate (accepted drafts / drafted tokens, counted at
-the target's verification forwards).
+``prompt_lookup_num_tokens=``; one row only, so at batch 1 only). ``--engine`` adds the serving engine
+(`zoo.serving.Engine`, in process, no HTTP): ``batch`` concurrent requests of the same prompt, plain and
+with ``Speculation`` (``zoo serve --prompt-lookup`` / ``--draft``), checked to return plain greedy's tokens.
+Reported: tokens/s (median of the repetitions), the wall time against the same library's (or the engine's)
+plain greedy, and the acceptance rate (accepted drafts / drafted tokens: for generate counted at the target's
+verification forwards, for the engine its own counters). ``--models DIR`` keeps the fitted pair there
+and reuses it on the next run.
 
 Writes speculative.json and speculative.md to bench/results/local/ (or --out DIR; --update: bench/results/).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,7 @@ import torch
 import zoo
 from bench import report
 from bench.timing import alternate
+from zoo.generation.weight_layout import use_decoding_layout
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog while the five boxing wizards jump quickly; "
@@ -86,15 +92,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lookup", type=int, default=4, help="prompt_lookup_num_tokens")
     parser.add_argument("--no-hf", action="store_true", help="skip transformers")
+    parser.add_argument("--engine", action="store_true", help="add the serving engine's rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--models", type=Path, default=None, help="keep / reuse the fitted pair here")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     device = args.device
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     base = zoo.preset("gpt2-tiny").override(max_positions=1024, dropout=0.0)
     target_spec = base.override(d_model=768, num_layers=4, **{"attention.num_heads": 12, "ffn.d_ff": 3072})
-    target = zoo.build(target_spec).to(device)
-    draft = zoo.build(base).to(device)
-    losses = {"target": _fit(target, args.steps, device, 0), "draft": _fit(draft, args.steps, device, 1)}
+    kept = args.models
+    if kept is not None and (kept / "target").exists():
+        target, draft = zoo.load(kept / "target", device=device), zoo.load(kept / "draft", device=device)
+        losses = json.loads((kept / "losses.json").read_text())
+    else:
+        target = zoo.build(target_spec).to(device)
+        draft = zoo.build(base).to(device)
+        losses = {"target": _fit(target, args.steps, device, 0), "draft": _fit(draft, args.steps, device, 1)}
+        if kept is not None:
+            zoo.save(target, kept / "target")
+            zoo.save(draft, kept / "draft")
+            (kept / "losses.json").write_text(json.dumps(losses))
+    target.eval()
+    draft.eval()
     print(f"fitted: final loss target {losses['target']:.4f}, draft {losses['draft']:.4f}", flush=True)
     hf = hf_draft = None
     if not args.no_hf:
@@ -122,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             accepted = args.new_tokens - counter.calls
             acceptance[name] = accepted / counter.drafted if counter.drafted else float("nan")
         runs: dict[str, Any] = dict(zoo_runs)
+        if args.engine:
+            engine_runs, engine_accept = _engine_runs(target, draft, prompt, args, plain)
+            runs |= engine_runs
+            acceptance |= engine_accept
         if hf is not None:
             runs |= _hf_runs(hf, hf_draft, prompt, args)
         if hf is not None:  # the same weights give the same greedy tokens
@@ -136,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.inference_mode():
             timings = alternate(runs, device=device, warmup=1, repeats=args.repeats)
         for name, timing in timings.items():
-            library = name.split()[0]
+            library = " ".join(name.split()[:2]) if name.startswith("zoo engine") else name.split()[0]
             rate, slow, fast = timing.rate(args.new_tokens * batch)
             rows.append(
                 {
@@ -150,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(_line(rows[-1]), flush=True)
+    for engine in _ENGINES:
+        engine.close()
     record = {
+        "load": os.getloadavg(),
+        "threads": torch.get_num_threads(),
         "machine": report.machine(device),
         "losses": losses,
         "new_tokens": args.new_tokens,
@@ -173,10 +203,76 @@ def _zoo_runs(target: Any, draft: Any, prompt: torch.Tensor, args: argparse.Name
     return {
         "zoo greedy": lambda: target.generate(prompt, **common),
         "zoo assistant": lambda: target.generate(prompt, assistant_model=draft, **common),
+        "zoo assistant heuristic": lambda: target.generate(
+            prompt, assistant_model=draft, num_assistant_tokens_schedule="heuristic", **common
+        ),
         f"zoo prompt lookup {args.lookup}": lambda: target.generate(
             prompt, prompt_lookup_num_tokens=args.lookup, **common
         ),
     }
+
+
+_ENGINES: list[Any] = []  # closed at the end of `main`
+
+
+class _Bytes:
+    """The engine's tokenizer stand-in: token t is byte t - 3."""
+
+    eos_id = None
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
+        return bytes(max(i - OFFSET, 0) for i in ids).decode("utf-8", errors="replace")
+
+
+def _engine_runs(
+    target: Any, draft: Any, prompt: torch.Tensor, args: argparse.Namespace, plain: torch.Tensor
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """The serving engine serving ``batch`` requests of the prompt at once: plain, prompt lookup, draft;
+    each checked once against plain greedy's tokens -> (runs, acceptance by name)."""
+    import threading
+
+    from zoo.serving import Completion, Done, Engine, Speculation
+
+    batch = prompt.shape[0]
+    ids = prompt[0].tolist()
+    engines = {
+        "zoo engine greedy": None,
+        f"zoo engine prompt lookup {args.lookup}": Speculation(lookup=True, tokens=args.lookup),
+        f"zoo engine draft {args.lookup}": Speculation(draft=draft, tokens=args.lookup),
+    }
+    runs, acceptance = {}, {}
+    for name, speculation in engines.items():
+        engine = Engine(
+            target, _Bytes(), max_batch=batch, prefix_cache_bytes=0, speculative=speculation
+        ).start()
+        _ENGINES.append(engine)
+        rows = batch
+
+        def run(engine: Engine = engine, rows: int = rows) -> list[tuple[int, ...]]:
+            use_decoding_layout(target, rows=rows)  # as the engine set it (generate's runs change it)
+            done: list[tuple[int, ...]] = []
+            finished = threading.Event()
+
+            def emit(event: object) -> None:
+                if isinstance(event, Done):
+                    done.append(event.token_ids)
+                    if len(done) == batch:
+                        finished.set()
+
+            engine.submit(
+                [Completion(prompt=ids, max_tokens=args.new_tokens, emit=emit) for _ in range(batch)]
+            )
+            finished.wait()
+            return done
+
+        out = run()
+        if any(list(tokens) != plain[0, len(ids) :].tolist() for tokens in out):
+            raise SystemExit(f"{name}: not plain greedy's tokens")
+        step = engine.speculative
+        if step is not None:
+            acceptance[name] = step.taken / step.proposed if step.proposed else float("nan")
+        runs[name] = run
+    return runs, acceptance
 
 
 def _hf_runs(hf: Any, hf_draft: Any, prompt: torch.Tensor, args: argparse.Namespace) -> dict[str, Any]:

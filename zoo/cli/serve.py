@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 from zoo.cli.options import (
     add_device_option,
@@ -26,6 +27,7 @@ from zoo.cli.options import (
     positive_int,
     torch_dtype,
 )
+from zoo.cli.search import speculative_options, speculative_settings
 
 API_KEY_ENV = "ZOO_API_KEY"
 
@@ -88,6 +90,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "begin with them (bytes, or 512M, 1G; default: 1G; 0: off)",
     )
     serve.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+    drafting = serve.add_argument_group("speculative decoding (zoo.serving.speculative)")
+    speculative_options(drafting)
+    drafting.add_argument(
+        "--draft-tokens",
+        type=positive_int,
+        default=4,
+        metavar="K",
+        help="tokens the --draft model drafts per slot and step (default: 4)",
+    )
     add_device_option(serve)
     add_dtype_option(serve, default=None, help="cast the weights (default: as saved)")
     serve.set_defaults(run=run_serve)
@@ -132,6 +143,10 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ValueError(
                 "--prefix-cache-bytes keeps a generative model's prompt keys/values; this is an embedding model"
             )
+        if args.draft is not None or args.prompt_lookup is not None:
+            raise ValueError(
+                "--draft / --prompt-lookup decode a generative model; this is an embedding model"
+            )
         engine = EmbeddingEngine(embedder, batch_size=args.max_batch or 32, max_queue=args.max_queue)
     else:
         check_finite(loaded.model, where=args.model)
@@ -142,6 +157,7 @@ def run_serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             max_length=args.max_length,
             compile=args.compile,
+            speculative=_speculation(args, loaded.model),
             **({} if args.prefix_cache_bytes is None else {"prefix_cache_bytes": args.prefix_cache_bytes}),
         )
     name = args.model_name or Path(args.model).resolve().name
@@ -160,3 +176,18 @@ def run_serve(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
     )
     return 0
+
+
+def _speculation(args: argparse.Namespace, model: Any) -> Any:
+    """The engine's `Speculation` for --draft DIR (--draft-tokens K) or --prompt-lookup N; None without."""
+    from zoo.serving import Speculation
+
+    if args.draft is not None and args.prompt_lookup is not None:
+        raise ValueError("zoo serve: give --draft or --prompt-lookup, not both")
+    if args.prompt_lookup is not None:
+        if args.prompt_lookup < 1:
+            raise ValueError(f"zoo serve: --prompt-lookup must be >= 1, got {args.prompt_lookup}")
+        return Speculation(lookup=True, tokens=args.prompt_lookup)
+    if args.draft is None:
+        return None
+    return Speculation(draft=speculative_settings(args, model)["assistant_model"], tokens=args.draft_tokens)

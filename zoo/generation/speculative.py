@@ -274,9 +274,11 @@ def speculative_steps(session: Session, run: Run, drafter: Drafter) -> Iterator[
             new = _rejection_sample(p, drafts, q, generator)  # (B, m + 1)
         else:
             best, target = logits.max(dim=-1)  # (B, n + 1)
-            if not bool((best < float("inf")).all()):
+            rows = (target[:, :n] == drafts).long().cumprod(dim=1).sum(dim=1)  # (B,) each row's accepted
+            # the round's one host read: the shortest acceptance, and whether every score was finite
+            taken, finite = torch.stack([rows.min(), (best < float("inf")).all().long()]).tolist()
+            if not finite:
                 check_finite(logits.new_full((1,), float("nan")), done)
-            taken = int((target[:, :n] == drafts).long().cumprod(dim=1).sum(dim=1).min()) if n else 0
             new = target[:, : taken + 1]  # the accepted drafts are the target's argmax too
         m = new.shape[1] - 1
         if unfinished is not None:  # a row that ends inside the round is padded from its eos on

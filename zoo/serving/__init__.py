@@ -7,7 +7,7 @@
 
 `zoo.serving.engine` schedules and decodes, `zoo.serving.slots` owns the batched cache, `zoo.serving.prefix`
 keeps shared prompt prefixes' keys/values, `zoo.serving.beams` runs beam requests as groups of slots,
-`zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
+`zoo.serving.speculative` decodes by draft and verify, `zoo.serving.api` speaks HTTP, `zoo.serving.tools` reads and
 forces tool calls, `zoo.serving.server` runs it (docs/serving.md).
 """
 
@@ -22,6 +22,7 @@ from zoo.serving.requests import (
     QueueFull,
     RequestError,
 )
+from zoo.serving.speculative import Speculation
 
 __all__ = [
     "BeamSettings",
@@ -33,4 +34,5 @@ __all__ = [
     "PromptTooLong",
     "QueueFull",
     "RequestError",
+    "Speculation",
 ]

@@ -14,6 +14,8 @@ Each turn of the engine's loop:
        token and joins a slot: its keys are copied to end at the shared cursor (`zoo.serving.slots`);
     3. decode: ONE forward of the next token of every busy slot, then each request's own sampling,
        detokenisation and stop checks; a finished request leaves its slot at once.
+       With ``speculative=`` (``zoo serve --draft`` / ``--prompt-lookup``), a round of draft and verify
+       instead: every slot drafts, one forward verifies all (`zoo.serving.speculative`).
 
 A prompt that begins with blocks another prompt prefilled before reads their keys/values from the prefix
 cache (`zoo.serving.prefix`) into its group's cache and prefills only the rest; after its last chunk, a
@@ -83,6 +85,7 @@ from zoo.serving.requests import (
 from zoo.serving.sampling import RowSampling
 from zoo.serving.slots import SlotCache
 from zoo.serving.sources import SourceSlots
+from zoo.serving.speculative import Speculation, SpeculativeStep
 
 logger = logging.getLogger(__name__)
 
@@ -157,10 +160,12 @@ class Engine:
         prefill_tokens: int = 512,
         compile: bool = False,
         prefix_cache_bytes: int = DEFAULT_BYTES,
+        speculative: Speculation | None = None,
     ) -> None:
         """``max_length``: the longest sequence (prompt + new tokens) a slot holds, default and at most the
         model's ``max_positions``; ``prefill_tokens``: the padded prompt tokens one prefill chunk runs;
-        ``prefix_cache_bytes``: the most the prefix cache holds (0: none; an encoder-decoder has none)."""
+        ``prefix_cache_bytes``: the most the prefix cache holds (0: none; an encoder-decoder has none);
+        ``speculative``: decode by draft and verify (`zoo.serving.speculative`)."""
         self.model = check_model(model)
         model.eval()
         spec = self.model.spec
@@ -186,7 +191,10 @@ class Engine:
         self._thread: threading.Thread | None = None
         # an encoder-decoder prefills nothing here (one `stream` a request): nothing to reuse
         self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes and not self.seq2seq else None
+        if speculative is not None and compile:  # refused before the step is compiled
+            raise ValueError("zoo serve: --compile does not combine with --draft / --prompt-lookup")
         self._setup_slots(compile)
+        self.speculative = SpeculativeStep(self, speculative) if speculative is not None else None
 
     def _setup_slots(self, compile: bool) -> None:
         stack = self.model.prepare_generation(
@@ -248,6 +256,12 @@ class Engine:
             if any(not 0 <= i < out for i in ids):
                 raise RequestError(f"{name} token ids must lie in [0, {out})", param=name)
         if request.beam is not None:
+            if self.speculative is not None:  # a draft-and-verify round has no place for a group's search
+                raise RequestError(
+                    "use_beam_search is not served with speculative decoding (zoo serve --draft or "
+                    "--prompt-lookup); serve without it for beam requests",
+                    param="use_beam_search",
+                )
             check_beam(request, slots=self.max_batch, vocab_size=self.model.spec.vocab_size)
         if self.seq2seq and request.echo:  # a source is read, not predicted: nothing scores it
             raise RequestError("echo is not supported for encoder-decoder models", param="echo")
@@ -334,7 +348,7 @@ class Engine:
         self._drop_cancelled()
         self._prefill_chunk()
         if any(self.slots):
-            self._decode()
+            (self.speculative or self._decode)()
 
     def _take(self, *, block: bool) -> None:
         """Move new requests from the inbox to the waiting queue (waiting a little when idle)."""
