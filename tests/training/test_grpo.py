@@ -6,7 +6,10 @@ refused by name, and two gloo processes stepping like one."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import zoo
 from zoo.generation.chat import end_of_turn_ids
+from zoo.io.tokenizer import train_tokenizer
 from zoo.losses.grpo import group_advantages, grpo_token_losses
 from zoo.training import TrainConfig, Trainer, train
 from zoo.training.config import ConfigError
@@ -367,3 +372,32 @@ def test_a_bad_line_is_refused_naming_file_and_line(
     bad.write_text("\n".join([*good[:2], line, *good[2:]]) + "\n")
     with pytest.raises(DataError, match=message):
         Trainer(grpo_config(tmp_path / "run", (bad, prompts[1])), progress=False)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_step_like_one_with_the_same_global_batch(
+    prompts: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Each process samples its own batches' completions (seeded by the batch, not the process) and the
+    dapo loss is divided by the step's completion tokens over both: 2 x 1 batch == 1 x 2 accumulated."""
+    tokenizer = tmp_path / "tok.json"
+    train_tokenizer([prompts[0]], kind="bpe", vocab_size=80).save(tokenizer)
+    fixed = {"tokenizer.path": str(tokenizer), "data.valid": None, "optim.eps": 1e-6, "max_steps": 2}
+    single = train(
+        grpo_config(tmp_path / "single", prompts, **fixed, **{"batch.grad_accum": 2}), progress=False
+    )
+    config_path = tmp_path / "ddp.yaml"
+    config_path.write_text(grpo_config(tmp_path / "ddp", prompts, **fixed).to_yaml(), encoding="utf-8")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command += ["-m", "zoo", "train", str(config_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ddp = zoo.load(tmp_path / "ddp")
+    for (name, a), (_, b) in zip(single.model.state_dict().items(), ddp.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-5), f"{name}: max diff {(a - b).abs().max():.2e}"
+    expected = {r["step"]: r for r in records(tmp_path / "single") if r["loss"] is not None}
+    got = {r["step"]: r for r in records(tmp_path / "ddp") if r["loss"] is not None}
+    for step in (1, 2):
+        assert got[step]["loss"] == pytest.approx(expected[step]["loss"], abs=1e-5)
+        assert expected[step]["reward_std"] > 0  # the advantages are not all 0: the weights moved
