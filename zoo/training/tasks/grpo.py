@@ -400,7 +400,7 @@ class GroupRelative(Objective):
         prompts = [p for p in batch.prompts for _ in range(G)]  # (R,) a prompt's group consecutive
         seeds = np.random.SeedSequence(batch.seed).generate_state(len(prompts), np.uint32).tolist()
         chat = any(batch.chat)
-        stop = end_of_turn_ids(tokenizer) if chat else ()  # type: ignore[arg-type]
+        stop = end_of_turn_ids(tokenizer) if chat else ()
         sampled = sample(
             self.policy,
             tokenizer,
