@@ -244,7 +244,7 @@ GRPO: dict[str, Any] = {
     "max_new_tokens": 12,
     "beta": 0.04,
 }
-GRPO_LR = 1e-4
+GRPO_LR = 3e-5  # 1e-4 drifts (held-out 45.9%); 3e-5 for 100 steps: 54.9%
 GRPO_BATCH = {"batch": {"max_tokens": 4096, "max_sentences": 8}}  # 8 questions x 8 answers a step
 
 
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     steps = (
-        {"pretrain": 500, "sft": 300, "dpo": 60, "grpo": 40}
+        {"pretrain": 500, "sft": 300, "dpo": 60, "grpo": 100}
         if not args.quick
         else {"pretrain": 4, "sft": 4, "dpo": 4, "grpo": 2}
     )

@@ -20,6 +20,7 @@ from torch import nn
 
 from zoo.serving import Completion, Done, Engine, Failed
 from zoo.serving.requests import Event
+from zoo.training.config import ConfigError
 
 MAX_SLOTS = 64  # sequences decoded together at most; more wait for a free slot
 
@@ -53,6 +54,10 @@ def sample(
 ) -> list[Sampled]:
     """One completion of each prompt, prompt ``i`` sampled with generator seed ``seeds[i]``; ``max_length``:
     the longest prompt + completion a slot holds (default: the model's ``max_positions``)."""
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        raise ConfigError(
+            "task grpo samples from whole weights: distributed.strategy fsdp shards them; use ddp or one process"
+        )
     rows = len(prompts)
     was_training = model.training
     engine = Engine(
