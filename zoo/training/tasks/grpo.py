@@ -43,6 +43,7 @@ samples. Logged per step (means over the completions of each micro-batch, weight
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -165,8 +166,9 @@ class GRPO(Task):
     def fingerprint(self, side: str, tokenizers: Tokenizers) -> str | None:
         if side != "prompt":
             return None
-        tok = tokenizers.target
-        return f"{tokenizer_fingerprint(tok)}+template:{hash(chat_template(tok)) & 0xFFFFFFFF:08x}"
+        tok = tokenizers.target  # the template renders chat prompts: it changes the ids too (as chat's)
+        both = f"{tokenizer_fingerprint(tok)}\n{chat_template(tok)}"
+        return "sha256:" + hashlib.sha256(both.encode("utf-8")).hexdigest()
 
     def encoder(
         self, tokenizers: Tokenizers, *, cuts: LengthCuts | None, labels: Sequence[str] = ()
@@ -399,6 +401,8 @@ class GroupRelative(Objective):
         G = settings.group_size
         prompts = [p for p in batch.prompts for _ in range(G)]  # (R,) a prompt's group consecutive
         seeds = np.random.SeedSequence(batch.seed).generate_state(len(prompts), np.uint32).tolist()
+        # with a chat prompt in the batch every answer also stops at the template's end-of-turn token (a
+        # special token a plain-text continuation does not write)
         chat = any(batch.chat)
         stop = end_of_turn_ids(tokenizer) if chat else ()
         sampled = sample(
