@@ -13,7 +13,7 @@ the mode it was in afterwards.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -72,7 +72,7 @@ def sample(
     left = [rows]
     lock = threading.Lock()
 
-    def collect(i: int):  # the engine's thread calls it with each request's events
+    def collect(i: int) -> Callable[[Event], None]:  # the engine's thread calls it with request i's events
         def emit(event: Event) -> None:
             if isinstance(event, Done | Failed):
                 results[i] = event
