@@ -75,5 +75,7 @@ def test_instruct_example_runs_its_four_stages_quickly(tmp_path):
     # the final chat model keeps the template SFT fine-tuned it with (what `zoo convert --to-hf` exports)
     sft, dpo, grpo = (zoo.load_tokenizer(tmp_path / "run" / name) for name in ("sft", "dpo", "grpo"))
     assert dpo.chat_template is not None and dpo.chat_template == sft.chat_template == grpo.chat_template
-    rewards = [json.loads(line) for line in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    rewards = [
+        json.loads(line) for line in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert all(r["rewards/correct"] is not None for r in rewards if r["loss"] is not None)
