@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -59,18 +60,22 @@ def test_example_data_scripts_write_exactly_the_bundled_files(script, tmp_path):
         )
 
 
-def test_instruct_example_runs_its_three_stages_quickly(tmp_path):
-    """examples/instruct.py end to end at a few steps per stage: pretraining, chat SFT and DPO each train and are
-    scored on the held-out questions (the README's figures come from the full run)."""
+def test_instruct_example_runs_its_four_stages_quickly(tmp_path):
+    """examples/instruct.py end to end at a few steps per stage: pretraining, chat SFT, DPO and GRPO each train and
+    are scored on the held-out questions (the README's figures come from the full run)."""
     example = runpy.run_path(str(EXAMPLES / "instruct.py"), run_name="not_main")
     facts = example["facts"]()
     tune, held_out = example["split"](facts, 0)
     assert len(facts) == 610 and not {(f.a, f.op, f.b) for f in tune} & {(f.a, f.op, f.b) for f in held_out}
     results = example["main"](["--quick", "--out", str(tmp_path / "run")])
-    assert set(results) == {"pretrained", "sft", "dpo"}
-    for name in ("pretrain", "sft", "dpo"):
+    assert set(results) == {"pretrained", "sft", "dpo", "grpo"}
+    for name in ("pretrain", "sft", "dpo", "grpo"):
         assert (tmp_path / "run" / name / "model.safetensors").is_file()
     assert all(0.0 <= s.correct <= 1.0 and 0.0 <= s.short <= 1.0 for s in results.values())
     # the final chat model keeps the template SFT fine-tuned it with (what `zoo convert --to-hf` exports)
-    sft, dpo = (zoo.load_tokenizer(tmp_path / "run" / name) for name in ("sft", "dpo"))
-    assert dpo.chat_template is not None and dpo.chat_template == sft.chat_template
+    sft, dpo, grpo = (zoo.load_tokenizer(tmp_path / "run" / name) for name in ("sft", "dpo", "grpo"))
+    assert dpo.chat_template is not None and dpo.chat_template == sft.chat_template == grpo.chat_template
+    rewards = [
+        json.loads(line) for line in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert all(r["rewards/correct"] is not None for r in rewards if r["loss"] is not None)

@@ -88,8 +88,9 @@ LAYERS = (
     ("zoo.io",),
     ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
     ("zoo.embeddings",),  # models and tokenizers loaded by io; training's contrastive task pools as it does
+    ("zoo.serving",),  # the serving engine and its HTTP layer; training's grpo task samples through it
     ("zoo.analysis", "zoo.training"),
-    ("zoo.evaluation", "zoo.serving"),  # lm-eval's adapter; the serving engine and its HTTP layer
+    ("zoo.evaluation",),  # lm-eval's adapter
     ("zoo.demo", "zoo.viz"),
     ("zoo.cli",),
     ("zoo.__main__",),

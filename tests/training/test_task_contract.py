@@ -119,6 +119,19 @@ def write_images(path: Path, seed: int) -> Path:
     return path
 
 
+def write_prompts(path: Path, seed: int) -> Path:
+    rows = [{"prompt": " ".join(s) if k % 2 else [{"role": "user", "content": " ".join(s)}], "word": s[0]}
+            for k, s in enumerate(sentences(60, seed))]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+GRPO_REWARDS = [
+    f"{Path(__file__).parent / 'grpo_rewards.py'}:short",
+    f"{Path(__file__).parent / 'grpo_rewards.py'}:says",
+]
+
+
 def write_triplets(path: Path, seed: int) -> Path:
     rows = [{"anchor": " ".join(s), "positive": " ".join(reversed(s)), "negative": " ".join(s[1:])}
             for s in sentences(60, seed)]  # fmt: skip
@@ -145,6 +158,8 @@ DATA: dict[str, tuple[Callable[[Path, int], Path], str, dict[str, Any], dict[str
     "dpo": (write_preferences, ".jsonl", GPT, {}, "val_rewards/accuracy"),
     "dpo simpo": (write_preferences, ".jsonl", GPT, {"task.loss": "simpo"}, "val_rewards/accuracy"),
     "kto": (write_unpaired, ".jsonl", GPT, {}, "val_rewards/accuracy"),
+    "grpo": (write_prompts, ".jsonl", GPT, {"task": {"kind": "grpo", "rewards": GRPO_REWARDS, "group_size": 2,
+                                                     "max_new_tokens": 4, "beta": 0.1}}, "val_reward"),
     "contrastive": (write_triplets, ".jsonl", BERT, {}, "val_retrieval_accuracy"),
     "contrastive cached": (write_triplets, ".jsonl", BERT, {"task": {"kind": "contrastive", "cache_batch": 5,
                            "hard_negatives": 1, "matryoshka_dims": [32, 8]}}, "val_retrieval_accuracy"),

@@ -51,6 +51,7 @@ def validate(
     metrics: dict[str, float] = {}
     try:
         for batch in batches:
+            batch = objective.rollout(batch, device=device)  # GRPO's completions, sampled from ``model``
             units = objective.count(batch)
             sums = objective(model, batch, device=device, autocast=autocast, train=False)
             if metric is not None and sums.logits is not None and sums.targets is not None:

@@ -447,6 +447,8 @@ class Trainer:
         """One optimizer step on this process's ``batches``; returns its summed loss (on the device).
         ``indices``: the batches' places in the epoch's order, which seed each forward's RNG (None: the
         global RNG runs on, as a bench timing bare steps leaves it)."""
+        # GRPO samples its completions here, each batch from its own seed (the same after a resume)
+        batches = [self.objective.rollout(b, device=self.runtime.device) for b in batches]
         counts = [self.objective.count(b) for b in batches]  # target tokens, or DPO's pairs
         local = sum(counts)
         (step_count,) = dist_.all_reduce_sum([float(local)], self.runtime)

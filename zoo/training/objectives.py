@@ -3,6 +3,7 @@
 The loop and validation call the task's objective (`zoo.training.tasks.base.Task.objective`) and never ask
 which task it is:
 
+    batch = objective.rollout(batch, device=...)        # an online objective's samples (GRPO); else as is
     count = objective.count(batch)                      # on the host, before any forward: what the loss sums
     sums = objective(model, batch, device=..., autocast=..., train=True)
     (sums.loss * world_size / step_count).backward()    # step_count: every micro-batch on every process
@@ -64,6 +65,12 @@ class Objective(ABC):
     loss_name: str = ""  # names both losses in run.json and plots when they are not token NLL ("DPO")
     description: str = ""  # the training loss, for run.json (`zoo.training.report.records.write_run_info`)
     validation_description: str = ""
+
+    def rollout(self, batch: Batch, *, device: torch.device) -> Batch:
+        """The batch this objective trains on, made from the collated one before `count`: the batch itself,
+        except for an online objective, which samples from the model being trained here (GRPO's
+        completions, scored by its rewards); run once per batch, outside the forward's autograd."""
+        return batch
 
     @abstractmethod
     def count(self, batch: Batch) -> int:

@@ -8,6 +8,7 @@
     task: {kind: chat, train_on_prompt: false}
     task: {kind: seq2seq, bleu: true, bleu_metric: sacrebleu, num_beams: 1}
     task: {kind: contrastive, scale: 20.0, similarity: cos, matryoshka_dims: [384, 128, 64]}
+    task: {kind: grpo, group_size: 8, rewards: ["examples/rewards.py:correct"], beta: 0.04}
     (no task: the model's own, its family's or its classifier's, with its settings at their defaults)
 
 A setting lives under the task that reads it, so a setting of another task cannot be written down.
@@ -226,6 +227,76 @@ class ContrastiveSettings(TaskSettings):
         return f"loss.label_smoothing ({eps}) is not read by contrastive: leave it unset" if eps else None
 
 
+GRPO_LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
+
+
+class GRPOSettings(TaskSettings):
+    """grpo: Group Relative Policy Optimization, online: ``group_size`` completions of each prompt sampled from
+    the policy as it trains, scored by reward functions, each completion's reward compared with its group's."""
+
+    kind: Literal["grpo"] = "grpo"
+    rewards: tuple[str, ...] = Field(
+        (),
+        description='Reward functions, "path/to/file.py:name" or "package.module:name", called as '
+        "fn(prompts, completions, **columns) -> one float per completion.",
+    )
+    reward_weights: tuple[float, ...] | None = Field(
+        None, description="One weight per reward function; the reward is their weighted sum. null: 1 each."
+    )
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (TRL's num_generations).")
+    max_new_tokens: PositiveInt = Field(
+        256, description="Tokens per completion at most (max_completion_length)."
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=2.0,
+        description="Sampling temperature (also divides the logits the loss reads, as TRL's).",
+    )
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: 1 = off.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling: 0 = off.")
+    beta: float = Field(
+        0.0, ge=0.0, description="The KL penalty's weight against the frozen reference (k3); 0: no reference."
+    )
+    epsilon: PositiveFloat = Field(
+        0.2, description="The ratio's clip range, below 1 (and above, unless epsilon_high)."
+    )
+    epsilon_high: PositiveFloat | None = Field(
+        None, description="The clip range above 1 (DAPO's); null: epsilon."
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="Advantages divided by the group's reward std (group), the batch's, or not (none).",
+    )
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field(
+        "dapo",
+        description="How token losses are averaged, as TRL's: dapo (over every completion token of the "
+        "optimizer step), grpo (over each completion's tokens, then over completions), dr_grpo (over "
+        "completions x max_new_tokens), bnpo (over each micro-batch's completion tokens).",
+    )
+
+    @model_validator(mode="after")
+    def _one_weight_per_reward(self) -> GRPOSettings:
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.rewards):
+            raise ValueError(
+                f"task.reward_weights ({len(self.reward_weights)}) needs one weight per task.rewards entry "
+                f"({len(self.rewards)})"
+            )
+        for reward in self.rewards:
+            if ":" not in reward or not reward.rsplit(":", 1)[1].isidentifier():
+                raise ValueError(
+                    f'task.rewards: {short_repr(reward)} must be "file.py:function" or "module:function"'
+                )
+        return self
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return self.reward_weights if self.reward_weights is not None else (1.0,) * len(self.rewards)
+
+    def label_smoothing_problem(self, eps: float) -> str | None:
+        return f"loss.label_smoothing ({eps}) is not read by grpo: leave it unset" if eps else None
+
+
 # The union the config's ``task`` validates into: every task's settings, listed once.
 TaskSettingsUnion = Annotated[
     Seq2SeqSettings
@@ -237,7 +308,8 @@ TaskSettingsUnion = Annotated[
     | ChatSettings
     | DPOSettings
     | KTOSettings
-    | ContrastiveSettings,
+    | ContrastiveSettings
+    | GRPOSettings,
     Field(discriminator="kind"),
 ]
 SETTINGS: dict[str, type[TaskSettings]] = {

@@ -15,6 +15,8 @@
                                                                      bad, KTO's loss, dpo's reference
     contrastive                `zoo.training.tasks.contrastive`      (anchor, positive[, negatives]) lines,
                                                                      in-batch negatives, an embedding model
+    grpo                       `zoo.training.tasks.grpo`             prompts, completions sampled online and
+                                                                     scored by reward functions, GRPO's loss
 
 A task is built with its own settings, the config's ``task: {kind: NAME, ...}`` (`build_task`); setup
 (`zoo.training.setup`) and the loop (`zoo.training.loop`) hold no task branches: they ask the task. A new
@@ -32,6 +34,7 @@ from zoo.training.tasks.chat import Chat
 from zoo.training.tasks.classification import SequenceClassification, TokenClassification
 from zoo.training.tasks.contrastive import Contrastive
 from zoo.training.tasks.dpo import DPO
+from zoo.training.tasks.grpo import GRPO
 from zoo.training.tasks.images import ImageClassification
 from zoo.training.tasks.kto import KTO
 from zoo.training.tasks.language_model import CausalLM, MaskedLM
@@ -51,6 +54,7 @@ TASKS: dict[str, type[Task]] = {
         DPO,
         KTO,
         Contrastive,
+        GRPO,
     )
 }
 assert set(TASKS) == set(SETTINGS), "every task the config accepts is registered, and only those"
