@@ -76,6 +76,10 @@ PUBLISHED_COUNTS = {
     # Llama4ForCausalLM on the meta device from meta-llama/Llama-4-Scout-17B-16E's text_config
     # (tests/io/test_hf_llama4.py builds it)
     "llama-4-scout": 107_769_861_120,
+    # WhisperForConditionalGeneration on the meta device from openai/whisper-tiny's and openai/whisper-base's
+    # config.json (the encoder's frozen sinusoid table counted, as transformers counts it)
+    "whisper-tiny": 37_760_640,
+    "whisper-base": 72_593_920,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
@@ -97,6 +101,7 @@ EXPECTED = {
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
     "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
     "deepseek-v3", "deepseek-tiny", "glm-4.5-air", "deepseek-v2-lite", "llama-4-scout", "llama4-tiny",
+    "whisper-tiny", "whisper-base",
 }  # fmt: skip
 
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, run
 import torch
 from torch import nn
 
-from zoo.blocks import TokenEmbedding
+from zoo.blocks import AudioEmbedding, TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.generation.weight_layout import row_major
 from zoo.losses import load_balancing_loss
-from zoo.spec import ModelSpec
+from zoo.spec import EncoderDecoderSpec, ModelSpec
 from zoo.stacks import Stack, StackCache, StackOutput
 
 if TYPE_CHECKING:
@@ -70,6 +70,15 @@ def build_stack(spec: ModelSpec, name: str) -> Stack:
 def build_embedding(spec: ModelSpec, *, vocab_size: int | None = None) -> TokenEmbedding:
     """Token embeddings for ``spec`` (its target vocabulary unless ``vocab_size`` says otherwise)."""
     return TokenEmbedding(spec.embedding, vocab_size=vocab_size or spec.vocab_size, d_model=spec.d_model)
+
+
+def build_source_embedding(spec: EncoderDecoderSpec) -> TokenEmbedding | AudioEmbedding | None:
+    """An encoder-decoder's own encoder input: a front-end (``encoder.embedding``: Whisper's audio
+    convolutions), a separate source vocabulary's table, or None when the source shares the target's."""
+    front_end = spec.encoder.embedding
+    if front_end is not None:
+        return AudioEmbedding(front_end, d_model=spec.d_model)
+    return build_embedding(spec, vocab_size=spec.source_vocab_size) if spec.source_vocab_size else None
 
 
 def aux_loss(*stacks: tuple[StackOutput, torch.Tensor | None]) -> torch.Tensor | None:

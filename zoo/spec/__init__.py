@@ -29,6 +29,7 @@ from zoo.spec.blocks import (
     YarnRopeScaling,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
+from zoo.spec.frontends import AudioEmbeddingSpec, InputSpec
 from zoo.spec.lora import LoraSpec
 from zoo.spec.model import (
     ClassifierSpec,
@@ -63,6 +64,7 @@ __all__ = [
     "AlibiPositions",
     "AttentionPattern",
     "AttentionSpec",
+    "AudioEmbeddingSpec",
     "BlockSparsePattern",
     "CausalPattern",
     "ChunkedPattern",
@@ -78,6 +80,7 @@ __all__ = [
     "FeedForwardSpec",
     "FullPattern",
     "HeadTransformSpec",
+    "InputSpec",
     "InitSpec",
     "LMHeadSpec",
     "LatentAttentionSpec",
