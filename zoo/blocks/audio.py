@@ -29,8 +29,11 @@ class AudioEmbedding(nn.Module):
         self.num_mel_bins, self.frames = spec.num_mel_bins, spec.frames
         self.conv1 = nn.Conv1d(spec.num_mel_bins, d_model, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(d_model, d_model, kernel_size=3, stride=2, padding=1)
-        table = sinusoidal_table(spec.max_positions, d_model, layout="half", frequencies="fairseq")
-        self.positions = nn.Parameter(table, requires_grad=False)  # (P, C), fixed
+        self.positions = nn.Parameter(torch.empty(spec.max_positions, d_model), requires_grad=False)  # (P, C)
+        if not self.positions.is_meta:  # a meta build (sizes, before a load) has no values to compute
+            with torch.no_grad():
+                table = sinusoidal_table(spec.max_positions, d_model, layout="half", frequencies="fairseq")
+                self.positions.copy_(table)
 
     def forward(self, input_features: torch.Tensor) -> torch.Tensor:
         x = input_features.to(self.conv1.weight.dtype)
