@@ -82,7 +82,9 @@ def test_stereo_is_averaged_and_16_bit_is_scaled_like_soundfile(tmp_path: Path) 
 
 def test_other_rates_and_widths_are_refused_by_name(tmp_path: Path) -> None:
     path = write_wav(tmp_path / "cd.wav", np.zeros(100, dtype=np.int16), rate=44100)
-    with pytest.raises(ValueError, match=r"cd\.wav: sample rate 44100 Hz; 16000 Hz is needed and zoo does not resample"):
+    with pytest.raises(
+        ValueError, match=r"cd\.wav: sample rate 44100 Hz; 16000 Hz is needed and zoo does not resample"
+    ):
         read_wav(path)
     path = write_wav(tmp_path / "eight.wav", np.full(100, 128), width=1)
     with pytest.raises(ValueError, match=r"eight\.wav: 8-bit samples; zoo reads 16-bit PCM WAV"):

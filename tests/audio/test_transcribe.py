@@ -91,9 +91,13 @@ def test_the_detected_language_is_transformers(folder: tuple[Path, torch.nn.Modu
     assert result.language == {115: "en", 116: "fr"}[detected]
 
 
-def test_the_cli_prints_the_text(folder: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_prints_the_text(
+    folder: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]
+) -> None:
     path, _ = folder
-    assert main(["transcribe", str(path), str(SPEECH), "--language", "en", "--tokens", "--device", "cpu"]) == 0
+    assert (
+        main(["transcribe", str(path), str(SPEECH), "--language", "en", "--tokens", "--device", "cpu"]) == 0
+    )
     text, tokens = capsys.readouterr().out.splitlines()
     expected = transcribe(path, SPEECH, language="en")
     assert text == expected.text and tokens.split() == [str(t) for t in expected.tokens]

@@ -103,7 +103,9 @@ def test_an_export_reloads_with_no_missing_or_unexpected_keys(
 ) -> None:
     hf, model = pair
     zoo.to_hf(model, tmp_path)
-    back, info = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    back, info = transformers.WhisperForConditionalGeneration.from_pretrained(
+        tmp_path, output_loading_info=True
+    )
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     x, ids = features(), torch.tensor([[START, 115, 117, NO_TIMESTAMPS, 3], [START, 116, 118, 9, 8]])
     with torch.no_grad():

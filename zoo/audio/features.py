@@ -12,6 +12,7 @@ to unit area (2 / bandwidth in Hz). The STFT runs in float32 like the extractor'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -43,7 +44,9 @@ def _mel_to_hertz(mels: np.ndarray) -> np.ndarray:
 def mel_filters(num_mel_bins: int = 80, *, n_fft: int = N_FFT, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """(1 + n_fft // 2, num_mel_bins) float64: slaney-normalised triangular filters from 0 Hz to 8 kHz."""
     fft_freqs = np.linspace(0, sample_rate // 2, 1 + n_fft // 2)  # (F,)
-    edges_mel = np.linspace(_hertz_to_mel(np.array([0.0]))[0], _hertz_to_mel(np.array([8000.0]))[0], num_mel_bins + 2)
+    edges_mel = np.linspace(
+        _hertz_to_mel(np.array([0.0]))[0], _hertz_to_mel(np.array([8000.0]))[0], num_mel_bins + 2
+    )
     edges = _mel_to_hertz(edges_mel)  # (M + 2,) Hz
     widths = np.diff(edges)  # (M + 1,)
     slopes = edges[None, :] - fft_freqs[:, None]  # (F, M + 2)
@@ -56,7 +59,9 @@ def mel_filters(num_mel_bins: int = 80, *, n_fft: int = N_FFT, sample_rate: int 
 def pad_or_refuse(waveform: np.ndarray | torch.Tensor, *, name: str = "audio") -> torch.Tensor:
     """(N,) samples -> (480000,) float32, zero-padded at the end (Whisper's silence); longer than 30 s is
     refused by name: one call transcribes one 30 s window (transformers would cut the rest off)."""
-    samples = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not isinstance(waveform, torch.Tensor) else waveform)
+    samples = torch.as_tensor(
+        np.asarray(waveform, dtype=np.float32) if not isinstance(waveform, torch.Tensor) else waveform
+    )
     if samples.dim() != 1:
         raise ValueError(f"{name}: expected one channel of samples (N,), got shape {tuple(samples.shape)}")
     if samples.numel() > N_SAMPLES:
@@ -84,11 +89,11 @@ def log_mel(
     return (log_spec + 4.0) / 4.0
 
 
-def features(
-    waveforms: list[np.ndarray] | list[torch.Tensor], *, num_mel_bins: int = 80
-) -> torch.Tensor:
+def features(waveforms: Sequence[np.ndarray | torch.Tensor], *, num_mel_bins: int = 80) -> torch.Tensor:
     """A batch of 16 kHz waveforms -> input_features (B, num_mel_bins, 3000), each clip's own dynamic range."""
-    return torch.stack([log_mel(w, num_mel_bins=num_mel_bins, name=f"audio {i}") for i, w in enumerate(waveforms)])
+    return torch.stack(
+        [log_mel(w, num_mel_bins=num_mel_bins, name=f"audio {i}") for i, w in enumerate(waveforms)]
+    )
 
 
 __all__ = ["N_SAMPLES", "SAMPLE_RATE", "features", "log_mel", "mel_filters", "pad_or_refuse"]

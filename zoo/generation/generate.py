@@ -437,7 +437,9 @@ def prepare(
         attention_mask = attention_mask.to(device)
     check_inputs(model, input_ids, attention_mask, config)
     if config.decoder_prompt_ids is not None:
-        decoder_input_ids = _fixed_decoder_prompt(model, config.decoder_prompt_ids, decoder_input_ids, rows=len(input_ids), device=device)
+        decoder_input_ids = _fixed_decoder_prompt(
+            model, config.decoder_prompt_ids, decoder_input_ids, rows=len(input_ids), device=device
+        )
     prompt = decoder_prompt(
         model,
         decoder_input_ids.to(device) if isinstance(decoder_input_ids, torch.Tensor) else decoder_input_ids,

@@ -12,13 +12,12 @@ encoder attends to all of them: there is no source attention mask.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from zoo.models.encoder_decoder import EncoderDecoderModel
 from zoo.models.outputs import ModelOutput
 from zoo.spec import AudioEmbeddingSpec, EncoderDecoderSpec
+from zoo.stacks import StackOutput
 
 
 class AudioEncoderDecoderModel(EncoderDecoderModel):
@@ -58,17 +57,17 @@ class AudioEncoderDecoderModel(EncoderDecoderModel):
     def _check_source(self, input_ids: object, attention_mask: object, *, where: str) -> tuple[int, int]:
         return self.check_source(input_ids, attention_mask, where=where)
 
-    def encode(  # type: ignore[override]
+    def encode(
         self,
         input_features: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         *,
         output_attentions: bool = False,
-    ) -> Any:
+    ) -> StackOutput:
         """input_features (B, M, 2P) -> the encoder output (B, P, C); checked first."""
         return super().encode(input_features, attention_mask, output_attentions=output_attentions)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_features: torch.Tensor,
         attention_mask: torch.Tensor | None = None,

@@ -23,7 +23,9 @@ class AudioEmbeddingSpec(Spec):
     transformers stores it (``embed_positions``, ``requires_grad=False``)."""
 
     kind: Literal["audio"] = "audio"
-    num_mel_bins: PositiveInt = Field(80, description="Mel channels of input_features (80; 128 from large-v3).")
+    num_mel_bins: PositiveInt = Field(
+        80, description="Mel channels of input_features (80; 128 from large-v3)."
+    )
     max_positions: PositiveInt = Field(
         1500,
         description="Encoder positions after the stride-2 convolution (max_source_positions): input_features "

@@ -44,7 +44,9 @@ class HFGenerationSettings:
     forced_decoder_ids: tuple[tuple[int, int | None], ...] = ()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = GENERATION_CONFIG_NAME) -> HFGenerationSettings:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, source: str = GENERATION_CONFIG_NAME
+    ) -> HFGenerationSettings:
         """Each field checked for its kind; a wrong one is an HFError naming ``source`` and the field."""
 
         def ids(key: str) -> tuple[int, ...] | None:
@@ -69,9 +71,12 @@ class HFGenerationSettings:
 
         forced = data.get("forced_decoder_ids") or []
         if not isinstance(forced, list) or not all(
-            isinstance(p, list) and len(p) == 2 and _is_id(p[0]) and (p[1] is None or _is_id(p[1])) for p in forced
+            isinstance(p, list) and len(p) == 2 and _is_id(p[0]) and (p[1] is None or _is_id(p[1]))
+            for p in forced
         ):
-            raise HFError(f"{source}: forced_decoder_ids must be [index, token id or null] pairs, got {forced!r:.80}")
+            raise HFError(
+                f"{source}: forced_decoder_ids must be [index, token id or null] pairs, got {forced!r:.80}"
+            )
         return cls(
             suppress_tokens=ids("suppress_tokens"),
             begin_suppress_tokens=ids("begin_suppress_tokens"),
@@ -98,7 +103,9 @@ class HFGenerationSettings:
             raise ValueError(f"language {language!r} is not one of {what}")
         return self.lang_to_id[token]
 
-    def prompt(self, *, language_id: int | None = None, task: str | None = None, language_given: bool = False) -> tuple[int, ...]:
+    def prompt(
+        self, *, language_id: int | None = None, task: str | None = None, language_given: bool = False
+    ) -> tuple[int, ...]:
         """The decoder prompt after the start token (transformers' ``_retrieve_init_tokens``, no timestamps):
         ``forced_decoder_ids`` when neither a language nor a task is asked for, the language token put in
         or replaced, the task's (``task`` or, with a language asked for, ``transcribe``), then
@@ -114,7 +121,9 @@ class HFGenerationSettings:
         tasks = set(self.task_to_id.values())
         if task is not None:
             if task not in self.task_to_id:
-                raise ValueError(f"task {task!r} is not one of this model's tasks: {', '.join(self.task_to_id) or 'none'}")
+                raise ValueError(
+                    f"task {task!r} is not one of this model's tasks: {', '.join(self.task_to_id) or 'none'}"
+                )
             task_id = self.task_to_id[task]
             if any(t in tasks for t in tokens):
                 tokens = [task_id if t in tasks else t for t in tokens]
@@ -122,7 +131,9 @@ class HFGenerationSettings:
                 tokens.append(task_id)
         elif language_given and self.task_to_id and not any(t in tasks for t in tokens):
             tokens.append(self.task_to_id["transcribe"])
-        if self.no_timestamps_token_id is not None and (not tokens or tokens[-1] != self.no_timestamps_token_id):
+        if self.no_timestamps_token_id is not None and (
+            not tokens or tokens[-1] != self.no_timestamps_token_id
+        ):
             tokens.append(self.no_timestamps_token_id)
         return tuple(t for t in tokens if t is not None)
 

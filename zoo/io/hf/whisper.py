@@ -185,7 +185,9 @@ def _rules(spec: EncoderDecoderSpec, prefix: str) -> list[Rule]:
             hf, zoo = f"{m}{name}.layers.{i}", f"{name}.layers.{i}"
             qkv = [f"{hf}.self_attn.{x}_proj" for x in "qkv"]
             rules += fused_linear(f"{zoo}.self_attn.qkv_proj", qkv, (width,) * 3, bias=False)
-            rules.append(fused(f"{zoo}.self_attn.qv_bias", [f"{qkv[0]}.bias", f"{qkv[2]}.bias"], (width,) * 2))
+            rules.append(
+                fused(f"{zoo}.self_attn.qv_bias", [f"{qkv[0]}.bias", f"{qkv[2]}.bias"], (width,) * 2)
+            )
             rules += linear(f"{zoo}.self_attn.out_proj", f"{hf}.self_attn.out_proj")
             rules += layernorm(f"{zoo}.self_attn_norm", f"{hf}.self_attn_layer_norm")
             if stack.cross_attention is not None:
@@ -205,7 +207,9 @@ def _rules(spec: EncoderDecoderSpec, prefix: str) -> list[Rule]:
 def _hf_to_zoo(tensors: StateDict, spec: ModelSpec) -> StateDict:
     assert isinstance(spec, EncoderDecoderSpec)
     # full names, also for a headless checkpoint (WhisperModel) saved without the ``model.`` prefix
-    tensors = {k if k.startswith("model.") or k in _TOP_LEVEL else f"model.{k}": v for k, v in tensors.items()}
+    tensors = {
+        k if k.startswith("model.") or k in _TOP_LEVEL else f"model.{k}": v for k, v in tensors.items()
+    }
     tied = {"proj_out.weight": "embed.tokens.weight"}
     return rules_to_zoo(_rules(spec, "model."), tensors, ignore=_IGNORED, tied=tied)
 
