@@ -159,3 +159,17 @@ def test_the_fixed_positions_are_whispers_sinusoids() -> None:
 def test_a_model_without_the_audio_front_end_is_refused_as_whisper() -> None:
     with pytest.raises(HFError, match="whisper cannot express"):
         zoo.to_hf(zoo.build("bart-tiny"), "unused", model_type="whisper")
+
+
+def test_a_saved_model_loads_with_its_table_still_frozen(
+    pair: tuple[torch.nn.Module, zoo.ZooModel], tmp_path: Path
+) -> None:
+    _, model = pair
+    assert not model.source_embed.positions.requires_grad  # from_hf keeps it frozen
+    zoo.save(model, tmp_path / "saved")
+    back = zoo.load(tmp_path / "saved")
+    assert not back.source_embed.positions.requires_grad
+    assert back.num_parameters(trainable_only=True) == model.num_parameters() - FRAMES // 2 * 32
+    x, ids = features(1), torch.tensor([[START, 115, 117]])
+    with torch.no_grad():
+        assert torch.equal(back(x, decoder_input_ids=ids).logits, model(x, decoder_input_ids=ids).logits)
