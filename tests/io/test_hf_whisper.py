@@ -139,7 +139,9 @@ def test_features_of_another_shape_are_one_line_errors(pair: tuple[torch.nn.Modu
     _, model = pair
     ids = torch.tensor([[START]])
     wanted = rf"input_features must be log-mel features of shape \(batch, {MELS}, {FRAMES}\)"
-    with pytest.raises(ValueError, match=wanted + r".*got \(1, 8, 30\)$"):
+    with pytest.raises(
+        ValueError, match=r"^AudioEncoderDecoderModel.forward: " + wanted + r".*got \(1, 8, 30\)$"
+    ):
         model(torch.randn(1, MELS, 30), decoder_input_ids=ids)
     with pytest.raises(ValueError, match=r"^generate: " + wanted):
         model.generate(torch.randint(0, 5, (1, 7)))

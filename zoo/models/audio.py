@@ -55,6 +55,8 @@ class AudioEncoderDecoderModel(EncoderDecoderModel):
         return input_features.shape[0], front.max_positions
 
     def _check_source(self, input_ids: object, attention_mask: object, *, where: str) -> tuple[int, int]:
+        # the shared checks name the base class's methods: name this one's
+        where = where.replace("EncoderDecoderModel.", "AudioEncoderDecoderModel.", 1)
         return self.check_source(input_ids, attention_mask, where=where)
 
     def encode(
