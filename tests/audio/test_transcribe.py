@@ -107,3 +107,13 @@ def test_a_text_model_is_refused_in_one_line(capsys: pytest.CaptureFixture[str],
     zoo.save(zoo.build("bart-tiny"), tmp_path / "bart", tokenizer=zoo.Tokenizer(tokenizer()))
     assert main(["transcribe", str(tmp_path / "bart"), str(SPEECH)]) == 2
     assert "transcribe needs an audio model" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_audio_model_in_one_line(
+    folder: tuple[Path, torch.nn.Module], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = folder
+    assert main(["serve", str(path), "--device", "cpu", "--port", "0"]) == 2
+    assert "an audio model (it reads input_features); zoo serve has no /v1/audio/transcriptions" in (
+        capsys.readouterr().err
+    )
