@@ -20,8 +20,8 @@ The decoder embeds tokens with a learned table (``max_target_positions`` rows, f
 
 Whisper's key projections have no bias (``k_proj`` in self- and cross-attention): ``attention.key_bias:
 false``, where zoo's fused projections have no bias and the query and value biases are a parameter of their
-own (``self_attn.qv_bias`` = [q_proj.bias; v_proj.bias], ``cross_attn.v_bias`` = v_proj.bias). ``scale_embedding`` is read nowhere in
-transformers' forward: it is ignored on import and written false. LayerDrop and SpecAugment
+own (``self_attn.qv_bias`` = [q_proj.bias; v_proj.bias], ``cross_attn.v_bias`` = v_proj.bias).
+``scale_embedding`` is read nowhere in transformers' forward: it is ignored on import and written false. LayerDrop and SpecAugment
 (``*_layerdrop``, ``apply_spec_augment``, ``mask_*``) are training-only: ignored on import, written off.
 
 The generation settings (``suppress_tokens``, the language/task prompt) live in ``generation_config.json``:
