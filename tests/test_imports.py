@@ -87,7 +87,9 @@ LAYERS = (
     ("zoo.quant",),  # weight-only quantisation: checkpoints save and load quantised weights through it
     ("zoo.io",),
     ("zoo.lora", "zoo.export"),  # adapters (saved with io, exported in PEFT's format), torch.export/ONNX
-    ("zoo.embeddings",),  # models and tokenizers loaded by io; training's contrastive task pools as it does
+    # models and tokenizers loaded by io: embeddings (training's contrastive task pools as it does); audio
+    # (WAV, log-mel features, transcribe)
+    ("zoo.embeddings", "zoo.audio"),
     ("zoo.serving",),  # the serving engine and its HTTP layer; training's grpo task samples through it
     ("zoo.analysis", "zoo.training"),
     ("zoo.evaluation",),  # lm-eval's adapter

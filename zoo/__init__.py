@@ -42,6 +42,7 @@ _LAZY = {
     "parameter_count": "zoo.models.build:parameter_count",
     "buffer_count": "zoo.models.build:buffer_count",
     "embed": "zoo.embeddings:embed",
+    "transcribe": "zoo.audio:transcribe",
 }
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
 # subpackages reachable as attributes after a bare `import zoo` (zoo.generation.stream_text, zoo.training...)
 _SUBPACKAGES = (
     "analysis",
+    "audio",
     "blocks",
     "embeddings",
     "evaluation",

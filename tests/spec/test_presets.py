@@ -79,6 +79,10 @@ PUBLISHED_COUNTS = {
     # ViTForImageClassification on the meta device from google/vit-base-patch16-224's config (ViTConfig's
     # defaults, num_labels 1000; tests/io/test_hf_vit.py builds it)
     "vit-base-patch16-224": 86_567_656,
+    # WhisperForConditionalGeneration on the meta device from openai/whisper-tiny's and openai/whisper-base's
+    # config.json (the encoder's frozen sinusoid table counted, as transformers counts it)
+    "whisper-tiny": 37_760_640,
+    "whisper-base": 72_593_920,
 }
 # Parameters one token runs through (router, shared parts and top_k experts): the "12.9B active" of the
 # Mixtral paper and the "3.3B activated" of the Qwen3-30B-A3B model card.
@@ -100,7 +104,7 @@ EXPECTED = {
     "olmo-2-1b", "olmo-2-7b", "olmo2-tiny", "starcoder2-3b", "starcoder2-tiny", "cohere2-tiny",
     "gpt-oss-20b", "gpt-oss-120b", "gpt-oss-tiny",
     "deepseek-v3", "deepseek-tiny", "glm-4.5-air", "deepseek-v2-lite", "llama-4-scout", "llama4-tiny",
-    "vit-base-patch16-224", "vit-tiny",
+    "vit-base-patch16-224", "vit-tiny", "whisper-tiny", "whisper-base",
 }  # fmt: skip
 
 

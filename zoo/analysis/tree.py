@@ -121,7 +121,8 @@ def _attention(m: Attention, **_: Any) -> str:
     parts = [f"{'cross' if m.cross else 'self'}-attention, {m.num_heads} heads × {m.head_dim}"]
     if m.num_kv_heads != m.num_heads:
         parts.append("multi-query (1 kv head)" if m.num_kv_heads == 1 else f"{m.num_kv_heads} kv heads (GQA)")
-    parts += [] if proj.bias is not None else ["no bias"]
+    keyless = getattr(m, "v_bias" if m.cross else "qv_bias", None) is not None  # q and v biases only
+    parts += ["no key bias"] if keyless else [] if proj.bias is not None else ["no bias"]
     parts += [] if m.scale != 1.0 else ["unscaled logits"]
     parts += [f"logits × {m.scale:.4g}"] if m.scale not in (1.0, m.head_dim**-0.5) else []
     parts += [f"logits soft-capped at {m.softcap:g}"] if m.softcap is not None else []

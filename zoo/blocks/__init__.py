@@ -1,6 +1,7 @@
 """Shared building blocks. Each is built from its own sub-spec and knows nothing of the model family."""
 
 from zoo.blocks.attention import Attention, KVSlot
+from zoo.blocks.audio import AudioEmbedding
 from zoo.blocks.embedding import TokenEmbedding
 from zoo.blocks.ffn import ACTIVATIONS, FeedForward
 from zoo.blocks.mla import LatentAttention, build_attention
@@ -12,6 +13,7 @@ from zoo.blocks.position import build_positions, sinusoidal_table
 __all__ = [
     "ACTIVATIONS",
     "Attention",
+    "AudioEmbedding",
     "FeedForward",
     "KVSlot",
     "LatentAttention",

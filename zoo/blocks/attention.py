@@ -101,11 +101,16 @@ class Attention(nn.Module):
         self.softcap = spec.softcap
         self.dropout = spec.dropout
         q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        # Without a key bias (``key_bias: false``, Whisper) the fused projection has none, and the query and
+        # value biases are a parameter of their own: qv_bias (H D + K D) here, v_bias (K D) on the cross side
+        keyless = spec.bias and not spec.has_key_bias
         if cross:
             self.q_proj = nn.Linear(d_model, q_width, bias=spec.bias)
-            self.kv_proj = nn.Linear(d_model, 2 * kv_width, bias=spec.bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_width, bias=spec.has_key_bias)
+            self.v_bias = nn.Parameter(torch.zeros(kv_width)) if keyless else None
         else:
-            self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.bias)
+            self.qkv_proj = nn.Linear(d_model, q_width + 2 * kv_width, bias=spec.has_key_bias)
+            self.qv_bias = nn.Parameter(torch.zeros(q_width + kv_width)) if keyless else None
         self.out_proj = nn.Linear(q_width, d_model, bias=spec.has_out_bias)
         eps = spec.qk_norm_eps
         self.qk_norm_all_heads = spec.qk_norm and spec.qk_norm_scope == "all_heads"
@@ -204,7 +209,10 @@ class Attention(nn.Module):
             else:
                 assert memory is not None, "cross-attention needs the encoder output as memory"
                 S = memory.shape[1]
-                kv = self.kv_proj(memory).view(B, S, 2, K, D)
+                kv = self.kv_proj(memory)  # (B, S, 2 K D)
+                if self.v_bias is not None:  # no key bias: zeros for the keys, then the values' bias
+                    kv = kv + torch.cat([self.v_bias.new_zeros(K * D), self.v_bias])
+                kv = kv.view(B, S, 2, K, D)
                 k, v = kv.unbind(dim=2)  # (B, S, K, D) each
                 if whole and self.k_norm is not None:
                     k = self.k_norm(k.reshape(B, S, K * D)).view(B, S, K, D)
@@ -217,6 +225,9 @@ class Attention(nn.Module):
                 q = self.q_norm(q)
             return q, k, v
         qkv = self.qkv_proj(x)  # (B, T, (H + 2K) D)
+        if self.qv_bias is not None:  # no key bias: the queries' bias, zeros for the keys, the values'
+            q_bias, v_bias = self.qv_bias.split([H * D, K * D])
+            qkv = qkv + torch.cat([q_bias, q_bias.new_zeros(K * D), v_bias])
         if whole and self.q_norm is not None and self.k_norm is not None:
             q, k, v = qkv.split([H * D, K * D, K * D], dim=-1)  # (B, T, H D | K D)
             q, k = self.q_norm(q), self.k_norm(k)

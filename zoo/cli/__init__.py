@@ -38,6 +38,7 @@ COMMANDS = (
     "generate",
     "chat",
     "embed",
+    "transcribe",
     "eval",
     "export",
     "serve",

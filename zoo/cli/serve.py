@@ -131,6 +131,13 @@ def run_serve(args: argparse.Namespace) -> int:
     else:
         loaded = zoo.load_pretrained(args.model, device=args.device, dtype=dtype)
         tokenizer, embedder = loaded.tokenizer, None
+        if (
+            getattr(loaded.model, "check_source", None) is not None
+        ):  # its source is not text (Whisper's audio)
+            raise ValueError(
+                f"{args.model}: an audio model (it reads input_features); zoo serve has no "
+                "/v1/audio/transcriptions yet: use zoo transcribe MODEL audio.wav"
+            )
         if not generative(loaded.model):
             embedder = Embedder.load(loaded.model, tokenizer=loaded.tokenizer, max_length=args.max_length)
     if embedder is not None:

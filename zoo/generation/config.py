@@ -55,6 +55,12 @@ class GenerationConfig(CleanModel):
     eos_token_id: an id or a list (None: ``spec.eos_token_id``; ``[]`` for none); pad_token_id fills
         finished rows (None: ``spec.pad_token_id``, else the first eos id). Both are checked against
         the vocabulary once a model is at hand.
+    suppress_tokens: ids never produced (transformers' SuppressTokensLogitsProcessor); begin_suppress_tokens:
+        ids not produced as the first new token (SuppressTokensAtBeginLogitsProcessor). Whisper's
+        generation_config.json sets both (`zoo.io.hf.generation_config`).
+    decoder_prompt_ids: an encoder-decoder's decoder starts from the start token followed by these, for
+        every row (Whisper's language, task and notimestamps tokens), as transformers' Whisper ``generate``
+        starts from its ``init_tokens``; returned with the output, as a ``decoder_input_ids`` prompt is.
     seed: sampling draws from ``torch.Generator().manual_seed(seed)``, so runs are reproducible.
     use_cache: False recomputes the whole sequence every step (the reference for the cached path).
     prompt_lookup_num_tokens: speculative decoding whose drafts are the tokens that followed the last
@@ -93,6 +99,15 @@ class GenerationConfig(CleanModel):
     num_assistant_tokens: int = 20
     num_assistant_tokens_schedule: Literal["constant", "heuristic"] = "constant"
     max_matching_ngram_size: int = 2
+    suppress_tokens: tuple[int, ...] | None = None
+    begin_suppress_tokens: tuple[int, ...] | None = None
+    decoder_prompt_ids: tuple[int, ...] | None = None
+
+    @field_validator("suppress_tokens", "begin_suppress_tokens", "decoder_prompt_ids", mode="before")
+    @classmethod
+    def _token_list(cls, value: Any, info: ValidationInfo) -> Any:
+        ok = value is None or (isinstance(value, list | tuple) and all(_is_int(t) and t >= 0 for t in value))
+        return _need(value, ok, f"{info.field_name} must be None or a list of token ids (ints >= 0)")
 
     @field_validator("num_assistant_tokens", "max_matching_ngram_size", mode="before")
     @classmethod
@@ -367,7 +382,15 @@ def check_inputs(
     attention_mask: torch.Tensor | None,
     config: GenerationConfig,
 ) -> None:
-    """Raise ValueError when the prompt cannot be generated from: shape, ids, mask, length."""
+    """Raise ValueError when the prompt cannot be generated from: shape, ids, mask, length.
+
+    A model whose source is not token ids (an audio encoder's ``input_features``) checks it itself, with its
+    ``check_source(source, attention_mask, where=...)`` (`zoo.models.audio`)."""
+    check_source = getattr(model, "check_source", None)
+    if check_source is not None:
+        check_source(input_ids, attention_mask, where="generate")
+        _check_decoder_length(model, 0, config)
+        return
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"generate: input_ids must be a (batch, length) tensor, got {shape}")
@@ -409,7 +432,13 @@ def check_inputs(
         raise ValueError(
             f"generate: the {what} has {T} tokens, more than the model's max_positions ({limit})"
         )
-    # The decoder's positions: the prompt and the new tokens, or one start token and the new tokens.
+    _check_decoder_length(model, T, config)
+
+
+def _check_decoder_length(model: GenerativeModel, T: int, config: GenerationConfig) -> None:
+    """The decoder's positions must fit: the prompt (T tokens) and the new ones, or one start token and the
+    new ones (a decoder prompt's length is checked with it, `zoo.generation.prompt`)."""
+    limit = model.spec.max_positions
     generated = (T if model.continues_input else 1) + config.max_new_tokens
     if generated > limit:
         start = f"{T} prompt tokens" if model.continues_input else "1 start token"

@@ -75,6 +75,8 @@ class Run:
     bad_words: BadWords | None = None
     forced_bos: torch.Tensor | None = None  # (1,)
     forced_eos: torch.Tensor | None = None  # (E,)
+    suppress: torch.Tensor | None = None  # (S,) ids never produced
+    begin_suppress: torch.Tensor | None = None  # (S',) ids not produced first
     constraints: list[Constraint] | None = None  # one per row: the grammar its text follows
     assistant: GenerativeModel | None = (
         None  # speculative decoding's draft model (`zoo.generation.speculative`)
@@ -114,6 +116,8 @@ class Run:
             temperature=c.temperature,
             top_k=c.top_k,
             top_p=c.top_p,
+            suppress=self.suppress,
+            begin_suppress=self.begin_suppress,
         )
         processors.start(session.sequences, session.valid)
         return processors
@@ -409,6 +413,8 @@ def prepare(
     forced_eos = token_ids(config.forced_eos_token_id, name="forced_eos_token_id", vocab_size=vocab)
     for word in config.bad_words_ids or ():
         token_ids(word, name="bad_words_ids", vocab_size=vocab)
+    suppress = token_ids(config.suppress_tokens, name="suppress_tokens", vocab_size=vocab)
+    begin_suppress = token_ids(config.begin_suppress_tokens, name="begin_suppress_tokens", vocab_size=vocab)
     pad = config.pad_token_id
     if pad is None and spec.pad_token_id is not None:
         pad = spec.pad_token_id
@@ -430,6 +436,10 @@ def prepare(
     if attention_mask is not None:
         attention_mask = attention_mask.to(device)
     check_inputs(model, input_ids, attention_mask, config)
+    if config.decoder_prompt_ids is not None:
+        decoder_input_ids = _fixed_decoder_prompt(
+            model, config.decoder_prompt_ids, decoder_input_ids, rows=len(input_ids), device=device
+        )
     prompt = decoder_prompt(
         model,
         decoder_input_ids.to(device) if isinstance(decoder_input_ids, torch.Tensor) else decoder_input_ids,
@@ -482,6 +492,8 @@ def prepare(
         else None,
         forced_bos=_ids_tensor(forced_bos, device),
         forced_eos=_ids_tensor(forced_eos, device),
+        suppress=_ids_tensor(suppress, device),
+        begin_suppress=_ids_tensor(begin_suppress, device),
         constraints=constraints,
         assistant=assistant_model,
         assistant_step=_decode_step(assistant_model, rows=rows, compile=compile)
@@ -530,6 +542,24 @@ def _decode_step(model: GenerativeModel, *, rows: int, compile: Compile) -> Step
     if compile is False:
         return decode_step
     raise ValueError(f"generate: compile must be True, False or 'cuda-graphs', got {compile!r}")
+
+
+def _fixed_decoder_prompt(
+    model: GenerativeModel,
+    prompt_ids: tuple[int, ...],
+    decoder_input_ids: torch.Tensor | None,
+    *,
+    rows: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """``decoder_prompt_ids`` as ``decoder_input_ids`` (rows, 1 + P): the start token, then the ids, every row."""
+    start = model.decoder_start_token_id
+    if model.continues_input or start is None:
+        raise ValueError("generate: decoder_prompt_ids is for an encoder-decoder's decoder")
+    if decoder_input_ids is not None:
+        raise ValueError("generate: give decoder_prompt_ids or decoder_input_ids, not both")
+    token_ids(prompt_ids, name="decoder_prompt_ids", vocab_size=model.spec.vocab_size)
+    return torch.tensor([[start, *prompt_ids]] * rows, dtype=torch.long, device=device)  # (rows, 1 + P)
 
 
 def _ids_tensor(ids: tuple[int, ...], device: torch.device) -> torch.Tensor | None:

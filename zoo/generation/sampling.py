@@ -1,7 +1,7 @@
 """Logits processors and token selection, as pure functions of (B, V) scores; Hugging Face semantics.
 
 The order follows ``transformers``: repetition penalty, no-repeat n-grams, bad words, min-new-tokens,
-forced BOS, forced EOS, then (when sampling) temperature, top-k, top-p. `LogitsProcessors` composes only
+forced BOS, forced EOS, suppressed tokens (always, and at the first new token), then (when sampling) temperature, top-k, top-p. `LogitsProcessors` composes only
 the processors a call enables, so a plain greedy run touches none of them. Removed tokens get -inf, as in
 Hugging Face; a forced token gets 0 and every other -inf.
 """
@@ -168,8 +168,12 @@ class LogitsProcessors:
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        suppress: torch.Tensor | None = None,
+        begin_suppress: torch.Tensor | None = None,
     ) -> None:
-        """``forced_bos`` (1,) is forced while the sequence is one token long (an encoder-decoder's start
+        """``suppress`` (S,) ids are never produced, ``begin_suppress`` (S',) not as the first new token
+        (transformers' SuppressTokens and SuppressTokensAtBegin processors: Whisper's).
+        ``forced_bos`` (1,) is forced while the sequence is one token long (an encoder-decoder's start
         token, or a one-token prompt), ``forced_eos`` (E,) at the last of ``max_new_tokens`` steps: both
         exactly when transformers forces them (``cur_len == 1``, ``cur_len == max_length - 1``)."""
         self.vocab_size = vocab_size
@@ -181,6 +185,7 @@ class LogitsProcessors:
         self.forced_bos, self.forced_eos = forced_bos, forced_eos
         self.last_step = max_new_tokens - 1
         self.seen: torch.Tensor | None = None  # (B, V) bool, only with a repetition penalty
+        self.suppress, self.begin_suppress = suppress, begin_suppress
         warpers: list[Callable[[Scores], Scores]] = []
         if do_sample and temperature != 1.0:
             warpers.append(lambda s: s / temperature)
@@ -200,6 +205,8 @@ class LogitsProcessors:
             or self.min_new_tokens > 0
             or self.forced_bos is not None
             or self.forced_eos is not None
+            or self.suppress is not None
+            or self.begin_suppress is not None
             or bool(self.warpers)
         )
 
@@ -223,6 +230,10 @@ class LogitsProcessors:
             scores = force_tokens(scores, self.forced_bos)
         if self.forced_eos is not None and num_new == self.last_step:
             scores = force_tokens(scores, self.forced_eos)
+        if self.suppress is not None:
+            scores = block_tokens(scores, self.suppress)
+        if self.begin_suppress is not None and num_new == 0:
+            scores = block_tokens(scores, self.begin_suppress)
         for warper in self.warpers:
             scores = warper(scores)
         return scores

@@ -67,6 +67,7 @@ HF_SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 SHARD_PATTERN = re.compile(r"model-\d{5}-of-\d{5}(-[0-9a-f]{8})?\.safetensors")  # Hugging Face's or zoo's
 SPEC_NAME = "spec.json"
 CONFIG_NAME = "config.json"
+GENERATION_CONFIG_NAME = "generation_config.json"  # Hugging Face generation settings (Whisper's prompt)
 TOKENIZER_NAME = "tokenizer.json"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload, run
 import torch
 from torch import nn
 
-from zoo.blocks import PatchEmbedding, TokenEmbedding
+from zoo.blocks import AudioEmbedding, PatchEmbedding, TokenEmbedding
 from zoo.generation.generate import GenerationOutput, generate
 from zoo.generation.protocol import GenerationState, GenerativeModel
 from zoo.generation.weight_layout import row_major
 from zoo.losses import load_balancing_loss
-from zoo.spec import EmbeddingSpec, ModelSpec, PatchEmbeddingSpec
+from zoo.spec import EmbeddingSpec, EncoderDecoderSpec, ModelSpec, PatchEmbeddingSpec
 from zoo.stacks import Stack, StackCache, StackOutput
 
 if TYPE_CHECKING:
@@ -80,6 +80,15 @@ def build_front_end(spec: ModelSpec) -> TokenEmbedding | PatchEmbedding:
     if isinstance(spec.embedding, PatchEmbeddingSpec):
         return PatchEmbedding(spec.embedding, d_model=spec.d_model)
     return build_embedding(spec)
+
+
+def build_source_embedding(spec: EncoderDecoderSpec) -> TokenEmbedding | AudioEmbedding | None:
+    """An encoder-decoder's own encoder input: a front-end (``encoder.embedding``: Whisper's audio
+    convolutions), a separate source vocabulary's table, or None when the source shares the target's."""
+    front_end = spec.encoder.embedding
+    if front_end is not None:
+        return AudioEmbedding(front_end, d_model=spec.d_model)
+    return build_embedding(spec, vocab_size=spec.source_vocab_size) if spec.source_vocab_size else None
 
 
 def aux_loss(*stacks: tuple[StackOutput, torch.Tensor | None]) -> torch.Tensor | None:

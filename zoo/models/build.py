@@ -18,6 +18,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from zoo.devices import ArgumentTypeError, resolve_device, resolve_dtype
+from zoo.models.audio import AudioEncoderDecoderModel
 from zoo.models.base import ZooModel
 from zoo.models.decoder import DecoderModel
 from zoo.models.dual_encoder import DualEncoderModel
@@ -134,11 +135,18 @@ def spec_sizes(spec: ModelSpec) -> ModelSizes:
 def _construct(spec: ModelSpec, device: torch.device | None, *, init: bool) -> ZooModel:
     """The model of ``spec`` on ``device`` (None: the ambient one), initialised from ``spec.init`` if ``init``."""
     with torch.device(device) if device is not None else nullcontext(), _NoRandomFillsOnMeta():
-        model = MODEL_CLASSES[spec.family](spec)
+        model = _model_class(spec)(spec)
         if init:
             num_layers = sum(stack.num_layers for stack in spec.stacks().values())
             initialize(model, spec.init, d_model=spec.d_model, num_layers=num_layers)
     return model
+
+
+def _model_class(spec: ModelSpec) -> type[ZooModel]:
+    """The family's class; an encoder-decoder whose encoder has an audio front-end takes input_features."""
+    if isinstance(spec, EncoderDecoderSpec) and spec.encoder.embedding is not None:
+        return AudioEncoderDecoderModel
+    return MODEL_CLASSES[spec.family]
 
 
 # The random fills nn.Module constructors and `initialize` make: on a meta tensor there are no values to fill.

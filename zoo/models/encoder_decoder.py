@@ -34,6 +34,7 @@ from zoo.models.base import (
     ZooModel,
     aux_loss,
     build_embedding,
+    build_source_embedding,
     build_stack,
     repeat_rows,
 )
@@ -62,9 +63,7 @@ class EncoderDecoderModel(GenerationMixin, ZooModel):
         super().__init__()
         self.spec = spec
         self.embed = build_embedding(spec)
-        self.source_embed = (
-            build_embedding(spec, vocab_size=spec.source_vocab_size) if spec.source_vocab_size else None
-        )
+        self.source_embed = build_source_embedding(spec)
         self.encoder = build_stack(spec, "encoder")
         self.decoder = build_stack(spec, "decoder")
         head = spec.lm_head

@@ -31,6 +31,10 @@ def initialize(model: nn.Module, spec: InitSpec, *, d_model: int, num_layers: in
             _init_matrix(module.weight, spec, std=spec.std)
             if module.bias is not None:
                 module.bias.zero_()
+        elif isinstance(module, nn.Conv1d):  # an audio front-end's convolutions (`zoo.blocks.audio`)
+            module.weight.normal_(0.0, spec.std)
+            if module.bias is not None:
+                module.bias.zero_()
         elif isinstance(module, nn.Embedding):
             std = {"normal": spec.std, "xavier": d_model**-0.5, "t5": 1.0}[spec.scheme]
             module.weight.normal_(0.0, std)

@@ -31,6 +31,7 @@ from zoo.spec.blocks import (
     YarnRopeScaling,
 )
 from zoo.spec.errors import SpecError, SpecValidationError
+from zoo.spec.frontends import AudioEmbeddingSpec, InputSpec
 from zoo.spec.lora import LoraSpec
 from zoo.spec.model import (
     ClassifierSpec,
@@ -67,6 +68,7 @@ __all__ = [
     "AlibiPositions",
     "AttentionPattern",
     "AttentionSpec",
+    "AudioEmbeddingSpec",
     "BlockSparsePattern",
     "CausalPattern",
     "ChunkedPattern",
@@ -86,6 +88,7 @@ __all__ = [
     "ImageClassifierSpec",
     "InitSpec",
     "InputEmbeddingSpec",
+    "InputSpec",
     "LMHeadSpec",
     "LatentAttentionSpec",
     "LearnedPositions",

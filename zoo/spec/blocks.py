@@ -109,6 +109,11 @@ class AttentionSpec(Spec):
     out_bias: bool | None = Field(
         None, description="A bias on the output projection; default: same as bias (Qwen2: q/k/v biases only)."
     )
+    key_bias: bool | None = Field(
+        None,
+        description="A bias on the key projection; default: same as bias. Whisper has none (false): q and v "
+        "keep theirs. It never changes the output (it adds q·b to every logit of a query; softmax ignores that).",
+    )
     scaled: bool = Field(True, description="Divide logits by sqrt(head_dim). T5 folds this into its init.")
     qk_norm: bool = Field(False, description="RMS-normalise queries and keys per head before the product.")
     qk_norm_eps: Epsilon = Field(
@@ -206,6 +211,10 @@ class AttentionSpec(Spec):
     @property
     def has_out_bias(self) -> bool:
         return self.bias if self.out_bias is None else self.out_bias
+
+    @property
+    def has_key_bias(self) -> bool:
+        return self.bias and self.key_bias is not False
 
     def resolved_head_dim(self, d_model: int) -> int:
         """Width of one head (with ``latent``: its query/key dims without rotary)."""

@@ -139,6 +139,9 @@ def _fields(spec: LimitedSpec) -> Iterator[tuple[str, int | None, Limit]]:
         if stack.ffn.kind == "moe":
             for field in ("num_experts", "shared_d_ff", "dense_d_ff"):
                 yield f"{src['ffn']}.{field}", getattr(stack.ffn, field), WIDTH
+        if stack.embedding is not None:
+            yield f"{stack.name}.embedding.max_positions", stack.embedding.max_positions, POSITIONS
+            yield f"{stack.name}.embedding.num_mel_bins", stack.embedding.num_mel_bins, WIDTH
         position = stack.position
         if position.kind == "learned":
             yield f"{src['position']}.offset", position.offset, POSITIONS

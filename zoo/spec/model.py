@@ -307,6 +307,7 @@ class _ModelSpecBase(Spec):
             causal=causal,
             pattern=stack.pattern or (CausalPattern() if causal else FullPattern()),
             layer_patterns=stack.layer_patterns,
+            embedding=stack.embedding,
             sources={"attention": attention_src, "cross_attention": cross_src, "pattern": f"{name}.pattern"}
             | {f: src for f, (_, src) in values.items()},
         )
@@ -429,6 +430,7 @@ class EncoderSpec(_ModelSpecBase):
     def stacks(self) -> dict[str, ResolvedStack]:
         if self.encoder.cross_attention is not None:
             raise ValueError("encoder.cross_attention: an encoder stack has no cross-attention")
+        _no_front_end(self.encoder, "encoder", "an encoder-only model")
         return {"encoder": self._resolve("encoder", self.encoder, causal=False, cross=False)}
 
     @model_validator(mode="before")
@@ -508,6 +510,7 @@ class DecoderSpec(_ModelSpecBase):
     def stacks(self) -> dict[str, ResolvedStack]:
         if self.decoder.cross_attention is not None:
             raise ValueError("decoder.cross_attention: a decoder-only model has no cross-attention")
+        _no_front_end(self.decoder, "decoder", "a decoder-only model")
         return {"decoder": self._resolve("decoder", self.decoder, causal=True, cross=False)}
 
     @model_validator(mode="after")
@@ -534,6 +537,12 @@ class EncoderDecoderSpec(_ModelSpecBase):
     def stacks(self) -> dict[str, ResolvedStack]:
         if self.encoder.cross_attention is not None:
             raise ValueError("encoder.cross_attention: only the decoder stack cross-attends")
+        _no_front_end(self.decoder, "decoder", "the decoder, which generates tokens")
+        if self.encoder.embedding is not None and self.source_vocab_size is not None:
+            raise ValueError(
+                f"source_vocab_size ({self.source_vocab_size}) cannot go with encoder.embedding (kind "
+                f"{self.encoder.embedding.kind!r}): the encoder reads no tokens"
+            )
         return {
             "encoder": self._resolve("encoder", self.encoder, causal=False, cross=False),
             "decoder": self._resolve("decoder", self.decoder, causal=True, cross=True),
@@ -647,6 +656,15 @@ def _check_image_front_end(spec: EncoderSpec) -> None:
         raise ValueError("heads.pooler reads the class token; embedding.class_token is false")
 
 
+def _no_front_end(stack: StackSpec, name: str, what: str) -> None:
+    """A front-end (``<stack>.embedding``) is for the encoder of an encoder-decoder only, for now."""
+    if stack.embedding is not None:
+        raise ValueError(
+            f"{name}.embedding (kind {stack.embedding.kind!r}) is not for {what}: only the encoder of an "
+            "encoder-decoder takes a front-end"
+        )
+
+
 def _check_embedding(embedding: InputEmbeddingSpec, *, family: str) -> None:
     if isinstance(embedding, PatchEmbeddingSpec) and family != "encoder":
         raise ValueError(
@@ -741,6 +759,7 @@ _TAGS += [("vision", "family"), ("text", "position", "kind"), ("heads", "image_p
 _TAGS += [("heads", "text_pooling", "kind")]
 _TAGS += [(*stack, "position", "scaling", "type") for stack in ((), ("encoder",), ("decoder",))]
 _TAGS += [(*stack, "ffn", "kind") for stack in ((), ("encoder",), ("decoder",))]
+_TAGS += [(stack, "embedding", "kind") for stack in ("encoder", "decoder")]
 
 
 def parse_spec(data: Mapping[str, Any] | ModelSpec) -> ModelSpec:

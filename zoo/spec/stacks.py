@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field, PositiveInt
 
 from zoo.spec.blocks import AttentionSpec, FeedForwardSpec, NormSpec, PositionSpec, Spec
+from zoo.spec.frontends import InputSpec
 from zoo.spec.patterns import AttentionPattern
 
 
@@ -39,6 +40,11 @@ class StackSpec(Spec):
         description="One pattern per layer, overriding pattern (e.g. local and global layers alternating); "
         "as many as the stack has layers.",
     )
+    embedding: InputSpec | None = Field(
+        None,
+        description="The encoder of an encoder-decoder only: a front-end for another modality instead of token "
+        "embeddings ({kind: audio, num_mel_bins, max_positions}: Whisper's); default: tokens.",
+    )
 
 
 class ResolvedStack(Spec):
@@ -55,6 +61,7 @@ class ResolvedStack(Spec):
     causal: bool
     pattern: AttentionPattern
     layer_patterns: list[AttentionPattern] | None = None
+    embedding: InputSpec | None = None
     sources: dict[str, str] = Field(
         default_factory=dict, description="Where each block spec came from, as a dotted path, for messages."
     )

@@ -5,7 +5,7 @@
 
 Each family module (gpt2, llama [+ mistral, qwen2, qwen3], bert [+ roberta, xlm-roberta, xlm-roberta-xl],
 albert, t5 [+ mt5, umt5], bart [+ marian], m2m100, bigbird, opt, ctrl, distilbert, electra, mpnet, mbart
-[+ pegasus], gpt_neox, phi3, gemma, modernbert, olmo2, starcoder2, cohere2, vit, clip [+ siglip]) holds declarative `FamilyMapping`s; this module only reads and writes files, picks
+[+ pegasus], gpt_neox, phi3, gemma, modernbert, olmo2, starcoder2, cohere2, vit, clip [+ siglip], whisper) holds declarative `FamilyMapping`s; this module only reads and writes files, picks
 the mapping by ``model_type`` and reads every export back (`faithful`). Weights are read from safetensors only:
 zoo never unpickles a ``pytorch_model.bin``.
 
@@ -111,6 +111,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "llama4",
     "vit",
     "clip",
+    "whisper",
 )
 # The files to_hf writes, hence the temp files a killed export may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(

@@ -109,6 +109,7 @@ def _stack(stack: ResolvedStack, d_model: int) -> dict[str, Any]:
         "num_layers": stack.num_layers,
         "share_layers": stack.share_layers,
         "causal": stack.causal,
+        "embedding": stack.embedding.model_dump() if stack.embedding is not None else None,
     }
 
 
@@ -127,6 +128,7 @@ def _attention(attention: AttentionSpec | None, d_model: int) -> dict[str, Any] 
         "num_kv_heads": attention.kv_heads,
         "head_dim": attention.resolved_head_dim(d_model),
         "out_bias": attention.has_out_bias,
+        "key_bias": attention.has_key_bias,
         "scale": attention.resolved_scale(d_model),
     }
     if not attention.qk_norm:
