@@ -74,8 +74,11 @@ class RunLock:
         os.close(fd)  # closing the descriptor drops the flock
 
     def __del__(self) -> None:  # a trainer dropped without close(): the lock goes with it
-        with contextlib.suppress(Exception):  # at interpreter exit `os` may already be gone
+        # try, not contextlib.suppress: at interpreter exit the module's globals (os, contextlib) may be None
+        try:  # noqa: SIM105
             self.release()
+        except Exception:
+            pass
 
 
 def lock_run(output_dir: Path, runtime: Runtime) -> RunLock | None:
