@@ -219,7 +219,9 @@ def with_position_bias(
             dense = mask
             if is_causal:  # the bias must be materialised, so the causal mask must be too
                 dense = masks.causal_mask(q_len, k_len, device=bias.device)[None, None]
-            assert not isinstance(dense, BlockMask), "a position bias takes the dense path (flex.use_flex)"
+            assert not isinstance(dense, (BlockMask, segments.SegmentPlan)), (
+                "a position bias takes the dense path"
+            )
             folded[key] = masks.with_bias(dense, bias, dtype=dtype), False
         out.append(folded[key])
     return out

@@ -114,7 +114,7 @@ def self_plan(documents: torch.Tensor, padding: torch.Tensor | None, *, causal: 
         return None
     B, T = documents.shape
     _, flat, starts, lengths = _documents(documents, padding, int(documents.max()) + 1)
-    if len(lengths) == 0:  # every token with a document is padding
+    if len(lengths) == 0 or not _spares_enough(int((lengths * lengths).sum()), B, T, T):  # at best
         return None
     queries, shapes, key_masks, real_slots = [], [], [], []
     for group in _groups(lengths):
@@ -124,7 +124,7 @@ def self_plan(documents: torch.Tensor, padding: torch.Tensor | None, *, causal: 
         shapes.append((len(group), width, width))
         padded = not causal and not bool(real.all())
         key_masks.append(real[:, None, None, :] if padded else None)  # (G, 1, 1, L)
-    if not _spares_enough(shapes, B, T, T):
+    if not _spares_enough(sum(G * Lq * Lk for G, Lq, Lk in shapes), B, T, T):
         return None
     query_index = torch.cat(queries)
     return SegmentPlan(
@@ -156,6 +156,9 @@ def cross_plan(
     if not bool((k_ids[at] == q_ids).all()):
         return None
     k_starts, k_lengths = k_starts[at], k_lengths[at]
+    S = memory_documents.shape[1]
+    if not _spares_enough(int((q_lengths * k_lengths).sum()), B, T, S):  # even without group padding
+        return None
     queries, keys, shapes, key_masks, real_slots = [], [], [], [], []
     for group in _groups(torch.maximum(q_lengths, k_lengths)):
         q_slots, q_real, q_width = _slots(q_flat, q_starts[group], q_lengths[group])
@@ -165,7 +168,7 @@ def cross_plan(
         real_slots.append(q_real.flatten())
         shapes.append((len(group), q_width, k_width))
         key_masks.append(None if bool(k_real.all()) else k_real[:, None, None, :])  # (G, 1, 1, Lk)
-    if not _spares_enough(shapes, B, T, memory_documents.shape[1]):
+    if not _spares_enough(sum(G * Lq * Lk for G, Lq, Lk in shapes), B, T, S):
         return None
     query_index = torch.cat(queries)
     return SegmentPlan(
@@ -174,10 +177,9 @@ def cross_plan(
     )  # fmt: skip
 
 
-def _spares_enough(shapes: list[tuple[int, int, int]], B: int, T: int, S: int) -> bool:
-    """Whether the groups' scores (sum G Lq Lk) are at least `MIN_KEYS_SPARED` per query fewer than the dense
-    mask's (B T S)."""
-    return B * T * S - sum(G * Lq * Lk for G, Lq, Lk in shapes) >= MIN_KEYS_SPARED * B * T
+def _spares_enough(scores: int, B: int, T: int, S: int) -> bool:
+    """Whether ``scores`` are at least `MIN_KEYS_SPARED` per query fewer than the dense mask's (B T S)."""
+    return B * T * S - scores >= MIN_KEYS_SPARED * B * T
 
 
 def _back(queries: torch.Tensor, real: torch.Tensor, tokens: int) -> torch.Tensor:
