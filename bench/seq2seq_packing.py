@@ -13,6 +13,8 @@ gradient clipping, Adam), interleaved round by round (the machine is shared), me
                       Seq2SeqTrainer's ``group_by_length`` makes them (shuffled, megabatches of 50 batches
                       sorted by source length, a fixed number of pairs a batch, padded to the longest of
                       each), loss on the full logits with label smoothing 0.1 as its LabelSmoother
+    HF shuffled       (``--shuffled``) the same model in Seq2SeqTrainer's default batches (``group_by_length``
+                      off): shuffled pairs, as many a batch, padded to the longest of each
 
 The corpora: the demo's toy English-Korean pairs (6,000, its 1,000-token BPE), and a generated
 length-skewed one (source lengths log-uniform in 5..200 tokens, so most pairs are short; the target
@@ -121,9 +123,12 @@ def model_spec() -> Any:
     )
 
 
-def hf_batches(pairs: list[tuple[list[int], list[int]]], *, seed: int = 0) -> list[dict[str, Any]]:
+def hf_batches(
+    pairs: list[tuple[list[int], list[int]]], *, seed: int = 0, by_length: bool = True
+) -> list[dict[str, Any]]:
     """Seq2SeqTrainer's group_by_length batches (transformers' LengthGroupedSampler), padded to the longest,
-    as many pairs a batch as fill ``MAX_TOKENS`` real tokens on average."""
+    as many pairs a batch as fill ``MAX_TOKENS`` real tokens on average; ``by_length=False``: its default
+    batches, the shuffled pairs in order."""
     lengths = np.array([len(s) + 1 for s, _ in pairs])
     mean = np.mean([len(s) + len(t) + 2 for s, t in pairs])
     size = max(1, int(MAX_TOKENS // mean))
@@ -132,7 +137,8 @@ def hf_batches(pairs: list[tuple[list[int], list[int]]], *, seed: int = 0) -> li
     batches = []
     for start in range(0, len(order), mega):
         chunk = order[start : start + mega]
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        if by_length:
+            chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
         batches += [chunk[i : i + size] for i in range(0, len(chunk), size)]
     out = []
     for batch in batches:
@@ -187,12 +193,13 @@ def hf_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callabl
     return step
 
 
-def timed(step: Callable[[Any], int], batches: list[Any]) -> float:
-    """Target tokens per second over one epoch of ``batches``."""
-    tokens, start = 0, time.perf_counter()
+def timed(step: Callable[[Any], int], batches: list[Any]) -> tuple[float, float]:
+    """Target tokens per second and per CPU-second of this process (what the other work on a shared machine
+    takes from the wall clock, it takes less from this) over one epoch of ``batches``."""
+    tokens, start, cpu = 0, time.perf_counter(), time.process_time()
     for batch in batches:
         tokens += step(batch)
-    return tokens / (time.perf_counter() - start)
+    return tokens / (time.perf_counter() - start), tokens / (time.process_time() - cpu)
 
 
 def fill(batches: list[Any], *, hf: bool) -> float:
@@ -216,7 +223,7 @@ def pairs_in(batch: Any, *, hf: bool) -> int:
 
 
 def measure(
-    name: str, pairs: list[tuple[list[int], list[int]]], *, rounds: int, block: int
+    name: str, pairs: list[tuple[list[int], list[int]]], *, rounds: int, block: int, shuffled: bool = False
 ) -> list[dict[str, Any]]:
     from zoo.models.build import build_model
 
@@ -226,9 +233,13 @@ def measure(
             "zoo packed": zoo_batches(pairs, Path(tmp), packed=True, block=block),
             "HF group_by_length": hf_batches(pairs),
         }
+        if shuffled:
+            batches["HF shuffled"] = hf_batches(pairs, by_length=False)
     torch.manual_seed(0)
     models = {"zoo padded": build_model(model_spec()), "zoo packed": build_model(model_spec()),
               "HF group_by_length": hf_model()}  # fmt: skip
+    if shuffled:
+        models["HF shuffled"] = hf_model()
     steps_of = {
         key: (hf_step if key.startswith("HF") else zoo_step)(
             m.train(), torch.optim.Adam(m.parameters(), lr=1e-4)
@@ -239,20 +250,25 @@ def measure(
         for batch in batches[key][:WARMUP]:
             steps_of[key](batch)
     rates: dict[str, list[float]] = {key: [] for key in models}
+    cpu_rates: dict[str, list[float]] = {key: [] for key in models}
     for _ in range(rounds):  # interleaved: the load the machine is under falls on every contender alike
         for key in models:
-            rates[key].append(timed(steps_of[key], batches[key]))
+            wall, cpu = timed(steps_of[key], batches[key])
+            rates[key].append(wall)
+            cpu_rates[key].append(cpu)
     rows = []
     for key, values in rates.items():
         rows.append({
             "corpus": name, "contender": key, "rate": statistics.median(values), "slowest": min(values),
+            "cpu_rate": statistics.median(cpu_rates[key]),
             "fastest": max(values), "fill": fill(batches[key], hf=key.startswith("HF")),
             "pairs_per_batch": statistics.mean(pairs_in(b, hf=key.startswith("HF")) for b in batches[key]),
         })  # fmt: skip
-    padded = next(r["rate"] for r in rows if r["contender"] == "zoo padded")
-    hf = next(r["rate"] for r in rows if r["contender"].startswith("HF"))
+    padded = next(r for r in rows if r["contender"] == "zoo padded")
+    hf = next(r["rate"] for r in rows if r["contender"] == "HF group_by_length")
     for r in rows:
-        r["vs_padded"], r["vs_hf"] = r["rate"] / padded, r["rate"] / hf
+        r["vs_padded"], r["vs_hf"] = r["rate"] / padded["rate"], r["rate"] / hf
+        r["cpu_vs_padded"] = r["cpu_rate"] / padded["cpu_rate"]
         r["block"] = block
     return rows
 
@@ -265,15 +281,22 @@ def markdown(record: dict[str, Any]) -> str:
         f"batch.max_tokens {MAX_TOKENS}; median of {record['rounds']} interleaved rounds "
         "each an epoch over the same pairs for every contender (slowest–fastest).",
         "",
-        "| corpus | batching | block | target tokens/s | vs zoo padded | vs HF | real / padded places | pairs a batch |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| corpus | batching | block | target tokens/s | vs zoo padded | vs HF | per CPU-second vs zoo padded "
+        "| real / padded places | pairs a batch |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in record["results"]:
         lines.append(
             f"| {r['corpus']} | {r['contender']} | {r['block'] if 'packed' in r['contender'] else '–'} | {r['rate']:,.0f} ({r['slowest']:,.0f}–{r['fastest']:,.0f}) | "
-            f"{r['vs_padded']:.2f}x | {r['vs_hf']:.2f}x | {100 * r['fill']:.0f}% | {r['pairs_per_batch']:.0f} |"
+            f"{r['vs_padded']:.2f}x | {r['vs_hf']:.2f}x | {cpu_ratio(r)} | {100 * r['fill']:.0f}% | "
+            f"{r['pairs_per_batch']:.0f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def cpu_ratio(row: dict[str, Any]) -> str:
+    """Target tokens per CPU-second against zoo padded's (records before it was measured: -)."""
+    return f"{row['cpu_vs_padded']:.2f}x" if "cpu_vs_padded" in row else "–"
 
 
 def loadavg() -> str:
@@ -290,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skewed-pairs", type=int, default=600, help="generated length-skewed pairs")
     parser.add_argument("--corpus", choices=["demo", "skewed", "both"], default="both")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--shuffled",
+        action="store_true",
+        help="also Seq2SeqTrainer's default batches (not grouped by length)",
+    )
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -297,13 +325,20 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     if args.corpus in ("demo", "both"):
         pairs = demo_pairs()[: args.demo_pairs]
-        results += measure(f"demo ({len(pairs):,} toy pairs)", pairs, rounds=args.rounds, block=DEMO_BLOCK)
+        results += measure(
+            f"demo ({len(pairs):,} toy pairs)",
+            pairs,
+            rounds=args.rounds,
+            block=DEMO_BLOCK,
+            shuffled=args.shuffled,
+        )
     if args.corpus in ("skewed", "both"):
         results += measure(
             f"skewed ({args.skewed_pairs:,} pairs, 5-200)",
             skewed_pairs(args.skewed_pairs),
             rounds=args.rounds,
             block=BLOCK,
+            shuffled=args.shuffled,
         )
     load += f", {loadavg()} at the end"
     record = {"machine": report.machine("cpu"), "load": load, "rounds": args.rounds,

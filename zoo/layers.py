@@ -47,6 +47,7 @@ from torch import nn
 from zoo.blocks import Attention, MoEFeedForward, RouterOutput, build_attention, build_ffn, build_norm
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.flex import BlockMask
+from zoo.blocks.segments import SegmentPlan
 from zoo.spec import AttentionSpec, FeedForwardSpec, NormSpec
 
 Branch = Callable[[torch.Tensor], tuple[torch.Tensor, Any]]
@@ -112,11 +113,11 @@ class Layer(nn.Module):
         self,
         x: torch.Tensor,
         *,
-        self_mask: torch.Tensor | BlockMask | None = None,
+        self_mask: torch.Tensor | BlockMask | SegmentPlan | None = None,
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         memory: torch.Tensor | None = None,
-        cross_mask: torch.Tensor | BlockMask | None = None,
+        cross_mask: torch.Tensor | BlockMask | SegmentPlan | None = None,
         cache: Any = None,
         output_attentions: bool = False,
         slots: torch.Tensor | None = None,

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from zoo.blocks import RouterOutput, build_norm, build_positions, layer_ffn
+from zoo.blocks import Attention, RouterOutput, build_norm, build_positions, layer_ffn
 from zoo.blocks.dropout import Dropout
 from zoo.blocks.layer_masks import (
     LayerMask,
@@ -34,7 +34,7 @@ from zoo.blocks.layer_masks import (
 )
 from zoo.blocks.position import build_position_bias
 from zoo.layers import Layer
-from zoo.spec import InputEmbeddingSpec, ResolvedStack
+from zoo.spec import AttentionSpec, InputEmbeddingSpec, ResolvedStack
 
 Rotary = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (B, 1, T, R): R rotating dims per head
 
@@ -67,6 +67,11 @@ class StackOutput:
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
     cross_attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, S)
     routers: tuple[RouterOutput, ...] = ()  # per Mixture-of-Experts layer, in order
+
+
+def plain_sdpa(spec: AttentionSpec) -> bool:
+    """Whether attention of this spec runs as plain SDPA: no soft-capped logits, no sinks."""
+    return spec.softcap is None and not spec.sinks
 
 
 def position_ids_from_mask(
@@ -171,6 +176,12 @@ class Stack(nn.Module):
         self.dropout = Dropout(dropout)
         self.embed_proj = nn.Linear(embed_dim, d_model) if embedding.factorized_dim else None
         self.layers = nn.ModuleList(build_layers(spec, d_model=d_model, dropout=dropout))
+        # Packed rows may attend per document (`zoo.blocks.segments`): SDPA without soft-capping or sinks
+        cross = spec.cross_attention
+        self.segmentable = plain_sdpa(spec.attention) and all(
+            type(layer.self_attn) is Attention for layer in self.layers
+        )
+        self.cross_segmentable = cross is not None and plain_sdpa(cross)
         # Per layer application: rotate by the local tables (a sliding layer with position.local_theta), or
         # not at all (position.nope_layers)
         local = getattr(spec.position, "local_theta", None) is not None
@@ -228,8 +239,10 @@ class Stack(nn.Module):
                 document_ids=document_ids,
                 memory_document_ids=memory_document_ids,
                 q_len=T,
+                padding=padding,
                 dense_only=output_attentions or (self.training and self.cross_attention_dropout),
                 grad=x.requires_grad,
+                segmentable=self.cross_segmentable and not output_attentions and cache is None,
                 device=x.device,
             )
 
@@ -298,6 +311,7 @@ class Stack(nn.Module):
         (`zoo.blocks.layer_masks`), with the position bias (relative, ALiBi, MPNet's) folded in once when one
         bias serves every layer (umT5's per-layer tables are folded as each layer runs)."""
         T, role = x.shape[1], self.positions.role
+        biased = role == "bias" or self.position_bias is not None
         self_masks = self_attention_masks(
             self.patterns,
             causal=self.causal,
@@ -308,11 +322,11 @@ class Stack(nn.Module):
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
             dense_only=output_attentions
-            or role == "bias"
-            or self.position_bias is not None
+            or biased
             or (self.training and self.attention_dropout)
             or (self.attention_sinks and x.device.type == "cpu"),
             grad=x.requires_grad,
+            segmentable=self.segmentable and not output_attentions and not biased,
             device=x.device,
         )
         bias_module = self.positions if role == "bias" and not self.bias_per_layer else self.position_bias

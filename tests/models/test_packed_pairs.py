@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.blocks import masks
+from zoo.blocks import masks, segments
 from zoo.blocks.flex import attention_kernel
 from zoo.losses import IGNORE_INDEX
 from zoo.models.build import build_model
@@ -97,6 +97,21 @@ def test_packed_pairs_have_the_losses_and_gradients_of_each_pair_alone(name: str
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+@pytest.mark.parametrize("name", ["bart", "transformer"])
+def test_pairs_attended_per_group_of_pairs_have_the_losses_of_each_pair_alone(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, through `segments.SegmentPlan` (long rows take it; these short ones are made to)."""
+    monkeypatch.setattr(segments, "MIN_KEYS_SPARED", 0)
+    calls: list[int] = []
+    attend = segments.attend
+    monkeypatch.setattr(segments, "attend", lambda *a: calls.append(1) or attend(*a))
+    model, spec = model_of(name)
+    together, alone = packed_and_alone(model, spec)
+    assert len(calls) == 3 * spec.num_layers  # encoder, decoder and cross-attention
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
 
 
 def test_without_pair_ids_the_pairs_of_a_row_would_see_each_other() -> None:

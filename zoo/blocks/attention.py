@@ -16,6 +16,7 @@ Fast path: `torch.nn.functional.scaled_dot_product_attention` (fused kernels). G
 so a masked GQA call with ``enable_gqa`` would fall back to the O(T²)-memory math kernel.
 Eager path (``output_attentions=True``): the same math written out, returning the (B, H, T, S) weights.
 Block-sparse path: a flex_attention ``BlockMask`` as the mask (an attention pattern, `zoo.blocks.flex`).
+Packed-rows path: a `zoo.blocks.segments.SegmentPlan` as the mask: SDPA per group of like-length documents.
 
 Soft-capped logits (``softcap``, Gemma 2: ``logits = cap * tanh(logits / cap)`` after scaling, before the
 mask) have no SDPA form: with a flex ``BlockMask`` they run as flex_attention's ``score_mod``; otherwise
@@ -50,6 +51,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from zoo.blocks import segments
 from zoo.blocks.flex import BlockMask, flex_attend
 from zoo.blocks.masks import additive_as, causal_mask, with_sink_column
 from zoo.blocks.norm import RMSNorm
@@ -147,7 +149,7 @@ class Attention(nn.Module):
         x: torch.Tensor,
         *,
         memory: torch.Tensor | None = None,
-        mask: torch.Tensor | BlockMask | None = None,
+        mask: torch.Tensor | BlockMask | segments.SegmentPlan | None = None,
         is_causal: bool = False,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: KVSlot | None = None,
@@ -155,7 +157,7 @@ class Attention(nn.Module):
         slots: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, C); memory (B, S, C) for cross-attention; mask bool or additive, broadcastable to
-        (B, H, T, S), or a flex `BlockMask`. ``slots`` (T,) or (B, T): each query's slot in its row (cached
+        (B, H, T, S), a flex `BlockMask`, or packed rows' `SegmentPlan`. ``slots`` (T,) or (B, T): each query's slot in its row (cached
         ones counted), for ``temperature_tuning``. Returns the output (B, T, C) and, when asked, the weights
         (B, H, T, S)."""
         q, k, v = self._project(x, memory, rotary, cache)
@@ -170,6 +172,8 @@ class Attention(nn.Module):
         if isinstance(mask, BlockMask):  # a pattern through flex_attention (no weights, no dropout)
             out = flex_attend(q, k, v, mask, scale=self.scale, softcap=self.softcap, sinks=self.sinks)
             weights = None
+        elif isinstance(mask, segments.SegmentPlan):  # packed rows: per document (the stack checked it may)
+            out, weights = segments.attend(q, k, v, mask, self._sdpa), None
         elif output_attentions or self.softcap is not None or self._sink_math():  # SDPA cannot: math path
             out, weights = self._eager(q, k, v, mask, is_causal)
             weights = weights if output_attentions else None

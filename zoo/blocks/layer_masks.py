@@ -11,6 +11,11 @@ long rows flex_attention then skips the blocks between documents, as it does for
 A sliding window (or a chunk) at least as long as the sequence is plain causal (or full) attention and takes
 that path.
 
+Packed rows whose every layer is full or causal attention, where flex_attention is not chosen and the
+stack needs no dense scores (``segmentable``), skip the dense mask: a `segments.SegmentPlan` regroups each
+document's tokens and attention runs per group of documents (`zoo.blocks.segments`), the same rule
+computed without the scores between documents. Cross-attention over packed pairs likewise.
+
 Cross-attention has one mask for every layer (`cross_attention_mask`): the source padding, or for packed
 (source, target) pairs the pair rule (`masks.pair_rule`), dense for SDPA or a flex `BlockMask` on the
 same terms as self-attention's.
@@ -24,7 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 
-from zoo.blocks import flex, masks
+from zoo.blocks import flex, masks, segments
 from zoo.spec.patterns import (
     AttentionPattern,
     BlockSparsePattern,
@@ -32,7 +37,9 @@ from zoo.spec.patterns import (
     SlidingWindowPattern,
 )
 
-LayerMask = tuple[torch.Tensor | BlockMask | None, bool]  # (mask, is_causal) for `Attention.forward`
+LayerMask = tuple[
+    torch.Tensor | BlockMask | segments.SegmentPlan | None, bool
+]  # (mask, is_causal) for `Attention.forward`
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ def self_attention_masks(
     document_ids: torch.Tensor | None = None,
     dense_only: bool = False,
     grad: bool = False,
+    segmentable: bool = False,
     device: torch.device,
 ) -> list[LayerMask]:
     """One (mask, is_causal) per layer application, for ``q_len`` queries after ``offset`` cached positions.
@@ -87,10 +95,19 @@ def self_attention_masks(
     ``prefix_lengths`` (B,): prefix_lm's prefixes in real tokens. ``document_ids`` (B, q_len): the document
     of each token of packed rows (no cache), which no query looks out of. ``dense_only``: the call needs the dense
     mask (weights returned, a position bias, attention dropout); ``grad``: gradients flow through it.
+    ``segmentable``: the layers may take a `segments.SegmentPlan` for packed rows (no weights returned, no
+    position bias, no soft-capping or sinks).
     Traceable by torch.compile: no spec object is built or hashed here.
     """
     length = offset + q_len
     plain = attention_mask is None or attention_mask.dim() == 2  # padding, not a 3-D user mask
+    dense_only = dense_only or (grad and device.type == "cpu")
+    if segmentable and document_ids is not None and plain and offset == 0 and key_positions is None:
+        planned = _segment_plans(
+            patterns, attention_mask, document_ids, q_len=q_len, dense_only=dense_only, device=device
+        )
+        if planned is not None:
+            return planned
     frames: dict[bool, masks.Frame] = {}  # by whether the keys come from rolling slots
     built: list[LayerMask] = []
     for pattern, seed in zip(patterns.distinct, patterns.seeds):
@@ -114,7 +131,7 @@ def self_attention_masks(
             kind,
             q_len=q_len,
             device=device,
-            dense_only=dense_only or (grad and device.type == "cpu"),
+            dense_only=dense_only,
             documents=document_ids is not None,
         )
         simple = plain and rolled is None and document_ids is None
@@ -164,6 +181,32 @@ def self_attention_masks(
     return [built[group] for group in patterns.group_of]
 
 
+def _segment_plans(
+    patterns: StackPatterns,
+    padding: torch.Tensor | None,
+    documents: torch.Tensor,
+    *,
+    q_len: int,
+    dense_only: bool,
+    device: torch.device,
+) -> list[LayerMask] | None:
+    """Per layer application, the `segments.SegmentPlan` of its pattern (full, or causal inside each
+    document, as `masks.pattern_rule` reads them); None where a layer has another pattern, flex_attention is
+    chosen, or the plan cannot be made (the dense or flex path then)."""
+    kinds = [pattern.kind for pattern in patterns.distinct]
+    if any(kind not in ("full", "causal") for kind in kinds):
+        return None
+    if flex.use_flex("causal", q_len=q_len, device=device, dense_only=dense_only, documents=True):
+        return None
+    plans: dict[str, segments.SegmentPlan] = {}
+    for kind in set(kinds):
+        plan = segments.self_plan(documents, padding, causal=kind == "causal")
+        if plan is None:
+            return None
+        plans[kind] = plan
+    return [(plans[kinds[group]], False) for group in patterns.group_of]
+
+
 def with_position_bias(
     layer_masks: list[LayerMask], bias: torch.Tensor, *, q_len: int, k_len: int, dtype: torch.dtype
 ) -> list[LayerMask]:
@@ -176,7 +219,9 @@ def with_position_bias(
             dense = mask
             if is_causal:  # the bias must be materialised, so the causal mask must be too
                 dense = masks.causal_mask(q_len, k_len, device=bias.device)[None, None]
-            assert not isinstance(dense, BlockMask), "a position bias takes the dense path (flex.use_flex)"
+            assert not isinstance(dense, (BlockMask, segments.SegmentPlan)), (
+                "a position bias takes the dense path"
+            )
             folded[key] = masks.with_bias(dense, bias, dtype=dtype), False
         out.append(folded[key])
     return out
@@ -188,17 +233,26 @@ def cross_attention_mask(
     document_ids: torch.Tensor | None = None,
     memory_document_ids: torch.Tensor | None = None,
     q_len: int,
+    padding: torch.Tensor | None = None,
     dense_only: bool = False,
     grad: bool = False,
+    segmentable: bool = False,
     device: torch.device,
-) -> torch.Tensor | BlockMask | None:
+) -> torch.Tensor | BlockMask | segments.SegmentPlan | None:
     """Cross-attention's mask, shared by every layer: ``memory_mask`` (B, S) source padding -> (B, 1, 1, S)
     (None without padding). With packed pairs, ``document_ids`` (B, q_len) and ``memory_document_ids``
     (B, S), a pair id per target and per source token: each target query reads only its own pair's source,
     a dense (B, 1, q_len, S) mask, or a flex `BlockMask` where `flex.use_flex` picks flex for packed rows.
-    ``dense_only`` and ``grad`` as in `self_attention_masks`."""
+    ``dense_only``, ``grad`` and ``segmentable`` as in `self_attention_masks`; ``padding`` (B, q_len) the
+    targets' padding (1 = token), for the plan."""
     if document_ids is None or memory_document_ids is None:
         return masks.cross_attention_mask(memory_mask)
+    dense_only = dense_only or (grad and device.type == "cpu")
+    use_flex = flex.use_flex("full", q_len=q_len, device=device, dense_only=dense_only, documents=True)
+    if segmentable and not use_flex:
+        plan = segments.cross_plan(document_ids, padding, memory_document_ids, memory_mask)
+        if plan is not None:
+            return plan
     frame = masks.cross_frame(
         memory_mask,
         q_len=q_len,
@@ -207,7 +261,4 @@ def cross_attention_mask(
         device=device,
     )
     rule = masks.pair_rule(document_ids.to(device), memory_document_ids.to(device))
-    dense_only = dense_only or (grad and device.type == "cpu")
-    if flex.use_flex("full", q_len=q_len, device=device, dense_only=dense_only, documents=True):
-        return flex.block_mask(rule, frame)
-    return masks.pattern_mask(rule, frame)
+    return flex.block_mask(rule, frame) if use_flex else masks.pattern_mask(rule, frame)

@@ -26,7 +26,9 @@ a query sees only keys of its own document (`within_documents`, from per-token d
 encoder-decoder rows (several (source, target) pairs a row) carry a document id per source token and per
 target token, the same id for the two sides of one pair: the encoder's self-attention is block-diagonal
 and the decoder's causal per pair (`within_documents` on each side), and cross-attention reads only its
-pair's source (`same_pair`, composed with the source padding in `cross_frame`).
+pair's source (`same_pair`, composed with the source padding in `cross_frame`). On long packed rows the
+same rules run without a dense mask at all: `zoo.blocks.segments` gathers each document's tokens and
+attends per document (tested against the mask made here).
 
 "No padding" is a ``None`` mask. Whether a given mask pads anything is a question about its values, and
 asking it costs a device-to-host sync on an accelerator (and a graph break under ``torch.compile``), once
