@@ -162,7 +162,7 @@ def test_an_export_of_a_converted_folder_generates_transformers_tokens(
 def test_a_model_without_generation_settings_is_refused_in_one_line(
     folder: tuple[Path, torch.nn.Module], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, hf = folder
+    path, _ = folder
     out = converted(path, tmp_path / "zoo")
     model = zoo.load(out)
     set_generation_file(model, None)  # as a model built or trained from scratch carries none
@@ -172,7 +172,7 @@ def test_a_model_without_generation_settings_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert "no generation_config.json (Whisper's language/task prompt and suppressed tokens)" in err
     assert len(err.strip().splitlines()) == 1
-    with pytest.raises(ValueError, match="no generation_config.json"):
+    with pytest.raises(ValueError, match=r"no generation_config\.json"):
         transcribe(zoo.load(out), SPEECH)
     # {} asks for no prompt and no suppressed tokens, explicitly
     (out / "generation_config.json").write_text("{}")

@@ -68,7 +68,14 @@ _OWN_FILES = re.compile(
     "|".join(
         map(
             re.escape,
-            (WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, GENERATION_CONFIG_NAME),
+            (
+                WEIGHTS_NAME,
+                INDEX_NAME,
+                SPEC_NAME,
+                TOKENIZER_NAME,
+                TOKENIZER_CONFIG_NAME,
+                GENERATION_CONFIG_NAME,
+            ),
         )
     )
     + "|"

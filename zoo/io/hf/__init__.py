@@ -41,6 +41,7 @@ from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.checkpoint.mapped import MappedFiles, release_unless_shared
+from zoo.io.generation_file import read_generation_file, set_generation_file, write_generation_file
 from zoo.io.hf.common import (
     FamilyMapping,
     HFError,
@@ -52,7 +53,6 @@ from zoo.io.hf.common import (
 )
 from zoo.io.hf.faithful import faithful_config
 from zoo.io.hf.hub import resolve_checkpoint
-from zoo.io.generation_file import read_generation_file, set_generation_file, write_generation_file
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import (
     CONFIG_NAME,
