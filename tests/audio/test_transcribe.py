@@ -1,6 +1,7 @@
 """`zoo.transcribe` and ``zoo transcribe`` give the tokens of transformers' Whisper ``generate`` on the same
 random weights and the same speech: the folder's generation_config.json prompt (a given language, or the one
-detected from the audio), its suppressed tokens, and the text its tokenizer.json decodes."""
+detected from the audio), its suppressed tokens, and the text its tokenizer.json decodes. The settings travel
+with the model: a converted zoo folder and its export give the same tokens; a model without them is refused."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import torch
 import zoo
 from zoo.audio import read_wav, transcribe
 from zoo.cli import main
+from zoo.io.generation_file import set_generation_file
+from zoo.io.hf.generation_config import HFGenerationSettings
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -117,3 +120,62 @@ def test_serve_refuses_an_audio_model_in_one_line(
     assert "an audio model (it reads input_features); zoo serve has no /v1/audio/transcriptions" in (
         capsys.readouterr().err
     )
+
+
+# -- the generation settings travel with the model: zoo.save, zoo.load, zoo.to_hf ----------------------------
+
+
+def converted(path: Path, out: Path) -> Path:
+    """The Hugging Face folder as a zoo checkpoint, as ``zoo convert --from-hf`` makes it."""
+    assert main(["convert", "--from-hf", str(path), "--out", str(out)]) == 0
+    return out
+
+
+def test_a_converted_folder_transcribes_as_the_hugging_face_folder(
+    folder: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    path, hf = folder
+    out = converted(path, tmp_path / "zoo")
+    assert (out / "generation_config.json").is_file() and not (out / "config.json").exists()
+    saved = zoo.save(zoo.from_hf(path), tmp_path / "saved", tokenizer=zoo.load_tokenizer(path))
+    for zoo_folder in (out, saved):
+        assert transcribe(zoo_folder, SPEECH).tokens == transcribe(path, SPEECH).tokens == reference(hf)
+        fr = transcribe(zoo_folder, SPEECH, language="fr", task="translate")
+        assert fr.tokens == reference(hf, language="fr", task="translate") and fr.language == "fr"
+    # without the prompt and the suppressed tokens the tokens differ: the comparison above can fail
+    bare = transcribe(zoo.load(out), SPEECH, settings=HFGenerationSettings())
+    assert bare.tokens != reference(hf)
+
+
+def test_an_export_of_a_converted_folder_generates_transformers_tokens(
+    folder: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    path, hf = folder
+    zoo.to_hf(zoo.load(converted(path, tmp_path / "zoo")), tmp_path / "hf")
+    back = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+    assert back.generation_config.suppress_tokens == hf.generation_config.suppress_tokens
+    assert back.generation_config.lang_to_id == hf.generation_config.lang_to_id
+    assert reference(back) == reference(hf)
+    assert reference(back, language="fr", task="translate") == reference(hf, language="fr", task="translate")
+
+
+def test_a_model_without_generation_settings_is_refused_in_one_line(
+    folder: tuple[Path, torch.nn.Module], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = folder
+    out = converted(path, tmp_path / "zoo")
+    model = zoo.load(out)
+    set_generation_file(model, None)  # as a model built or trained from scratch carries none
+    zoo.save(model, out)
+    assert not (out / "generation_config.json").exists()  # the earlier save's settings are not this model's
+    assert main(["transcribe", str(out), str(SPEECH)]) == 2
+    err = capsys.readouterr().err
+    assert "no generation_config.json (Whisper's language/task prompt and suppressed tokens)" in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(ValueError, match=r"no generation_config\.json"):
+        transcribe(zoo.load(out), SPEECH)
+    # {} asks for no prompt and no suppressed tokens, explicitly
+    (out / "generation_config.json").write_text("{}")
+    plain = transcribe(out, SPEECH)
+    assert plain.tokens == transcribe(model, SPEECH, settings=HFGenerationSettings()).tokens
+    assert plain.language is None

@@ -3,8 +3,9 @@
     audio.wav ─(`read_wav`: 16-bit PCM, 16 kHz, channels averaged)─> samples (N,)
       ─(`log_mel`: WhisperFeatureExtractor's features)─> input_features (1, M, 3000)
       ─> the language (given, or detected from the first decoder step as transformers does)
-      ─> generate from [start, language, task, notimestamps] with the model's generation_config.json
-         (suppressed tokens, `zoo.io.hf.generation_config`) ─> tokens ─> tokenizer.json decode (specials skipped)
+      ─> generate from [start, language, task, notimestamps] with the generation_config.json the model
+         was read with (suppressed tokens, `zoo.io.hf.generation_config`; none: refused, not guessed)
+      ─> tokens ─> tokenizer.json decode (specials skipped)
 
 Greedy search only (transformers' short-form default); no timestamps, no long-form (> 30 s is refused).
 """
@@ -14,14 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from zoo.audio.features import log_mel
 from zoo.audio.wav import read_wav
-from zoo.io.hf.generation_config import HFGenerationSettings, read_generation_settings
+from zoo.io.generation_file import generation_file_of
+from zoo.io.hf.generation_config import HFGenerationSettings
+from zoo.io.names import GENERATION_CONFIG_NAME
 from zoo.io.pretrained import load_pretrained
 from zoo.io.tokenizer import Tokenizer
 from zoo.models.audio import AudioEncoderDecoderModel
@@ -53,9 +55,11 @@ def transcribe(
 ) -> Transcription:
     """Transcribe (or, ``task="translate"``, translate to English) one clip of at most 30 s.
 
-    ``model``: a model folder (zoo or Hugging Face, with its ``tokenizer.json``; its
-    ``generation_config.json`` gives the prompt and the suppressed tokens), or a loaded audio model (then
-    ``tokenizer`` for the text, and ``settings``, else the folder it was loaded from, for the generation).
+    ``model``: a model folder (zoo or Hugging Face, with its ``tokenizer.json``), or a loaded audio model
+    (then ``tokenizer`` for the text). The prompt and the suppressed tokens come from ``settings``, else
+    from the ``generation_config.json`` the model was read with (`zoo.from_hf` and `zoo.load` read it,
+    `zoo.save` writes it); a model with neither is refused (a `ValueError` saying so), never decoded
+    without its prompt. ``settings=HFGenerationSettings()`` decodes from the start token alone.
     ``audio``: a 16-bit PCM WAV file at 16 kHz, or the samples (N,) at 16 kHz as floats in [-1, 1].
     ``language``: a code (``"fr"``) or token (``"<|fr|>"``); None: the config's, else detected.
     ``max_new_tokens``: default, as many as the decoder's positions allow after the prompt.
@@ -73,9 +77,7 @@ def transcribe(
             f"transcribe needs an audio model (encoder.embedding: {{kind: audio}}, e.g. Whisper), got a "
             f"{model.spec.family} model{f' ({model.spec.name})' if model.spec.name else ''}"
         )
-    if settings is None and folder is not None and Path(folder).is_dir():
-        settings = read_generation_settings(folder)
-    settings = settings or HFGenerationSettings()
+    settings = settings if settings is not None else _carried_settings(model, folder)
     samples = read_wav(audio) if isinstance(audio, str | os.PathLike) else audio
     parameter = next(model.parameters())
     name = os.fspath(audio) if isinstance(audio, str | os.PathLike) else "audio"
@@ -94,6 +96,20 @@ def transcribe(
     codes = {token_id: name.strip("<|>") for name, token_id in settings.lang_to_id.items()}
     spoken = next((codes[t] for t in prompt if t in codes), None)
     return Transcription(text=text, tokens=tokens, language=spoken)
+
+
+def _carried_settings(model: ZooModel, folder: str | None) -> HFGenerationSettings:
+    """The settings of the ``generation_config.json`` the model was read with (`zoo.io.generation_file`); a
+    model without one is refused in one line: decoding with no prompt would be silently different text."""
+    data = generation_file_of(model)
+    if data is None:
+        where = folder or model.spec.name or "the model"
+        raise ValueError(
+            f"{where}: no {GENERATION_CONFIG_NAME} (Whisper's language/task prompt and suppressed tokens): "
+            f"copy the Hugging Face model's beside the weights, or write {{}} there to decode from the start "
+            "token alone (in Python: settings=HFGenerationSettings())"
+        )
+    return HFGenerationSettings.from_dict(data, source=f"{folder or 'the model'}: {GENERATION_CONFIG_NAME}")
 
 
 @torch.no_grad()

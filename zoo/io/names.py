@@ -11,6 +11,7 @@ A model: zoo's checkpoint and Hugging Face's folder (`zoo.save`, `zoo.to_hf`, `z
     config.json                         a Hugging Face model config
     tokenizer.json                      a `tokenizers` file (zoo's and Hugging Face's)
     tokenizer_config.json               transformers' tokenizer settings
+    generation_config.json              transformers' generation settings, carried as read (Whisper's prompt)
     special_tokens_map.json             transformers' special tokens
     chat_template.jinja                 a chat template (transformers >= 4.43 writes it beside the config)
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from zoo.io.names import (
     CONFIG_NAME,
+    GENERATION_CONFIG_NAME,
     HF_SHARD_PATTERN,
     INDEX_NAME,
     PEFT_CONFIG_NAME,
@@ -91,6 +92,7 @@ HF_CHECKPOINT = Output(
             WEIGHTS_NAME,
             INDEX_NAME,
             CONFIG_NAME,
+            GENERATION_CONFIG_NAME,
             TOKENIZER_NAME,
             TOKENIZER_CONFIG_NAME,
             SPECIAL_TOKENS_MAP_NAME,

@@ -24,6 +24,7 @@ from zoo.io.checkpoint.discovery import Checkpoint, LoadReport, open_checkpoint
 from zoo.io.checkpoint.files import CheckpointError, CheckpointNotFoundError
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits
 from zoo.io.checkpoint.mapped import MappedFiles
+from zoo.io.generation_file import read_generation_file, set_generation_file
 from zoo.io.names import TOKENIZER_NAME
 from zoo.io.paths import inside
 from zoo.models import ZooModel, build_model
@@ -62,12 +63,16 @@ def load(
     naming them all. ``strict=False`` loads the tensors that fit, leaves the missing ones freshly
     initialised, and logs a warning; pass ``return_report=True`` to get ``(model, LoadReport)`` with the
     ``missing`` / ``unexpected`` / ``mismatched`` names.
+    A ``generation_config.json`` beside the weights (Whisper's prompt and suppressed tokens) travels with the
+    model (`zoo.io.generation_file`): `zoo.save` and `zoo.to_hf` write it, `zoo.transcribe` reads it.
     """
     # Checked first: without it, CUDA's absence surfaced from deep in safetensors (a pin_memory error).
     path = path_argument(path, where="zoo.load")
     device = resolve_device(device) if device is not None else default_device()
     dtype = resolve_dtype(dtype)
     checkpoint = open_checkpoint(path)
+    folder = Path(path).expanduser()
+    generation = read_generation_file(folder if folder.is_dir() else folder.parent, error=CheckpointError)
     spec, source = checkpoint.spec, str(checkpoint.source)
     quantization = checkpoint.quantization
     if quantization is not None:  # torchao, and a device its kernel runs on, before anything is built
@@ -117,6 +122,7 @@ def load(
         model.reset_buffers()
         _check_placed(model, checkpoint.source)
     setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
+    set_generation_file(model, generation)
     model.eval()
     return (model, report) if return_report else model
 

@@ -9,7 +9,9 @@ Every file is written in a private temp folder in the same directory, fsynced an
     2. commit   sharded: write model.safetensors.index.json (one rename): the loader reads the new shards
                 single:  remove model.safetensors.index.json (one unlink): the loader reads model.safetensors
                          (with no index there, the rename in step 1 was the commit)
-    3. tokenizer.json and tokenizer_config.json (its special tokens and chat template), then spec.json (a copy for people and tools; the loader reads the spec in the weights)
+    3. tokenizer.json and tokenizer_config.json (its special tokens and chat template), generation_config.json
+       (the generation settings the model carries, `zoo.io.generation_file`), then spec.json (a copy for
+       people and tools; the loader reads the spec in the weights)
     4. remove the previous checkpoint's files: model.safetensors beside a new index, and every shard the
        new index does not name
 
@@ -42,7 +44,9 @@ from zoo.io.atomic import (
 )
 from zoo.io.checkpoint.discovery import checkpoint_metadata, index_document
 from zoo.io.checkpoint.files import CheckpointError, parse_size, plan_shards, unique_tensors
+from zoo.io.generation_file import write_generation_file
 from zoo.io.names import (
+    GENERATION_CONFIG_NAME,
     INDEX_NAME,
     SHARD_PATTERN,
     SPEC_NAME,
@@ -61,7 +65,19 @@ __all__ = ["save"]
 
 # The files a save writes, hence the temp files a killed one may leave: `remove_stale_temps` removes those.
 _OWN_FILES = re.compile(
-    "|".join(map(re.escape, (WEIGHTS_NAME, INDEX_NAME, SPEC_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME)))
+    "|".join(
+        map(
+            re.escape,
+            (
+                WEIGHTS_NAME,
+                INDEX_NAME,
+                SPEC_NAME,
+                TOKENIZER_NAME,
+                TOKENIZER_CONFIG_NAME,
+                GENERATION_CONFIG_NAME,
+            ),
+        )
+    )
     + "|"
     + SHARD_PATTERN.pattern
 )
@@ -78,7 +94,9 @@ def save(
     ``model-00001-of-0000N-<tag>.safetensors`` shards (``<tag>``: 8 hex digits of this save's
     ``checkpoint_id``) plus ``model.safetensors.index.json``. ``tokenizer`` (a `zoo.Tokenizer`) is saved as
     ``path/tokenizer.json`` and ``path/tokenizer_config.json`` (its special tokens, ``model_max_length`` and
-    chat template, which `zoo.load_tokenizer` reads back). The model is saved in its own dtype.
+    chat template, which `zoo.load_tokenizer` reads back). The ``generation_config.json`` the model carries
+    (read by `zoo.from_hf` or `zoo.load`: Whisper's prompt and suppressed tokens) is written as it was read,
+    and an earlier one removed when it carries none. The model is saved in its own dtype.
 
     Overwriting a checkpoint switches from the old one to the new one in one step: killed at any moment, the
     directory loads as exactly one of them (module docstring). One save per directory at a time.
@@ -127,6 +145,7 @@ def save(
     if tokenizer is not None:
         tokenizer.save(directory / TOKENIZER_NAME)
         tokenizer.save_config(directory / TOKENIZER_CONFIG_NAME)
+    write_generation_file(directory, model)
     write_text_atomic(directory / SPEC_NAME, spec.to_json(indent=2) + "\n")
 
     # 4. The previous checkpoint's files, now unreferenced.

@@ -41,6 +41,7 @@ from zoo.io.checkpoint.files import CheckpointError, TensorInfo, read_header
 from zoo.io.checkpoint.limits import check_allocation, check_spec_fits, numbered_parts
 from zoo.io.checkpoint.loading import materialize_buffers
 from zoo.io.checkpoint.mapped import MappedFiles, release_unless_shared
+from zoo.io.generation_file import read_generation_file, set_generation_file, write_generation_file
 from zoo.io.hf.common import (
     FamilyMapping,
     HFError,
@@ -55,6 +56,7 @@ from zoo.io.hf.hub import resolve_checkpoint
 from zoo.io.jsonfile import read_json_object
 from zoo.io.names import (
     CONFIG_NAME,
+    GENERATION_CONFIG_NAME,
     HF_PICKLE_NAMES,
     HF_SHARD_PATTERN,
     INDEX_NAME,
@@ -118,7 +120,14 @@ _OWN_FILES = re.compile(
     "|".join(
         map(
             re.escape,
-            (WEIGHTS_NAME, CONFIG_NAME, TOKENIZER_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME),
+            (
+                WEIGHTS_NAME,
+                CONFIG_NAME,
+                GENERATION_CONFIG_NAME,
+                TOKENIZER_NAME,
+                TOKENIZER_CONFIG_NAME,
+                SPECIAL_TOKENS_MAP_NAME,
+            ),
         )
     )
 )
@@ -254,7 +263,9 @@ def from_hf(
     The spec comes from ``config.json``, the weights are renamed, fused or transposed by the family's
     mapping and loaded strictly: every zoo tensor must come from the file, and every file tensor must be
     used (buffers such as ``position_ids`` and pretraining-only heads aside). ``dtype=None`` keeps the
-    stored dtype. The model is returned in eval mode, as transformers' ``from_pretrained`` does.
+    stored dtype. The model is returned in eval mode, as transformers' ``from_pretrained`` does. The
+    folder's ``generation_config.json`` (Whisper's prompt and suppressed tokens) travels with the model, as
+    it was read: `zoo.save` and `zoo.to_hf` write it (`zoo.io.generation_file`).
 
     ``device`` and ``dtype`` are checked first, as `zoo.load` checks them (`zoo.devices`: ``"cuda"`` without
     CUDA is one line, not torch's assertion); ``device=None`` is the ambient device (the CPU unless ``with
@@ -269,10 +280,12 @@ def from_hf(
     cast = resolve_dtype(dtype)
     root = resolve_checkpoint(path)
     spec, mapping, files = _read_spec(root)  # the spec is checked against the headers: nothing built yet
+    generation = read_generation_file(root, error=HFError)  # Whisper's prompt: travels with the model
     if target.type == "meta":  # the structure only: nothing is read
         stored = Counter(info.dtype for info in read_headers(files).values() if info.dtype.is_floating_point)
         model = build_model(spec, device="meta", init=False, dtype=cast or stored.most_common(1)[0][0])
         setattr(model, "name_or_path", os.fspath(path))  # noqa: B010
+        set_generation_file(model, generation)
         return model.eval()
     # Read in place: a tensor the mapping renames is the model's weight as it lies in the file; one it fuses,
     # transposes, casts or moves is copied one at a time, and its source's pages given back (`mapped`).
@@ -284,6 +297,7 @@ def from_hf(
         model = build_model(spec, device="meta", init=False)
         load_strict(model, tensors, source=str(root), device=target, dtype=cast)
     setattr(model, "name_or_path", os.fspath(path))  # noqa: B010 (what zoo.lora.save records as base_id)
+    set_generation_file(model, generation)
     return model.eval()
 
 
@@ -430,7 +444,9 @@ def to_hf(
     ``tokenizer``, its ``tokenizer.json`` and ``tokenizer_config.json`` go beside the weights, so
     ``AutoTokenizer.from_pretrained(out_dir)`` gives the ids zoo feeds the model: a tokenizer without a
     post-processor of its own (one zoo trained) frames text as the model's family is used (`MODEL_FRAMING`),
-    a decoder's prompt ``[bos, *ids]`` as ``zoo generate`` feeds it, for one. Returns the folder.
+    a decoder's prompt ``[bos, *ids]`` as ``zoo generate`` feeds it, for one. The ``generation_config.json``
+    the model carries (read by `zoo.from_hf` or `zoo.load`) is written as it was read, for transformers'
+    ``generate`` (Whisper's prompt and suppressed tokens). Returns the folder.
 
     A folder that holds anything but Hugging Face model files (a zoo model, a training run, other files) is
     refused unless ``overwrite``, which removes the other models' files there first (`zoo.io.outputs`); an
@@ -454,6 +470,7 @@ def to_hf(
     # The weights switch in one rename: model.safetensors is read before any index (here and in transformers).
     write_atomic(out / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), metadata={"format": "pt"}))
     write_text_atomic(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_generation_file(out, model)  # or a previous export's removed: transformers would read it
     _remove_previous_shards(out)
     if tokenizer is not None:
         add_bos, add_eos = MODEL_FRAMING[spec.family]

@@ -25,7 +25,8 @@ own (``self_attn.qv_bias`` = [q_proj.bias; v_proj.bias], ``cross_attn.v_bias`` =
 (``*_layerdrop``, ``apply_spec_augment``, ``mask_*``) are training-only: ignored on import, written off.
 
 The generation settings (``suppress_tokens``, the language/task prompt) live in ``generation_config.json``:
-`zoo.io.hf.generation_config` reads them into a `zoo.generation.GenerationConfig`.
+`zoo.io.hf.generation_config` reads them into a `zoo.generation.GenerationConfig`; the file travels with the
+model through `zoo.save`, `zoo.load` and `zoo.to_hf` (`zoo.io.generation_file`).
 """
 
 from __future__ import annotations
