@@ -19,7 +19,8 @@ from zoo.cli.sanitize import markup
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "show", help="a model's tree, parameter counts (a dual encoder's by tower), FLOPs, training memory and KV-cache size"
+        "show",
+        help="a model's tree, parameter counts (a dual encoder's by tower), FLOPs, training memory and KV-cache size",
     )
     parser.add_argument(
         "target",
