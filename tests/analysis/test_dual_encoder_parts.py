@@ -13,7 +13,10 @@ import zoo
 from zoo.cli import main
 from zoo.io.hf import hf_config
 
-HF_MODELS = {"clip-vit-base-patch32": transformers.CLIPModel, "siglip-base-patch16-224": transformers.SiglipModel}
+HF_MODELS = {
+    "clip-vit-base-patch32": transformers.CLIPModel,
+    "siglip-base-patch16-224": transformers.SiglipModel,
+}
 
 
 def hf_counts(name: str) -> tuple[int, int, int]:
@@ -41,7 +44,9 @@ def test_the_towers_and_heads_sum_to_transformers_total(name: str, total: int) -
     heads = zoo.build(name, device="meta", init=False)
     if name.startswith("clip"):  # CLIP's towers are transformers' vision_model and text_model exactly
         assert (parts["vision tower"], parts["text tower"]) == (hf_vision, hf_text)
-        projections = sum(p.numel() for m in (heads.visual_projection, heads.text_projection) for p in m.parameters())
+        projections = sum(
+            p.numel() for m in (heads.visual_projection, heads.text_projection) for p in m.parameters()
+        )
         assert parts["heads"] == projections + 1  # + logit_scale
     else:  # transformers files SigLIP's MAP head under vision_model.head, its text head under text_model.head
         pool = sum(p.numel() for p in heads.image_pool.parameters())
@@ -65,7 +70,10 @@ def test_the_parts_describe_each_tower_and_the_heads() -> None:
     assert "224px images in 7×7 patches of 32px + class token = 50 tokens" in clip["vision tower"]
     assert "12 layers, causal, width 512, 8 heads × 64" in clip["text tower"]
     assert "vocab 49,408, up to 77 tokens" in clip["text tower"]
-    assert "image pooling: class token" in clip["heads"] and "projections 768 → 512 and 512 → 512" in clip["heads"]
+    assert (
+        "image pooling: class token" in clip["heads"]
+        and "projections 768 → 512 and 512 → 512" in clip["heads"]
+    )
     assert "logit scale" in clip["heads"] and "logit bias" not in clip["heads"]
     siglip = {part.name: part.detail for part in zoo.summary("siglip-base-patch16-224").parts}
     assert "attention pooling" in siglip["heads"] and "text pooling: last token" in siglip["heads"]

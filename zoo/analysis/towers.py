@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from zoo.models.dual_encoder import DualEncoderModel
 from zoo.spec import DualEncoderSpec, PatchEmbeddingSpec, ResolvedStack
-from zoo.spec.dual import AttentionPooling
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ def _stack(stack: ResolvedStack, *, d_model: int) -> str:
 
 def dual_encoder_parts(model: nn.Module) -> tuple[Part, ...]:
     """(vision tower, text tower, heads) of a built `DualEncoderModel`; () for any other model."""
-    spec = getattr(model, "spec", None)
-    if not isinstance(spec, DualEncoderSpec):
+    if not isinstance(model, DualEncoderModel):
         return ()
+    spec = model.spec
     vision, patches = spec.vision, spec.vision.embedding
     assert isinstance(patches, PatchEmbeddingSpec)  # DualEncoderSpec requires an image front-end
     cls = " + class token" if patches.class_token else ""
@@ -75,11 +75,10 @@ def dual_encoder_parts(model: nn.Module) -> tuple[Part, ...]:
     return (vision_part, text_part, Part("heads", _count(rest), _heads(model, spec)))
 
 
-def _heads(model: nn.Module, spec: DualEncoderSpec) -> str:
+def _heads(model: DualEncoderModel, spec: DualEncoderSpec) -> str:
     heads, C_v = spec.heads, spec.vision.d_model
-    pooling = heads.image_pooling
-    if isinstance(pooling, AttentionPooling):
-        pool = model.image_pool
+    pool = model.image_pool  # SigLIP's MAP head; None for CLIP's class token
+    if pool is not None:
         image = (
             f"attention pooling (learned probe, {pool.attn.num_heads} heads, MLP d_ff {pool.mlp.d_ff}: "
             f"{_count(_modules(pool)):,})"
