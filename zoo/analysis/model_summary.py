@@ -220,6 +220,11 @@ def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int, kv_bytes: 
             f"tied: the token embedding ({counts.tied:,} parameters) is also the output matrix; "
             "stored and counted once"
         )
+    if counts.trainable != counts.total:
+        notes.append(
+            f"frozen: {counts.total - counts.trainable:,} parameters are stored but not trained (requires_grad "
+            "off, as Whisper's fixed sinusoidal encoder positions): no gradients or Adam moments for them"
+        )
     for name, stack in spec.stacks().items():
         if stack.share_layers and stack.num_layers > 1:
             notes.append(
