@@ -194,3 +194,26 @@ def test_a_long_list_of_choices_moves_from_the_metavar_into_the_help(monkeypatch
     assert not too_long(text, 60), text
     with pytest.raises(SystemExit):
         parser.parse_args(["--task", "nope"])  # the choices are still enforced
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["piped", "terminal"])
+@pytest.mark.parametrize(
+    ("target", "generates"),
+    [
+        ("clip-vit-base-patch32", False),
+        ("siglip-base-patch16-224", False),
+        ("vit-base-patch16-224", False),
+        ("whisper-tiny", True),
+    ],
+)
+def test_show_of_image_and_audio_models_fits_60_columns_with_a_kv_cache_only_when_it_generates(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool, target: str, generates: bool
+) -> None:
+    text = rendered(monkeypatch, ["show", target, "--depth", "1"], width=60, terminal=terminal)
+    assert not too_long(text, 60), "\n".join(too_long(text, 60))
+    assert ("KV cache / token" in text) is generates
+    assert ("cross KV cache / source token" in text) is generates  # Whisper's decoder reads the audio
+    dual = target.startswith(("clip", "siglip"))
+    for name in ("vision tower", "text tower", "logit_scale"):
+        assert (name in text) is dual, f"{name!r} at width 60:\n{text}"
+    assert ("- KV cache:" in text) is generates  # the assumption that goes with the row

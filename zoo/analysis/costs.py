@@ -15,12 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zoo.spec import AttentionSpec, ModelSpec, ResolvedStack
+from zoo.spec import AttentionSpec, DecoderSpec, EncoderDecoderSpec, ModelSpec, ResolvedStack
 
 MASK_BYTES = 1  # a dropout mask is one byte per element (torch stores it as bool)
 LOSS_BYTES = 4  # the loss casts logits to float32 and keeps the log-probabilities
 ADAM_STATE_BYTES = 8  # two float32 moments per trainable parameter
 MASTER_BYTES = 4  # float32 master weights when the parameters themselves are 16-bit
+
+
+def generates(spec: ModelSpec) -> bool:
+    """Whether the model generates token by token, and so keeps a KV cache: a decoder or an encoder-decoder.
+    An encoder, or a dual encoder (whose causal text tower, in CLIP, reads a whole text once), does not."""
+    return isinstance(spec, DecoderSpec | EncoderDecoderSpec)
 
 
 def assumptions(spec: ModelSpec) -> tuple[str, ...]:
@@ -57,7 +63,7 @@ def assumptions(spec: ModelSpec) -> tuple[str, ...]:
             "zoo train's default (loss.chunk_tokens: null) keep them; loss.chunk_tokens: auto holds one chunk at a time "
             "(docs/large-models.md)"
         )
-    if causal:
+    if generates(spec):
         lines.append(
             "KV cache: keys and values of every decoder layer in the given dtype (GQA: kv heads only)"
             + ("; cross-attention caches its keys/values once per source token" if cross else "")
@@ -165,11 +171,11 @@ def kv_cache_bytes(spec: ModelSpec, *, dtype_bytes: int) -> tuple[int, int]:
     """(self-attention bytes per generated token, cross-attention bytes per source token).
 
     2 (k and v) × layers × kv heads × head dim × bytes, or layers × (kv_lora_rank + rope dims) × bytes for
-    latent attention (its latent and shared rope key); an encoder-only model caches nothing.
+    latent attention (its latent and shared rope key); a model that does not generate caches nothing.
     """
     self_bytes = cross_bytes = 0
     for stack in spec.stacks().values():
-        if not stack.causal:
+        if not stack.causal or not generates(spec):
             continue
         att = stack.attention
         self_bytes += stack.num_layers * att.cache_width(spec.d_model) * dtype_bytes
@@ -187,7 +193,7 @@ def mha_kv_cache_bytes(spec: ModelSpec, *, dtype_bytes: int) -> int:
     DynamicCache holds them expanded; for (grouped-query) attention, every head's key and value."""
     total = 0
     for stack in spec.stacks().values():
-        if not stack.causal:
+        if not stack.causal or not generates(spec):
             continue
         att, C = stack.attention, spec.d_model
         value = (att.latent.v_head_dim if att.latent is not None else None) or att.resolved_head_dim(C)

@@ -1,9 +1,9 @@
 """Parameter counts of a built model, by role: lookup tables, the layer stacks, and the output heads.
 
     embedding   token / segment / position tables and T5's relative-bias tables (lookups, no FLOPs); an
-                image front-end's class token and position table
+                image front-end's class token and position table, an audio front-end's (Whisper's) positions
     body        everything inside the stacks that multiplies (Kaplan et al.'s non-embedding parameters),
-                and an image front-end's patch projection (a matmul per patch)
+                an image front-end's patch projection (a matmul per patch) and an audio front-end's convolutions
     head        output heads: untied LM matrix, MLM head, pooler, classifier, replaced-token detector
 
 ``body_as_run`` counts a shared layer once per use (ALBERT runs one layer 12 times): the FLOPs follow
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.analysis.tree import EMBEDDING_TABLES
+from zoo.blocks.audio import AudioEmbedding
 from zoo.blocks.patches import PatchEmbedding
 from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.models.sizes import idle_expert_parameters
@@ -44,6 +45,16 @@ def _distinct(params: Iterable[nn.Parameter]) -> dict[int, int]:
     return {id(p): p.numel() for p in params}
 
 
+def _front_end(
+    module: PatchEmbedding | AudioEmbedding,
+) -> tuple[list[nn.Parameter | None], list[nn.Parameter]]:
+    """(lookup tables, matmul weights) of an image or audio front-end: ViT's class token and positions beside
+    its patch projection; Whisper's fixed sinusoidal positions beside its two convolutions."""
+    if isinstance(module, PatchEmbedding):
+        return [module.cls_token, module.positions], list(module.proj.parameters())
+    return [module.positions], [*module.conv1.parameters(), *module.conv2.parameters()]
+
+
 def count_parameters(model: nn.Module) -> ParameterCounts:
     """Split ``model``'s distinct parameters into embedding / body / head, plus tied and shared views."""
     everything = _distinct(model.parameters())
@@ -53,10 +64,11 @@ def count_parameters(model: nn.Module) -> ParameterCounts:
     for module in model.modules():
         if isinstance(module, EMBEDDING_TABLES):
             tables |= _distinct(module.parameters())
-        elif isinstance(module, PatchEmbedding):  # tables beside a projection
-            tables |= _distinct(p for p in (module.cls_token, module.positions) if p is not None)
-            body |= _distinct(module.proj.parameters())
-            body_as_run += sum(p.numel() for p in module.proj.parameters())
+        elif isinstance(module, PatchEmbedding | AudioEmbedding):  # tables beside a projection
+            table, projections = _front_end(module)
+            tables |= _distinct(p for p in table if p is not None)
+            body |= _distinct(projections)
+            body_as_run += sum(p.numel() for p in projections)
     for module in model.modules():
         if not isinstance(module, Stack):
             continue

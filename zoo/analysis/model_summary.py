@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from zoo.analysis.costs import generates
 from zoo.io.names import SPEC_NAME
-from zoo.spec import ModelSpec, SpecError, load_spec, parse_spec, preset
+from zoo.spec import DualEncoderSpec, ModelSpec, SpecError, load_spec, parse_spec, preset
 
 DTYPES = {
     "float32": ("float32", 4),
@@ -31,6 +32,7 @@ DTYPES = {
 if TYPE_CHECKING:  # these import torch; this module loads without it until summary() runs
     from zoo.analysis.costs import Flops, TrainingStates
     from zoo.analysis.counts import ParameterCounts
+    from zoo.analysis.towers import Part
     from zoo.analysis.tree import SummaryNode
 
 
@@ -84,11 +86,12 @@ class ModelSummary:
     training_states: TrainingStates  # weights, gradients, Adam moments, float32 master copy
     activations: float  # bytes kept for backward in one training step of batch × seq_len tokens
     attention_matrices: float  # of which the H × T × T attention matrices (none with fused kernels)
-    kv_cache_per_token: int  # decoder self-attention, bytes per generated token (0 for an encoder)
+    kv_cache_per_token: int  # decoder self-attention, bytes per generated token (0 when it cannot generate)
     cross_kv_cache_per_source_token: int  # encoder-decoder: cross-attention keys/values per source token
     tree: SummaryNode
     notes: tuple[str, ...]
     assumptions: tuple[str, ...]
+    parts: tuple[Part, ...] = ()  # a dual encoder: vision tower, text tower, heads (they sum to the total)
 
     @property
     def training_flops_per_step(self) -> float:
@@ -113,6 +116,7 @@ class ModelSummary:
                 "dtype_bytes": self.dtype_bytes,
             },
             "parameters": asdict(self.parameters),
+            "parts": [asdict(part) for part in self.parts],
             "flops": {
                 "forward_per_token": self.flops.forward,
                 "training_per_token": self.flops.training,
@@ -150,6 +154,7 @@ def summary(
 
     from zoo.analysis import costs
     from zoo.analysis.counts import count_parameters, head_flops
+    from zoo.analysis.towers import dual_encoder_parts
     from zoo.analysis.tree import build_tree
     from zoo.models.build import build_model
 
@@ -203,6 +208,7 @@ def summary(
             )
         ),
         assumptions=costs.assumptions(spec),
+        parts=dual_encoder_parts(model),
     )
 
 
@@ -213,6 +219,11 @@ def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int, kv_bytes: 
         notes.append(
             f"tied: the token embedding ({counts.tied:,} parameters) is also the output matrix; "
             "stored and counted once"
+        )
+    if counts.trainable != counts.total:
+        notes.append(
+            f"frozen: {counts.total - counts.trainable:,} parameters are stored but not trained (requires_grad "
+            "off, as Whisper's fixed sinusoidal encoder positions): no gradients or Adam moments for them"
         )
     for name, stack in spec.stacks().items():
         if stack.share_layers and stack.num_layers > 1:
@@ -228,14 +239,20 @@ def _notes(spec: ModelSpec, counts: ParameterCounts, *, seq_len: int, kv_bytes: 
     latent = [
         s.attention.latent for s in spec.stacks().values() if s.causal and s.attention.latent is not None
     ]
-    if latent:
+    if latent and generates(spec):
         kv, mha = kv_bytes
         notes.append(
             f"latent attention: the KV cache holds kv_lora_rank {latent[0].kv_lora_rank} + rope "
             f"{latent[0].rope_head_dim} numbers per token and layer, {kv:,} bytes per token against {mha:,} for "
             f"multi-head attention with the same heads ({mha / kv:.1f}x)"
         )
-    if not any(stack.causal for stack in spec.stacks().values()):
+    if isinstance(spec, DualEncoderSpec):
+        notes.append(
+            "a dual encoder generates nothing (it scores whole texts against whole images), so it keeps no KV "
+            "cache; FLOPs and activations are the text tower's per text token, with the vision tower's weights "
+            "counted in the dense FLOPs"
+        )
+    elif not generates(spec):
         notes.append("an encoder generates nothing, so it keeps no KV cache")
     if seq_len > spec.max_positions:
         notes.append(

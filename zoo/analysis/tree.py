@@ -22,6 +22,7 @@ from zoo.blocks import (
     TokenEmbedding,
 )
 from zoo.blocks.moe import StackedLinear
+from zoo.blocks.patches import PatchEmbedding
 from zoo.blocks.position import (
     AlibiBias,
     LearnedPositions,
@@ -31,6 +32,8 @@ from zoo.blocks.position import (
     SinusoidalPositions,
 )
 from zoo.layers import Layer
+from zoo.models.dual_encoder import DualEncoderModel
+from zoo.models.dual_heads import AttentionPoolingHead
 from zoo.models.heads import ClassificationHead, LMHead, MLMHead, Pooler, ReplacedTokenHead
 from zoo.stacks import Stack
 
@@ -227,6 +230,19 @@ def _norm(m: nn.LayerNorm | RMSNorm, **_: Any) -> str:
     return f"{'RMSNorm' if isinstance(m, RMSNorm) else 'LayerNorm'}({dim}), eps {m.eps:g}{offset}"
 
 
+def _patches(m: PatchEmbedding, **_: Any) -> str:
+    p, grid = m.patch_size, m.grid
+    tokens = grid**2 + int(m.cls_token is not None)
+    cls = " + class token" if m.cls_token is not None else ""
+    positions = ", learned positions" if m.positions is not None else ""
+    return f"{grid * p}px images in {grid}×{grid} patches of {p}px{cls} = {tokens} tokens{positions}"
+
+
+def _dual(m: DualEncoderModel, **_: Any) -> str:
+    own = "logit_scale" + (", logit_bias" if m.logit_bias is not None else "")
+    return f"dual-encoder; own parameters: {own}"  # the scalars the tree's children do not show
+
+
 DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (Attention, _attention),
     (LatentAttention, _latent),
@@ -270,6 +286,9 @@ DESCRIBERS: tuple[tuple[type | tuple[type, ...], Callable[..., str]], ...] = (
     (AlibiBias, lambda m, **_: f"ALiBi, {m.num_heads} fixed slopes"),
     (NoPositions, lambda m, **_: "no positions"),
     (Pooler, lambda m, **_: "tanh(dense(hidden[:, 0]))"),
+    (PatchEmbedding, _patches),
+    (DualEncoderModel, _dual),
+    (AttentionPoolingHead, lambda m, **_: "MAP pooling: a learned probe query attends to all tokens, + MLP"),
     (ClassificationHead, lambda m, **_: f"{m.out_proj.out_features} labels"),
     (ReplacedTokenHead, lambda m, **_: "one logit per token: replaced or original (ELECTRA)"),
 )

@@ -19,7 +19,8 @@ from zoo.cli.sanitize import markup
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "show", help="a model's tree, parameter counts, FLOPs, training memory and KV-cache size"
+        "show",
+        help="a model's tree, parameter counts (a dual encoder's by tower), FLOPs, training memory and KV-cache size",
     )
     parser.add_argument(
         "target",
@@ -111,6 +112,9 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
     for what, count in rows:
         params.add_row(what, f"{count:,}")
     console.print(params)
+    if s.parts:  # a dual encoder: both towers and the heads between them
+        parts = [(part.name, f"{part.params:,}", part.detail) for part in s.parts]
+        console.print(_estimates_table(parts, title="parts (they sum to the total)"))
 
     states = s.training_states
     f = s.flops
@@ -136,7 +140,7 @@ def render(s: Any, *, title: str, depth: int | None = None) -> None:
         ),
         ("training step total", binary(s.training_step_bytes), "states + activations"),
     ]
-    if s.kv_cache_per_token:  # an encoder-only model caches nothing
+    if s.kv_cache_per_token:  # a model that does not generate (an encoder, a dual encoder) caches nothing
         estimates.append(
             (
                 "KV cache / token",
@@ -163,7 +167,7 @@ _HOW_MIN_WIDTH = 30
 
 
 def _estimates_table(rows: list[tuple[str, str, str]], *, title: str) -> Any:
-    """The estimates: what (never wrapped), value, how. On a console too narrow for a readable third column,
+    """The estimates (or a dual encoder's parts): what (never wrapped), value, how. On a console too narrow for a readable third column,
     two columns: the how under the what, dim, wrapped at spaces."""
     from rich.table import Table
 
