@@ -1,8 +1,8 @@
 """Speculative decoding on a trained pair: the README's GPT and a 1-layer draft trained the same way.
 
-    zoo train examples/gpt.yaml --output-dir DIR/gpt                                   # the target
-    zoo train examples/gpt.yaml --output-dir DIR/draft --set model.overrides.num_layers=1  # the draft
-    python -m bench.speculative --target DIR/gpt --draft DIR/draft --batch 1 8
+    zoo train examples/gpt.yaml --output-dir runs/spec/gpt                                       # target
+    zoo train examples/gpt.yaml --output-dir runs/spec/draft --set model.overrides.num_layers=1  # draft
+    python -m bench.speculative --target runs/spec/gpt --draft runs/spec/draft --batch 1 8
 
 Both models see the same data, tokenizer (BPE, trained on the same text the same way: the bench checks the
 two tokenizer.json files agree), schedule and steps; the draft differs only in its layer count. Two
