@@ -16,6 +16,10 @@ plain greedy, and the acceptance rate (accepted drafts / drafted tokens: for gen
 verification forwards, for the engine its own counters). ``--models DIR`` keeps the fitted pair there
 and reuses it on the next run.
 
+``--target DIR --draft DIR`` runs a trained pair instead (saved zoo models with one tokenizer: the README's
+GPT and a 1-layer draft trained the same way, realistic acceptance; `bench.speculative_trained` says how to
+make them) and writes speculative-trained-{threads}t.json / .md.
+
 Writes speculative.json and speculative.md to bench/results/local/ (or --out DIR; --update: bench/results/).
 """
 
@@ -87,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=60, help="training steps of each model")
-    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--new-tokens", type=int, default=None, help="default 256 (--target: 48, each row stops at eos)"
+    )
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lookup", type=int, default=4, help="prompt_lookup_num_tokens")
@@ -95,11 +101,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", action="store_true", help="add the serving engine's rows")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--models", type=Path, default=None, help="keep / reuse the fitted pair here")
+    parser.add_argument("--target", type=Path, default=None, help="a trained zoo model (with --draft)")
+    parser.add_argument("--draft", type=Path, default=None, help="its trained draft, same tokenizer")
+    parser.add_argument("--prompts", type=int, default=32, help="--target: validation sentences per workload")
+    parser.add_argument("--prompt-tokens", type=int, default=3, help="--target: each sentence's tokens given")
+    parser.add_argument("--assistant-tokens", type=int, default=4, help="--target: a short draft's length")
     report.add_output_options(parser)
     args = parser.parse_args(argv)
     device = args.device
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if (args.target is None) != (args.draft is None):
+        parser.error("--target and --draft go together")
+    if args.target is not None:
+        args.new_tokens = args.new_tokens or 48  # the pair's max_positions is 128
+        return _trained(args)
+    args.new_tokens = args.new_tokens or 256
     torch.manual_seed(0)
     base = zoo.preset("gpt2-tiny").override(max_positions=1024, dropout=0.0)
     target_spec = base.override(d_model=768, num_layers=4, **{"attention.num_heads": 12, "ffn.d_ff": 3072})
@@ -195,6 +212,23 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines += [_line(row) for row in rows]
     (out / "speculative.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def _trained(args: argparse.Namespace) -> int:
+    """The trained pair's bench (`bench.speculative_trained`), written as speculative-trained-{N}t.*."""
+    from bench import speculative_trained
+
+    if args.engine:
+        raise SystemExit("--engine runs on the fitted pair only (not with --target)")
+    record = speculative_trained.run_trained(args)
+    record["machine"] = report.machine(args.device)
+    out = report.output_dir(args)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"speculative-trained-{record['threads']}t"
+    (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = speculative_trained.HEADER + [speculative_trained.line(row) for row in record["rows"]]
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -84,6 +84,38 @@ def test_eos_ends_rows_as_plain_greedy_does() -> None:
         assert torch.equal(target.generate(ids, mask, max_new_tokens=16, eos_token_id=eos, **extra), plain)
 
 
+def test_a_finished_row_does_not_hold_the_batch_back(monkeypatch) -> None:
+    # drafts: plain greedy's next tokens for a live row, other tokens for a finished one. A finished row's
+    # drafts are padded away, so the live row keeps all of them: 2 + 1 tokens a forward, not 1.
+    target = build_tiny("gpt2-tiny")
+    ids, mask = left_padded(target.spec.vocab_size, [5, 8], seed=4)
+    width, new = ids.shape[1], 15
+    free = target.generate(ids, mask, max_new_tokens=new, eos_token_id=[])
+    eos = int(free[0, width + 1])  # row 0 ends at its second new token
+    assert eos not in free[1, width:].tolist(), "pick a seed where row 1 runs to the end"
+    plain = target.generate(ids, mask, max_new_tokens=new, eos_token_id=eos)
+
+    def propose(self: object, session: object, k: int) -> tuple[torch.Tensor, None]:
+        start = session.length  # type: ignore[attr-defined]
+        drafts = free[:, start : start + k].clone()  # (B, k)
+        drafts[0] = (drafts[0] + 1) % target.spec.vocab_size  # row 0 (finished after round 1) drafts wrong
+        return drafts, None
+
+    monkeypatch.setattr(zoo.generation.speculative.PromptLookup, "propose", propose)
+    forwards = 0
+    inner = target.all_token_logits
+
+    def counted(*args: object) -> torch.Tensor:
+        nonlocal forwards
+        forwards += 1
+        return inner(*args)
+
+    monkeypatch.setattr(target, "all_token_logits", counted)
+    out = target.generate(ids, mask, max_new_tokens=new, eos_token_id=eos, prompt_lookup_num_tokens=2)
+    assert torch.equal(out, plain)
+    assert forwards <= 2 + new // 3  # held back by row 0, it took `new` forwards
+
+
 def test_stream_and_streamer_yield_the_same_tokens() -> None:
     target = build_tiny("llama-tiny")
     ids, _ = left_padded(target.spec.vocab_size, [6])

@@ -275,6 +275,8 @@ def speculative_steps(session: Session, run: Run, drafter: Drafter) -> Iterator[
         else:
             best, target = logits.max(dim=-1)  # (B, n + 1)
             rows = (target[:, :n] == drafts).long().cumprod(dim=1).sum(dim=1)  # (B,) each row's accepted
+            if unfinished is not None:  # a finished row's drafts are padded away: it holds no row back
+                rows = torch.where(unfinished, rows, n)
             # the round's one host read: the shortest acceptance, and whether every score was finite
             taken, finite = torch.stack([rows.min(), (best < float("inf")).all().long()]).tolist()
             if not finite:
