@@ -56,7 +56,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import zoo.lora
 from zoo.generation.chat import end_of_turn_ids
 from zoo.io.tokenizer import ChatTemplateError, Tokenizer
 from zoo.losses import IGNORE_INDEX
@@ -86,7 +85,8 @@ from zoo.training.tasks.base import (
     rows,
 )
 from zoo.training.tasks.chat import ROLES, chat_template
-from zoo.training.tasks.dpo import frozen
+from zoo.training.tasks.reference import frozen_reference, reference_mode
+from zoo.training.tasks.responses import response_targets
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -261,9 +261,8 @@ class GRPO(Task):
         settings = self.settings
         reference: nn.Module | None = None
         adapters = False
-        if settings.beta:
-            adapters = bool(zoo.lora.adapter_modules(model))  # LoRA: the base, adapters disabled, no copy
-            reference = model if adapters else frozen(starting_model())
+        if settings.beta:  # beta 0 reads no reference: none built
+            reference, adapters = frozen_reference(model, starting_model)
         return GroupRelative(settings, policy=model, reference=reference, adapters=adapters)
 
 
@@ -423,11 +422,7 @@ class GroupRelative(Objective):
         rewards, each = self.rewards.score([r["prompt"] for r in records], texts, columns)  # (R,), (R, F)
         advantages = group_advantages(rewards, G, scale=settings.scale_rewards)  # (R,)
         ids, mask = pad([[*p, *c] for p, c in zip(prompts, completions)], batch.pad_id)  # (R, T)
-        starts = torch.tensor([len(p) for p in prompts])  # (R,) the first completion position
-        position = torch.arange(1, ids.shape[1])  # (T - 1,): where target t - 1 sits
-        scored = mask[:, 1:].bool() & (position[None, :] >= starts[:, None])  # (R, T - 1)
-        targets = torch.full_like(ids, IGNORE_INDEX)  # (R, T): position t predicts token t + 1
-        targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE_INDEX)
+        targets = response_targets(ids, mask, [len(p) for p in prompts])  # (R, T): the completions'
         lengths = torch.tensor([len(c) for c in completions], dtype=torch.float32)
         metrics = {
             "reward": float(rewards.mean()),
@@ -473,13 +468,8 @@ class GroupRelative(Objective):
     ) -> torch.Tensor:
         model = self.reference
         assert model is not None
-        was_training = model.training
-        model.eval()
-        try:
-            with zoo.lora.disabled(model) if self.adapters else nullcontext():
-                return self.token_log_probs(model, batch, scored, targets, autocast)[1]
-        finally:
-            model.train(was_training)
+        with reference_mode(model, adapters=self.adapters):
+            return self.token_log_probs(model, batch, scored, targets, autocast)[1]
 
     def __call__(
         self,
