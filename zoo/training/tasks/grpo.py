@@ -66,7 +66,7 @@ from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import SideInfo
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.objectives import Objective, ObjectiveSums
 from zoo.training.rewards import Rewards
 from zoo.training.rollouts import Sampling, sample
@@ -85,6 +85,7 @@ from zoo.training.tasks.base import (
     rows,
 )
 from zoo.training.tasks.chat import ROLES, chat_template
+from zoo.training.tasks.jsonl import parsed_lines
 from zoo.training.tasks.reference import frozen_reference, reference_mode
 from zoo.training.tasks.responses import response_targets
 
@@ -134,21 +135,7 @@ class GRPO(Task):
         return Source("text", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
-        if source.format != "text":
-            raise DataError(
-                f"{', '.join(map(str, source.paths))}: grpo reads JSON lines itself; give the files without "
-                f"a format or fields (got format {source.format})"
-            )
-        stats = stats if stats is not None else ReadStats()
-        for record in iter_records(source, stats=stats):
-            problem = _problem(_line(record))
-            if problem is None:
-                yield record
-                continue
-            message = f"{record.origin}: {problem}"
-            if source.on_bad_line == "error":
-                raise DataError(f"{message} (data.on_bad_line: skip passes over bad lines, counting them)")
-            stats.add(message)
+        return parsed_lines(source, task="grpo", stats=stats, parse=lambda r, line: _problem(line) or r)
 
     def side_infos(self, tokenizers: Tokenizers, *, info: Mapping[str, Any]) -> dict[str, SideInfo]:
         return {**super().side_infos(tokenizers, info=info), "record": SideInfo(dtype="uint8")}

@@ -1,6 +1,7 @@
-"""JSON-lines records of text fields, as dpo, kto and contrastive read them: each named field must hold a
+"""JSON-lines records. Of text fields, as dpo, kto and contrastive read them: each named field must hold a
 string (a missing key, a null or an empty text are bad lines already, `zoo.training.data.sources`), and each
-field becomes its side's raw ids, cut before encoding where it is longer than the limit can cover.
+field becomes its side's raw ids, cut before encoding where it is longer than the limit can cover. Or whole
+lines that a task parses itself (chat's conversations, grpo's prompts): `parsed_lines`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,36 @@ def checked_records(
             raise DataError(f"{message} (on_bad_line: skip passes over bad lines, counting them)")
         if stats is not None:
             stats.add(message)
+
+
+def parsed_lines(
+    source: Source,
+    *,
+    task: str,
+    stats: ReadStats | None,
+    parse: Callable[[Record, str], Record | str],
+) -> Iterator[Record]:
+    """The records of a task that reads its JSON lines itself: ``source`` holds the files as text (its one
+    field, ``json``, the line) and ``parse(record, line)`` returns the record to yield or what is wrong with
+    the line. A bad line is refused with a `DataError` naming it (``on_bad_line: error``) or counted in
+    ``stats`` (``skip``)."""
+    if source.format != "text":
+        raise DataError(
+            f"{', '.join(map(str, source.paths))}: {task} reads JSON lines itself; give the files without "
+            f"a format or fields (got format {source.format})"
+        )
+    stats = stats if stats is not None else ReadStats()
+    for record in iter_records(source, stats=stats):
+        line = record.fields["json"]
+        assert isinstance(line, str)  # a text source's one field
+        found = parse(record, line)
+        if isinstance(found, Record):
+            yield found
+            continue
+        message = f"{record.origin}: {found}"
+        if source.on_bad_line == "error":
+            raise DataError(f"{message} (data.on_bad_line: skip passes over bad lines, counting them)")
+        stats.add(message)
 
 
 def encode_fields(
