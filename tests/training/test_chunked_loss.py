@@ -20,7 +20,8 @@ from zoo.training import TrainConfig, Trainer, train
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError
 from zoo.training.objectives import Objective, TokenCrossEntropy
-from zoo.training.tasks.dpo import DirectPreference, frozen
+from zoo.training.tasks.dpo import DirectPreference
+from zoo.training.tasks.reference import frozen
 
 CPU = torch.device("cpu")
 GPT = {"preset": "gpt2-tiny", "overrides": {"max_positions": 32, "dropout": 0.0}}

@@ -64,7 +64,7 @@ from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import PreparedData, SideInfo
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.task_settings import ChatSettings
 from zoo.training.tasks.base import (
     Encode,
@@ -80,6 +80,7 @@ from zoo.training.tasks.base import (
     pad,
     rows,
 )
+from zoo.training.tasks.jsonl import parsed_lines
 from zoo.training.tasks.language_model import NextTokens, Windows, packed_windows
 
 ROLES = ("system", "user", "assistant")
@@ -134,26 +135,7 @@ class Chat(Task):
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
         """Conversations as ``{"roles": [...], "contents": [...]}`` records, whichever shape the line has."""
-        if source.format != "text":
-            raise DataError(
-                f"{', '.join(map(str, source.paths))}: chat reads JSON lines itself; give the files without "
-                f"a format or fields (got format {source.format})"
-            )
-        stats = stats if stats is not None else ReadStats()
-        for record in iter_records(source, stats=stats):
-            line = record.fields[self.fields[0]]
-            assert isinstance(line, str)  # a text source's one field
-            found = conversation(line)
-            if isinstance(found, str):
-                message = f"{record.origin}: {found}"
-                if source.on_bad_line == "error":
-                    raise DataError(
-                        f"{message} (data.on_bad_line: skip passes over bad lines, counting them)"
-                    )
-                stats.add(message)
-                continue
-            roles, contents = found
-            yield Record(record.path, record.line, {"roles": roles, "contents": contents})
+        return parsed_lines(source, task="chat", stats=stats, parse=_conversation_record)
 
     def side_infos(self, tokenizers: Tokenizers, *, info: Mapping[str, Any]) -> dict[str, SideInfo]:
         sides = super().side_infos(tokenizers, info=info)
@@ -238,6 +220,15 @@ class Chat(Task):
 
 
 # --- reading conversations ----------------------------------------------------------------------------------
+
+
+def _conversation_record(record: Record, line: str) -> Record | str:
+    """``record``'s line as a ``{"roles": [...], "contents": [...]}`` record, or what is wrong with it."""
+    found = conversation(line)
+    if isinstance(found, str):
+        return found
+    roles, contents = found
+    return Record(record.path, record.line, {"roles": roles, "contents": contents})
 
 
 def conversation(line: str) -> tuple[list[str], list[str]] | str:

@@ -48,8 +48,7 @@ from zoo.losses.contrastive import matryoshka, ranking_losses, similarity
 from zoo.spec import ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
-from zoo.training.data import DataError
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.objectives import Objective, ObjectiveSums
 from zoo.training.task_settings import ContrastiveSettings
 from zoo.training.tasks.base import (
@@ -61,13 +60,11 @@ from zoo.training.tasks.base import (
     Task,
     Tokenizers,
     Units,
-    cut_texts,
-    field_text,
     measured_units,
     pad,
-    raw_ids,
     rows,
 )
+from zoo.training.tasks.jsonl import checked_records, encode_fields
 from zoo.training.tasks.labels import with_encoder_framing
 
 if TYPE_CHECKING:
@@ -143,16 +140,7 @@ class Contrastive(Task):
         return Source("jsonl", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
-        for record in iter_records(source, stats=stats):  # a missing key, null or empty text: bad lines there
-            wrong = next((name for name in self.fields if not isinstance(record.fields[name], str)), None)
-            if wrong is None:
-                yield record
-                continue
-            message = f"{record.origin}: {wrong!r} must be a string, found a list"
-            if source.on_bad_line == "error":
-                raise DataError(f"{message} (on_bad_line: skip passes over bad lines, counting them)")
-            if stats is not None:
-                stats.add(message)
+        return checked_records(source, strings=self.fields, stats=stats)
 
     def encoder(
         self, tokenizers: Tokenizers, *, cuts: LengthCuts | None, labels: Sequence[str] = ()
@@ -160,12 +148,7 @@ class Contrastive(Task):
         tokenizer, extra = tokenizers.target, framing(tokenizers).extra
 
         def encode(records: list[Record]) -> dict[str, list[list[int] | None]]:
-            over: set[int] = set()
-            ids: dict[str, list[Any]] = {}
-            for side in self.sides:
-                texts, cut = cut_texts([field_text(r, side) for r in records], tokenizer, cuts)
-                ids[side] = raw_ids(tokenizer, texts)
-                over.update(cut)
+            ids, over = encode_fields(records, self.sides, tokenizer, cuts)
             if cuts is not None:  # each text is cut on its own (the collator frames and cuts it again)
                 cuts.apply(records, [(ids[side], extra) for side in self.sides], over)
             return ids

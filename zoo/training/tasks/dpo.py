@@ -44,34 +44,20 @@ import numpy as np
 import torch
 from torch import nn
 
-import zoo.lora
-from zoo.losses import IGNORE_INDEX, dpo_loss, sequence_log_probs
+from zoo.losses import dpo_loss, sequence_log_probs
 from zoo.losses.chunked import ChunkedLoss
 from zoo.losses.preference import hinge_loss, ipo_loss, orpo_loss, simpo_loss
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
-from zoo.training.data import DataError
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.objectives import Objective, ObjectiveSums, chunks
 from zoo.training.task_settings import REFERENCE_FREE, DPOSettings
-from zoo.training.tasks.base import (
-    Encode,
-    Framing,
-    LengthCuts,
-    Limits,
-    Split,
-    Task,
-    Tokenizers,
-    Units,
-    cut_texts,
-    field_text,
-    measured_units,
-    pad,
-    raw_ids,
-    rows,
-)
+from zoo.training.tasks.base import Encode, LengthCuts, Limits, Split, Task, Tokenizers, Units, rows
+from zoo.training.tasks.jsonl import checked_records, encode_fields
 from zoo.training.tasks.language_model import framing
+from zoo.training.tasks.reference import frozen_reference, reference_mode
+from zoo.training.tasks.responses import ResponseRows, cut_responses, response_units
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -111,16 +97,7 @@ class DPO(Task):
         return Source("jsonl", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
-        for record in iter_records(source, stats=stats):  # a missing key, null or empty text: bad lines there
-            wrong = next((name for name in self.fields if not isinstance(record.fields[name], str)), None)
-            if wrong is None:
-                yield record
-                continue
-            message = f"{record.origin}: {wrong!r} must be a string, found a list"
-            if source.on_bad_line == "error":
-                raise DataError(f"{message} (on_bad_line: skip passes over bad lines, counting them)")
-            if stats is not None:
-                stats.add(message)
+        return checked_records(source, strings=self.fields, stats=stats)
 
     def encoder(
         self, tokenizers: Tokenizers, *, cuts: LengthCuts | None, labels: Sequence[str] = ()
@@ -128,34 +105,11 @@ class DPO(Task):
         tokenizer, extra = tokenizers.target, framing(tokenizers).extra
 
         def encode(records: list[Record]) -> dict[str, list[list[int] | None]]:
-            over: set[int] = set()
-            ids: dict[str, list[Any]] = {}
-            for side in self.sides:
-                texts, cut = cut_texts([field_text(r, side) for r in records], tokenizer, cuts)
-                ids[side] = raw_ids(tokenizer, texts)
-                over.update(cut)
+            ids, over = encode_fields(records, self.sides, tokenizer, cuts)
             if cuts is None:
                 return ids
             # The limit holds a whole sequence, prompt + response: cut each as one (its end first).
-            prompts = ids["prompt"]
-            joined = {side: [[*p, *r] for p, r in zip(prompts, ids[side])] for side in RESPONSES}
-            cuts.apply(  # a pair whose prompt fills the limit has nothing left to prefer: dropped, counted
-                records,
-                [(joined[side], extra) for side in RESPONSES],
-                over,
-                trains=lambda i: len(joined["chosen"][i]) > len(prompts[i]),
-            )
-            kept: dict[str, list[list[int] | None]] = {side: [] for side in self.sides}
-            for i, prompt in enumerate(prompts):
-                chosen, rejected = joined["chosen"][i], joined["rejected"][i]
-                if chosen is None:  # skipped (too_long: skip): dropped on every side
-                    for side in self.sides:
-                        kept[side].append(None)
-                    continue
-                kept["prompt"].append(chosen[: len(prompt)])  # cut alike in both rows, if at all
-                kept["chosen"].append(chosen[len(prompt) :])
-                kept["rejected"].append(rejected[len(prompt) :])
-            return kept
+            return cut_responses(records, ids, RESPONSES, cuts=cuts, over=over, extra=extra)
 
         return encode
 
@@ -169,25 +123,7 @@ class DPO(Task):
 
     def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
         """One unit per pair, costing two rows (chosen, rejected) of its longer framed sequence."""
-        data, frame = split.data, framing(tokenizers)
-        extra, bos = frame.extra, int(frame.bos is not None)
-
-        def measure(start: int, stop: int) -> np.ndarray:
-            prompt = data.read_lengths("prompt", start, stop)
-            longer = np.maximum(
-                data.read_lengths("chosen", start, stop), data.read_lengths("rejected", start, stop)
-            )
-            length = prompt.astype(np.int64) + longer + extra  # (n,)
-            return np.stack([length, length], axis=1)  # (n, 2): the batch pads both rows to it
-
-        def trains(examples: np.ndarray) -> np.ndarray:  # the cut leaves a response token (eos is no answer)
-            if frame.eos is None:  # framing's cut keeps the last token: a response's
-                return np.ones(len(examples), dtype=bool)
-            offsets = data.offsets("prompt")
-            prompt = offsets[examples + 1] - offsets[examples]  # (n,)
-            return bos + prompt + 1 < limits.max_length
-
-        return measured_units(split, measure, columns=2, limits=limits, trains=trains)
+        return response_units(split, framing(tokenizers), limits, RESPONSES)
 
     def collator(
         self,
@@ -225,45 +161,22 @@ class DPO(Task):
         }
         if not settings.needs_reference:  # simpo, orpo: no reference built, its memory and forward saved
             return DirectPreference(None, adapters=False, **options)
-        if zoo.lora.adapter_modules(model):  # LoRA: the base is the trained model with its adapters disabled
-            return DirectPreference(model, adapters=True, **options)
-        return DirectPreference(frozen(starting_model()), adapters=False, **options)
-
-
-def frozen(model: nn.Module) -> nn.Module:
-    """``model`` in eval mode with no parameter requiring a gradient."""
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model.eval()
+        reference, adapters = frozen_reference(model, starting_model)
+        return DirectPreference(reference, adapters=adapters, **options)
 
 
 # --- batches -----------------------------------------------------------------------------------------------
 
 
-class PreferenceCollator:
+class PreferenceCollator(ResponseRows):
     """Pair units -> a `Batch` of 2P rows, the P chosen sequences then the P rejected ones, right-padded;
     targets are the next tokens at the response positions (and eos), -100 elsewhere."""
-
-    def __init__(self, split: Split, units: Units, *, framing: Framing, pad_id: int, max_length: int) -> None:
-        self.data, self.units, self.framing = split.data, units, framing
-        self.pad_id, self.max_length = pad_id, max_length
 
     def __call__(self, units: np.ndarray, *, generator: torch.Generator | None = None) -> Batch:
         examples = self.units.example_indices(units)
         prompts = rows(self.data, examples, "prompt")
-        bos = self.framing.bos is not None
-        sequences, starts = [], []
-        for side in RESPONSES:
-            for prompt, response in zip(prompts, rows(self.data, examples, side)):
-                framed = self.framing([*prompt, *response], self.max_length)
-                sequences.append(framed)
-                starts.append(min(bos + len(prompt), len(framed) - 1))  # first response token (eos at least)
-        ids, mask = pad(sequences, self.pad_id)  # (2P, T)
-        start = torch.tensor(starts)  # (2P,)
-        position = torch.arange(1, ids.shape[1])  # (T - 1,): where target t - 1 sits
-        scored = mask[:, 1:].bool() & (position[None, :] >= start[:, None])  # (2P, T - 1)
-        targets = torch.full_like(ids, IGNORE_INDEX)  # (2P, T): position t predicts token t + 1
-        targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE_INDEX)
+        responses = [rows(self.data, examples, side) for side in RESPONSES]
+        ids, mask, targets = self.scored_rows(prompts, responses)  # (2P, T) each
         return Batch({"input_ids": ids, "attention_mask": mask}, targets, int(mask.sum()))
 
 
@@ -294,13 +207,8 @@ class SequenceScores(Objective):
         """(2P,) each row's summed log-probability of its scored targets under the reference, in eval mode."""
         model = self.reference
         assert model is not None  # only the losses that read a reference ask for it
-        was_training = model.training
-        model.eval()  # no dropout; the policy's mode is restored below
-        try:
-            with zoo.lora.disabled(model) if self.adapters else nullcontext():
-                _, log_probs = self.log_probs(model, batch, scored, targets, row, autocast=autocast)
-        finally:
-            model.train(was_training)
+        with reference_mode(model, adapters=self.adapters):  # no dropout; the policy's mode restored after
+            _, log_probs = self.log_probs(model, batch, scored, targets, row, autocast=autocast)
         return log_probs
 
     def log_probs(

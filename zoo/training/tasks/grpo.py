@@ -56,7 +56,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import zoo.lora
 from zoo.generation.chat import end_of_turn_ids
 from zoo.io.tokenizer import ChatTemplateError, Tokenizer
 from zoo.losses import IGNORE_INDEX
@@ -67,7 +66,7 @@ from zoo.training.config import ConfigError, DataConfig
 from zoo.training.data import DataError
 from zoo.training.data.prepare import tokenizer_fingerprint
 from zoo.training.data.shards import SideInfo
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.objectives import Objective, ObjectiveSums
 from zoo.training.rewards import Rewards
 from zoo.training.rollouts import Sampling, sample
@@ -86,7 +85,9 @@ from zoo.training.tasks.base import (
     rows,
 )
 from zoo.training.tasks.chat import ROLES, chat_template
-from zoo.training.tasks.dpo import frozen
+from zoo.training.tasks.jsonl import parsed_lines
+from zoo.training.tasks.reference import frozen_reference, reference_mode
+from zoo.training.tasks.responses import response_targets
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
@@ -134,21 +135,7 @@ class GRPO(Task):
         return Source("text", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
-        if source.format != "text":
-            raise DataError(
-                f"{', '.join(map(str, source.paths))}: grpo reads JSON lines itself; give the files without "
-                f"a format or fields (got format {source.format})"
-            )
-        stats = stats if stats is not None else ReadStats()
-        for record in iter_records(source, stats=stats):
-            problem = _problem(_line(record))
-            if problem is None:
-                yield record
-                continue
-            message = f"{record.origin}: {problem}"
-            if source.on_bad_line == "error":
-                raise DataError(f"{message} (data.on_bad_line: skip passes over bad lines, counting them)")
-            stats.add(message)
+        return parsed_lines(source, task="grpo", stats=stats, parse=lambda r, line: _problem(line) or r)
 
     def side_infos(self, tokenizers: Tokenizers, *, info: Mapping[str, Any]) -> dict[str, SideInfo]:
         return {**super().side_infos(tokenizers, info=info), "record": SideInfo(dtype="uint8")}
@@ -261,9 +248,8 @@ class GRPO(Task):
         settings = self.settings
         reference: nn.Module | None = None
         adapters = False
-        if settings.beta:
-            adapters = bool(zoo.lora.adapter_modules(model))  # LoRA: the base, adapters disabled, no copy
-            reference = model if adapters else frozen(starting_model())
+        if settings.beta:  # beta 0 reads no reference: none built
+            reference, adapters = frozen_reference(model, starting_model)
         return GroupRelative(settings, policy=model, reference=reference, adapters=adapters)
 
 
@@ -423,11 +409,7 @@ class GroupRelative(Objective):
         rewards, each = self.rewards.score([r["prompt"] for r in records], texts, columns)  # (R,), (R, F)
         advantages = group_advantages(rewards, G, scale=settings.scale_rewards)  # (R,)
         ids, mask = pad([[*p, *c] for p, c in zip(prompts, completions)], batch.pad_id)  # (R, T)
-        starts = torch.tensor([len(p) for p in prompts])  # (R,) the first completion position
-        position = torch.arange(1, ids.shape[1])  # (T - 1,): where target t - 1 sits
-        scored = mask[:, 1:].bool() & (position[None, :] >= starts[:, None])  # (R, T - 1)
-        targets = torch.full_like(ids, IGNORE_INDEX)  # (R, T): position t predicts token t + 1
-        targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE_INDEX)
+        targets = response_targets(ids, mask, [len(p) for p in prompts])  # (R, T): the completions'
         lengths = torch.tensor([len(c) for c in completions], dtype=torch.float32)
         metrics = {
             "reward": float(rewards.mean()),
@@ -473,13 +455,8 @@ class GroupRelative(Objective):
     ) -> torch.Tensor:
         model = self.reference
         assert model is not None
-        was_training = model.training
-        model.eval()
-        try:
-            with zoo.lora.disabled(model) if self.adapters else nullcontext():
-                return self.token_log_probs(model, batch, scored, targets, autocast)[1]
-        finally:
-            model.train(was_training)
+        with reference_mode(model, adapters=self.adapters):
+            return self.token_log_probs(model, batch, scored, targets, autocast)[1]
 
     def __call__(
         self,

@@ -36,41 +36,37 @@ import numpy as np
 import torch
 from torch import nn
 
-import zoo.lora
 from zoo.io.tokenizer import Tokenizer
-from zoo.losses import IGNORE_INDEX
 from zoo.losses.preference import kto_loss
 from zoo.spec import DecoderSpec, ModelSpec
 from zoo.training.batching import Batch
 from zoo.training.config import ConfigError, DataConfig
-from zoo.training.data import DataError
 from zoo.training.data.shards import SideInfo
-from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source, iter_records
+from zoo.training.data.sources import OnBadLine, ReadStats, Record, Source
 from zoo.training.objectives import ObjectiveSums
 from zoo.training.task_settings import KTOSettings
 from zoo.training.tasks.base import (
     Encode,
-    Framing,
     LengthCuts,
     Limits,
     Split,
     Task,
     Tokenizers,
     Units,
-    cut_texts,
     field_text,
-    measured_units,
-    pad,
-    raw_ids,
     rows,
 )
-from zoo.training.tasks.dpo import SequenceScores, frozen
+from zoo.training.tasks.dpo import SequenceScores
+from zoo.training.tasks.jsonl import checked_records, encode_fields
 from zoo.training.tasks.language_model import framing
+from zoo.training.tasks.reference import frozen_reference
+from zoo.training.tasks.responses import ResponseRows, cut_responses, response_units
 
 if TYPE_CHECKING:
     from zoo.models.base import ZooModel
 
 LABELS = {"true": 1, "false": 0}
+TEXTS = ("prompt", "completion")  # the text fields (``label`` is a boolean)
 
 
 class KTO(Task):
@@ -102,23 +98,7 @@ class KTO(Task):
         return Source("jsonl", (files,), fields=self.fields, on_bad_line=on_bad_line)
 
     def records(self, source: Source, *, stats: ReadStats | None = None) -> Iterator[Record]:
-        for record in iter_records(source, stats=stats):  # a missing key, null or empty text: bad lines there
-            fields = record.fields
-            wrong = next(
-                (name for name in ("prompt", "completion") if not isinstance(fields[name], str)), None
-            )
-            if wrong is None and fields["label"] in LABELS:
-                yield record
-                continue
-            message = (
-                f"{record.origin}: {wrong!r} must be a string, found a list"
-                if wrong is not None
-                else f"{record.origin}: 'label' must be true or false, found {str(fields['label'])[:40]!r}"
-            )
-            if source.on_bad_line == "error":
-                raise DataError(f"{message} (on_bad_line: skip passes over bad lines, counting them)")
-            if stats is not None:
-                stats.add(message)
+        return checked_records(source, strings=TEXTS, stats=stats, problem=_label_problem)
 
     def tokenizer_lines(self, records: Iterator[Record], *, side: str) -> Iterator[str]:
         for record in records:  # the texts only: a tokenizer trained here never sees the labels
@@ -137,24 +117,15 @@ class KTO(Task):
         tokenizer, extra = tokenizers.target, framing(tokenizers).extra
 
         def encode(records: list[Record]) -> dict[str, list[Any]]:
-            over: set[int] = set()
-            ids: dict[str, list[Any]] = {}
-            for side in ("prompt", "completion"):
-                texts, cut = cut_texts([field_text(r, side) for r in records], tokenizer, cuts)
-                ids[side] = raw_ids(tokenizer, texts)
-                over.update(cut)
+            ids, over = encode_fields(records, TEXTS, tokenizer, cuts)
             label = [LABELS[field_text(r, "label")] for r in records]
             if cuts is None:
                 return {**ids, "label": label}
-            prompts = ids["prompt"]  # the limit holds prompt + completion: cut as one, its end first
-            joined = [[*p, *c] for p, c in zip(prompts, ids["completion"])]
-            cuts.apply(records, [(joined, extra)], over, trains=lambda i: len(joined[i]) > len(prompts[i]))
-            kept: dict[str, list[Any]] = {"prompt": [], "completion": [], "label": []}
-            for i, prompt in enumerate(prompts):
-                whole = joined[i]
-                kept["prompt"].append(None if whole is None else whole[: len(prompt)])
-                kept["completion"].append(None if whole is None else whole[len(prompt) :])
-                kept["label"].append(None if whole is None else label[i])
+            # the limit holds prompt + completion: cut as one, its end first
+            kept: dict[str, list[Any]] = cut_responses(
+                records, ids, ("completion",), cuts=cuts, over=over, extra=extra
+            )
+            kept["label"] = [None if p is None else y for p, y in zip(kept["prompt"], label)]
             return kept
 
         return encode
@@ -165,22 +136,7 @@ class KTO(Task):
 
     def units(self, split: Split, *, tokenizers: Tokenizers, limits: Limits) -> Units:
         """One unit per example, costing two rows (its own and a mismatched one) of its framed length."""
-        data, frame = split.data, framing(tokenizers)
-        extra, bos = frame.extra, int(frame.bos is not None)
-
-        def measure(start: int, stop: int) -> np.ndarray:
-            prompt = data.read_lengths("prompt", start, stop).astype(np.int64)
-            length = prompt + data.read_lengths("completion", start, stop) + extra  # (n,)
-            return np.stack([length, length], axis=1)  # (n, 2)
-
-        def trains(examples: np.ndarray) -> np.ndarray:  # the cut leaves a completion token
-            if frame.eos is None:
-                return np.ones(len(examples), dtype=bool)
-            offsets = data.offsets("prompt")
-            prompt = offsets[examples + 1] - offsets[examples]  # (n,)
-            return bos + prompt + 1 < limits.max_length
-
-        return measured_units(split, measure, columns=2, limits=limits, trains=trains)
+        return response_units(split, framing(tokenizers), limits, ("completion",))
 
     def collator(
         self,
@@ -214,9 +170,14 @@ class KTO(Task):
             "undesirable_weight": s.undesirable_weight,
             "chunk_tokens": chunk_tokens,
         }
-        if zoo.lora.adapter_modules(model):  # LoRA: the base is the trained model with its adapters disabled
-            return KahnemanTversky(model, adapters=True, **options)
-        return KahnemanTversky(frozen(starting_model()), adapters=False, **options)
+        reference, adapters = frozen_reference(model, starting_model)
+        return KahnemanTversky(reference, adapters=adapters, **options)
+
+
+def _label_problem(record: Record) -> str | None:
+    """What is wrong with a record's ``label`` (None: nothing): it must be a JSON boolean."""
+    label = record.fields["label"]
+    return None if label in LABELS else f"'label' must be true or false, found {str(label)[:40]!r}"
 
 
 # --- batches -----------------------------------------------------------------------------------------------
@@ -232,36 +193,17 @@ class LabelledBatch(Batch):
         self.desirable = desirable
 
 
-class UnpairedCollator:
+class UnpairedCollator(ResponseRows):
     """Units -> a `LabelledBatch` of 2B rows: the B examples, then B mismatched rows (prompt i with the
     completion of example i - 1 in the batch), right-padded; targets at the completion positions (and eos)."""
-
-    def __init__(self, split: Split, units: Units, *, framing: Framing, pad_id: int, max_length: int) -> None:
-        self.data, self.units, self.framing = split.data, units, framing
-        self.pad_id, self.max_length = pad_id, max_length
 
     def __call__(self, units: np.ndarray, *, generator: torch.Generator | None = None) -> LabelledBatch:
         examples = self.units.example_indices(units)
         prompts = rows(self.data, examples, "prompt")
         completions = rows(self.data, examples, "completion")
-        mismatched = (
-            completions[-1:] + completions[:-1]
-        )  # TRL's KL rows: each prompt, the previous completion
-        bos = self.framing.bos is not None
-        sequences, starts = [], []
-        for side in (completions, mismatched):
-            for prompt, completion in zip(prompts, side):
-                framed = self.framing([*prompt, *completion], self.max_length)
-                sequences.append(framed)
-                starts.append(
-                    min(bos + len(prompt), len(framed) - 1)
-                )  # first completion token (eos at least)
-        ids, mask = pad(sequences, self.pad_id)  # (2B, T)
-        start = torch.tensor(starts)  # (2B,)
-        position = torch.arange(1, ids.shape[1])  # (T - 1,)
-        scored = mask[:, 1:].bool() & (position[None, :] >= start[:, None])  # (2B, T - 1)
-        targets = torch.full_like(ids, IGNORE_INDEX)  # (2B, T): position t predicts token t + 1
-        targets[:, :-1] = torch.where(scored, ids[:, 1:], IGNORE_INDEX)
+        # TRL's KL rows: each prompt with the previous completion
+        mismatched = completions[-1:] + completions[:-1]
+        ids, mask, targets = self.scored_rows(prompts, (completions, mismatched))  # (2B, T) each
         desirable = torch.from_numpy(self.data.values("label")[examples].astype(np.int64)).bool()  # (B,)
         inputs = {"input_ids": ids, "attention_mask": mask}
         return LabelledBatch(inputs, targets, int(mask.sum()), desirable)
