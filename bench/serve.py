@@ -32,6 +32,11 @@ different lengths) to each, and the same 32 requests through transformers' ``gen
 this process, each request counted for its own tokens. Then the acceptance figure: 12 completions of
 ``--new-tokens`` sent one after another, then the same 12 at once, to the batching server: the wall-time
 ratio, and whether the texts are equal. Rounds are interleaved; medians.
+With ``--seq2seq-compile`` two compiled contenders join each round: the same server with ``--compile`` (every
+slot in one static shape, the decode step through torch.compile), its texts checked equal to the eager
+server's, and transformers' ``generate`` with ``cache_implementation="static"``, which compiles the model's
+forward (transformers does so only on accelerators unless ``compile_config`` allows every device); each
+one's compile time is the first run of the 32 requests, reported apart and left out of tokens/s.
 Written to serve-seq2seq.json and serve-seq2seq.md.
 
 The beam row (``--beam-rounds``, ``--beams-only`` for it alone): the same translator served with
@@ -443,11 +448,13 @@ class HFBatched:
         self.device = device
 
     def run(
-        self, prompts: list[str], new_tokens: list[int], *, num_beams: int = 1
+        self, prompts: list[str], new_tokens: list[int], *, num_beams: int = 1, static: bool = False
     ) -> tuple[float, list[str]]:
         """(wall seconds, texts): one batch generates the most new tokens any request asks for; each
-        request's text is its own first ``new_tokens[i]`` (with beams: the best hypothesis's)."""
+        request's text is its own first ``new_tokens[i]`` (with beams: the best hypothesis's). ``static``:
+        a static decoder cache, and the forward compiled (torch.compile, on any device)."""
         import torch
+        import transformers
 
         sources = [self.tokenizer.encode(p, add_eos=True) for p in prompts]  # as `zoo serve` encodes them
         S, pad = max(len(s) for s in sources), self.model.config.pad_token_id
@@ -463,11 +470,20 @@ class HFBatched:
                 do_sample=False,
                 num_beams=num_beams,
                 eos_token_id=None,
+                **(self._static(transformers) if static else {}),
             )
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
         wall, self.cpu_s = time.perf_counter() - start, time.process_time() - cpu
         return wall, [self.tokenizer.decode(row[1 : 1 + n].tolist()) for row, n in zip(out, new_tokens)]
+
+    @staticmethod
+    def _static(transformers: Any) -> dict[str, Any]:
+        """generate's arguments for a static cache with the forward compiled: transformers compiles only on
+        accelerators unless its CompileConfig's ``_compile_all_devices`` is set (the CPU bench sets it)."""
+        config = transformers.CompileConfig()
+        config._compile_all_devices = True
+        return {"cache_implementation": "static", "compile_config": config}
 
 
 def seq2seq_markdown(record: dict[str, Any]) -> str:
@@ -488,7 +504,28 @@ def seq2seq_markdown(record: dict[str, Any]) -> str:
         f"12 completions of {record['new_tokens']} new tokens at once / one after another (wall time): "
         f"**{r['together_vs_sequential']:.2f}x** "
         f"({r['together_s']:.2f} s / {r['sequential_s']:.2f} s); texts equal: {r['equal']}; "
-        f"transformers' texts equal zoo's: {r['hf_equal']}.\n"
+        f"transformers' texts equal zoo's: {r['hf_equal']}.\n" + seq2seq_compiled_markdown(record)
+    )
+
+
+def seq2seq_compiled_markdown(record: dict[str, Any]) -> str:
+    """The compiled contenders' table (``--seq2seq-compile``), or nothing."""
+    r = record["summary"]
+    if "compiled_tps" not in r:
+        return ""
+    return (
+        "\nCompiled (`--seq2seq-compile`; compile time: the first run of the 32, left out of tokens/s):\n\n"
+        "| encoder-decoder, compiled | tokens/s | compile | tokens per CPU-second | texts equal zoo eager's |\n"
+        "|---|---:|---:|---:|---:|\n"
+        f"| zoo serve --compile, max-batch 32, 32 concurrent | {r['compiled_tps']:,.0f} | "
+        f"{record['compile_s']:.0f} s | {r['compiled_cpu_tps']:,.0f} | {r['compiled_equal']} |\n"
+        f"| transformers `generate`, static cache + compile, batched by hand | {r['hf_static_tps']:,.0f} | "
+        f"{record['hf_compile_s']:.0f} s | {r['hf_static_cpu_tps']:,.0f} | {r['hf_static_equal']} |\n"
+        "\n"
+        f"zoo --compile vs transformers eager `generate`: **{r['compiled_vs_hf']:.2f}x** "
+        f"({r['compiled_vs_hf_cpu']:.2f}x per CPU-second); vs transformers static + compile: "
+        f"{r['compiled_vs_hf_static']:.2f}x ({r['compiled_vs_hf_static_cpu']:.2f}x); zoo eager vs transformers "
+        f"static + compile: {r['batched_vs_hf_static']:.2f}x ({r['batched_vs_hf_static_cpu']:.2f}x).\n"
     )
 
 
@@ -516,11 +553,18 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
         hf = HFBatched(folder, export_hf(folder, Path(tmp) / "hf"), args.device, args.dtype)
         batched, batched_url = start_server(folder, 32, args.device, args.dtype)
         one, one_url = start_server(folder, 1, args.device, args.dtype)
+        servers = [batched, one]
         try:
             complete(batched_url, twelve[:2], [4, 4], together=True)  # warm-up
             complete(one_url, twelve[:2], [4, 4], together=True)
             hf.run(prompts, news)  # its first call at a shape is several times slower
             tokens = sum(news)
+            if args.seq2seq_compile:
+                compiled, compiled_url = start_server(folder, 32, args.device, args.dtype, "--compile")
+                servers.append(compiled)
+                # the first run compiles (and any recompile the lengths cause): timed apart, not counted
+                record["compile_s"] = complete(compiled_url, prompts, news, together=True)[0]
+                record["hf_compile_s"] = hf.run(prompts, news, static=True)[0]
             for r in range(args.seq2seq_rounds):
                 row: dict[str, Any] = {"round": r}
                 wall, cpu, texts = served(
@@ -532,6 +576,15 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
                 row["hf_equal"] = sum(a == b for a, b in zip(texts, hf_texts))
                 wall, cpu, _ = served(one, lambda: complete(one_url, prompts, news, together=True))
                 row["one_tps"], row["one_cpu_tps"] = tokens / wall, tokens / cpu
+                if args.seq2seq_compile:
+                    wall, cpu, compiled_texts = served(
+                        compiled, lambda: complete(compiled_url, prompts, news, together=True)
+                    )
+                    row["compiled_tps"], row["compiled_cpu_tps"] = tokens / wall, tokens / cpu
+                    row["compiled_equal"] = sum(a == b for a, b in zip(texts, compiled_texts))
+                    wall, static_texts = hf.run(prompts, news, static=True)
+                    row["hf_static_tps"], row["hf_static_cpu_tps"] = tokens / wall, tokens / hf.cpu_s
+                    row["hf_static_equal"] = sum(a == b for a, b in zip(texts, static_texts))
                 row["sequential_s"], alone = complete(batched_url, twelve, same, together=False)
                 row["together_s"], together = complete(batched_url, twelve, same, together=True)
                 row["equal"] = alone == together
@@ -542,11 +595,19 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
                     f"({row['one_cpu_tps']:.0f}), transformers generate batched {row['hf_tps']:7.1f} "
                     f"({row['hf_cpu_tps']:.0f}); 12 at once "
                     f"{row['together_s']:.2f} s vs one after another {row['sequential_s']:.2f} s "
-                    f"(equal: {row['equal']})",
+                    f"(equal: {row['equal']})"
+                    + (
+                        f"; compiled {row['compiled_tps']:7.1f} ({row['compiled_cpu_tps']:.0f}, "
+                        f"{row['compiled_equal']}/32 equal), transformers static+compile "
+                        f"{row['hf_static_tps']:7.1f} ({row['hf_static_cpu_tps']:.0f}, "
+                        f"{row['hf_static_equal']}/32 equal)"
+                        if args.seq2seq_compile
+                        else ""
+                    ),
                     flush=True,
                 )
         finally:
-            for process in (batched, one):
+            for process in servers:
                 process.terminate()
                 process.wait(timeout=60)
     rows = record["results"]
@@ -570,6 +631,21 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
         "equal": all(row["equal"] for row in rows),
         "hf_equal": f"{min(row['hf_equal'] for row in rows)}/{len(prompts)}",
     }
+    if args.seq2seq_compile:
+        record["summary"].update(
+            {
+                **{key: median(key) for key in ("compiled_tps", "compiled_cpu_tps")},
+                **{key: median(key) for key in ("hf_static_tps", "hf_static_cpu_tps")},
+                "compiled_vs_hf": ratio("compiled_tps", "hf_tps"),
+                "compiled_vs_hf_cpu": ratio("compiled_cpu_tps", "hf_cpu_tps"),
+                "compiled_vs_hf_static": ratio("compiled_tps", "hf_static_tps"),
+                "compiled_vs_hf_static_cpu": ratio("compiled_cpu_tps", "hf_static_cpu_tps"),
+                "batched_vs_hf_static": ratio("batched_tps", "hf_static_tps"),
+                "batched_vs_hf_static_cpu": ratio("batched_cpu_tps", "hf_static_cpu_tps"),
+                "compiled_equal": f"{min(row['compiled_equal'] for row in rows)}/{len(prompts)}",
+                "hf_static_equal": f"{min(row['hf_static_equal'] for row in rows)}/{len(prompts)}",
+            }
+        )
     record["elapsed_s"] = time.perf_counter() - started
     (out / "serve-seq2seq.json").write_text(json.dumps(record, indent=2) + "\n")
     (out / "serve-seq2seq.md").write_text(seq2seq_markdown(record))
@@ -720,6 +796,11 @@ def main(argv: list[str] | None = None) -> int:
         "--seq2seq-rounds", type=int, default=3, help="rounds of the encoder-decoder row (0: leave it out)"
     )
     parser.add_argument("--seq2seq-only", action="store_true", help="run the encoder-decoder row alone")
+    parser.add_argument(
+        "--seq2seq-compile",
+        action="store_true",
+        help="add zoo serve --compile and transformers' static cache + compile to the encoder-decoder row",
+    )
     parser.add_argument("--beam-rounds", type=int, default=3, help="rounds of the beam row (0: leave it out)")
     parser.add_argument("--beams-only", action="store_true", help="run the beam row alone")
     report.add_output_options(parser)
