@@ -116,6 +116,93 @@ def test_a_finished_row_does_not_hold_the_batch_back(monkeypatch) -> None:
     assert forwards <= 2 + new // 3  # held back by row 0, it took `new` forwards
 
 
+def _draft_widths(monkeypatch) -> list[tuple[int, int]]:
+    """Spy on the assistant: each round's draft width and the width asked for (<= num_assistant_tokens)."""
+    widths: list[tuple[int, int]] = []
+    inner = zoo.generation.speculative.Assistant.propose
+
+    def propose(self: object, session: object, k: int) -> object:
+        out = inner(self, session, k)  # type: ignore[arg-type]
+        widths.append((out[0].shape[1], k))  # type: ignore[index]
+        return out
+
+    monkeypatch.setattr(zoo.generation.speculative.Assistant, "propose", propose)
+    return widths
+
+
+def test_a_draft_stops_after_its_first_token_below_the_confidence_threshold(monkeypatch) -> None:
+    # The target drafts for itself: its drafts are plain greedy's tokens, whose probabilities we know.
+    target = build_tiny("gpt2-tiny")
+    ids, _ = left_padded(target.spec.vocab_size, [6], seed=2)
+    plain = target.generate(ids, max_new_tokens=12, eos_token_id=[])
+    with torch.no_grad():
+        probs = target(plain).logits[0, 5:-1].softmax(-1)  # (12, V): before each new token
+    confidence = probs.gather(1, plain[0, 6:, None]).squeeze(1)[:4]  # (4,) of the first draft's tokens
+    cut = int(confidence.argmin())  # the first token below a threshold just above its probability
+    above = float(confidence[:cut].min()) if cut else 2 * float(confidence[cut])
+    threshold = (float(confidence[cut]) + min(above, 1.0)) / 2
+    widths = _draft_widths(monkeypatch)
+    out = target.generate(
+        ids,
+        max_new_tokens=12,
+        eos_token_id=[],
+        assistant_model=target,
+        num_assistant_tokens=4,
+        assistant_confidence_threshold=threshold,
+    )
+    assert torch.equal(out, plain)
+    assert widths[0] == (cut + 1, 4)  # the token below the threshold is drafted, then the draft stops
+    widths.clear()
+    target.generate(
+        ids, max_new_tokens=12, eos_token_id=[], assistant_model=target, assistant_confidence_threshold=1
+    )
+    assert [w for w, _ in widths] == [
+        1
+    ] * 6  # every draft cut after one token: 6 rounds of a draft and the bonus token
+
+
+def test_threshold_zero_drafts_every_token_as_before(monkeypatch) -> None:
+    target, draft = build_tiny("llama-tiny"), _draft_of("llama-tiny")
+    ids, mask = left_padded(target.spec.vocab_size, [7, 4])
+    plain = target.generate(ids, mask, max_new_tokens=12, eos_token_id=[])
+    widths = _draft_widths(monkeypatch)
+    fast = target.generate(
+        ids,
+        mask,
+        max_new_tokens=12,
+        eos_token_id=[],
+        assistant_model=draft,
+        num_assistant_tokens=3,
+        assistant_confidence_threshold=0,
+    )
+    assert torch.equal(fast, plain)
+    assert len(widths) > 3 and all(w == k for w, k in widths)  # as many as asked, every round
+    widths.clear()
+    target.generate(
+        ids, mask, max_new_tokens=12, eos_token_id=[], assistant_model=draft, num_assistant_tokens=3
+    )
+    assert any(w < k for w, k in widths)  # the default 0.4 cuts this untrained draft's guesses
+
+
+def test_eos_stops_a_draft_per_row(monkeypatch) -> None:
+    target = build_tiny("gpt2-tiny")
+    ids, mask = left_padded(target.spec.vocab_size, [5, 8], seed=4)
+    width = ids.shape[1]
+    free = target.generate(ids, mask, max_new_tokens=10, eos_token_id=[])
+    eos = int(free[0, width + 2])  # row 0's third new token
+    assert eos not in free[1, width:].tolist() and eos not in free[0, width : width + 2].tolist()
+    plain = target.generate(ids, mask, max_new_tokens=10, eos_token_id=eos)
+    widths = _draft_widths(monkeypatch)
+    kwargs = {"eos_token_id": eos, "assistant_model": target, "assistant_confidence_threshold": 0}
+    alone = target.generate(ids[:1], mask[:1], max_new_tokens=10, eos_token_id=eos)
+    assert torch.equal(target.generate(ids[:1], mask[:1], max_new_tokens=10, **kwargs), alone)
+    assert widths == [(3, 9)]  # the draft ends with its eos, not at num_assistant_tokens (9 here)
+    widths.clear()
+    kwargs["num_assistant_tokens"] = 4
+    assert torch.equal(target.generate(ids, mask, max_new_tokens=10, **kwargs), plain)
+    assert widths[0] == (4, 4)  # row 0's eos stops its own draft, not row 1's
+
+
 def test_stream_and_streamer_yield_the_same_tokens() -> None:
     target = build_tiny("llama-tiny")
     ids, _ = left_padded(target.spec.vocab_size, [6])
@@ -129,8 +216,8 @@ def test_stream_and_streamer_yield_the_same_tokens() -> None:
     assert torch.equal(torch.stack(list(streamed), 1), plain[:, 6:])
 
 
-@pytest.mark.parametrize("lookup", [False, True])
-def test_sampling_keeps_the_target_distribution(lookup: bool) -> None:
+@pytest.mark.parametrize("lookup, threshold", [(False, 0.4), (False, 0.0), (True, 0.4)])
+def test_sampling_keeps_the_target_distribution(lookup: bool, threshold: float) -> None:
     """The second new token's empirical distribution over many seeds against the target's exact one."""
     spec = zoo.preset("gpt2-tiny").override(vocab_size=8, max_positions=32)
     torch.manual_seed(0)
@@ -149,7 +236,13 @@ def test_sampling_keeps_the_target_distribution(lookup: bool) -> None:
         joint = first[:, None] * target(after).logits[:, -1].softmax(-1)
     n = 4000
     extra = (
-        {"prompt_lookup_num_tokens": 2} if lookup else {"assistant_model": draft, "num_assistant_tokens": 2}
+        {"prompt_lookup_num_tokens": 2}
+        if lookup
+        else {
+            "assistant_model": draft,
+            "num_assistant_tokens": 2,
+            "assistant_confidence_threshold": threshold,
+        }
     )
     out = target.generate(
         ids.repeat(n, 1), max_new_tokens=3, do_sample=True, seed=0, eos_token_id=[], **extra
@@ -175,6 +268,10 @@ def test_refused_by_name() -> None:
         ({"assistant_model": target, "prompt_lookup_num_tokens": 2}, "not both"),
         ({"prompt_lookup_num_tokens": 2, "use_cache": False}, "use_cache"),
         ({"prompt_lookup_num_tokens": 0}, "prompt_lookup_num_tokens"),
+        (
+            {"assistant_model": target, "assistant_confidence_threshold": 1.5},
+            "assistant_confidence_threshold",
+        ),
         ({"assistant_model": target, "compile": "cuda-graphs"}, "cuda-graphs"),
     ]
     for kwargs, words in cases:

@@ -67,7 +67,8 @@ class GenerationConfig(CleanModel):
         n-gram (n = max_matching_ngram_size down to 1) where it occurred before in the prompt and output;
         num_assistant_tokens / num_assistant_tokens_schedule: the draft length of an ``assistant_model``
         ("heuristic": +2 after a fully accepted draft, -1 otherwise, as transformers); see
-        `zoo.generation.speculative`.
+        `zoo.generation.speculative`. assistant_confidence_threshold: the assistant's draft stops after a
+        token it gave a probability below this (transformers' default 0.4; 0 = off); it stops at eos too.
 
     Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here. A bad value
     is a `zoo.spec.errors.SpecValidationError` (a pydantic ValidationError and a ValueError) listing one
@@ -98,6 +99,7 @@ class GenerationConfig(CleanModel):
     prompt_lookup_num_tokens: int | None = None
     num_assistant_tokens: int = 20
     num_assistant_tokens_schedule: Literal["constant", "heuristic"] = "constant"
+    assistant_confidence_threshold: float = 0.4
     max_matching_ngram_size: int = 2
     suppress_tokens: tuple[int, ...] | None = None
     begin_suppress_tokens: tuple[int, ...] | None = None
@@ -165,6 +167,12 @@ class GenerationConfig(CleanModel):
     def _temperature(cls, value: Any) -> Any:
         ok = _is_number(value) and math.isfinite(value) and value >= 0
         return _need(value, ok, "temperature must be a finite number >= 0 (0: greedy search)")
+
+    @field_validator("assistant_confidence_threshold", mode="before")
+    @classmethod
+    def _confidence(cls, value: Any) -> Any:
+        ok = _is_number(value) and 0 <= value <= 1
+        return _need(value, ok, "assistant_confidence_threshold must be a number in [0, 1] (0 = off)")
 
     @field_validator("top_p", mode="before")
     @classmethod

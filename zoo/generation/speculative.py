@@ -6,6 +6,8 @@ Shapes: B rows, k drafted tokens, V vocab.
                sampled, when the target samples — over its own KV cache; or prompt lookup: the tokens that
                followed the last n-gram where it occurred before in the prompt and output (transformers'
                ``prompt_lookup_num_tokens``, n = ``max_matching_ngram_size`` down to 1), no model at all.
+               The assistant's draft stops early, as transformers', once every row has drafted an eos or a
+               token it gave a probability below ``assistant_confidence_threshold`` (0.4; 0 = off).
     verify     the target runs once over the uncached tokens and the k drafts: logits (B, k + 1, V).
     accept     greedy: the longest prefix where the target's argmax equals the draft, then the target's own
                next token, so the output is plain greedy's token for token. Sampling: draft i is accepted
@@ -150,10 +152,16 @@ class Assistant:
             top_p=c.top_p,
         )
         self.generator = run.generator
+        self.eos, self.threshold = run.eos, c.assistant_confidence_threshold
+        # rows the target has finished (an eos among its new tokens): they no longer keep a draft going
+        self.finished = torch.zeros(self.session.batch_size, dtype=torch.bool, device=run.input_ids.device)
+        self.seen = self.session.length  # the target's new tokens before this column are in ``finished``
 
     def propose(self, session: Session, k: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         own = self.session
         drafts, probs = [], []
+        going = ~self.finished  # (B,): rows whose draft has not stopped
+        stops = self.eos is not None or self.threshold > 0
         for _ in range(k):
             scores = own.logits().float()  # (B, V)
             if self.config.sampling:
@@ -161,14 +169,33 @@ class Assistant:
                 token = torch.multinomial(p, 1, generator=self.generator).squeeze(1)  # (B,)
                 probs.append(p)
             else:
-                token = scores.argmax(dim=-1)  # (B,)
+                p, token = scores, scores.argmax(dim=-1)  # (B, V) logits (softmaxed below), (B,)
             own.append(token)
             drafts.append(token)
-        return torch.stack(drafts, 1), torch.stack(probs, 1) if probs else None  # (B, k), (B, k, V)
+            if not stops:
+                continue
+            # transformers' draft stopping: after an eos (EosTokenCriteria) or after a token the draft gave a
+            # probability below the threshold (ConfidenceCriteria; the drafted token is kept). It reads row 0
+            # (its assisted generation is batch 1); here a row stops alone, and the draft of the batch stops
+            # once every row has (a stopped row's further drafts cost nothing more to verify and stay exact).
+            if self.eos is not None:
+                going = going & ~torch.isin(token, self.eos)
+            if self.threshold > 0:
+                confidence = p.gather(1, token[:, None]).squeeze(1)  # (B,)
+                if not self.config.sampling:
+                    confidence = confidence.sub(p.logsumexp(dim=-1)).exp()  # softmax at the argmax
+                going = going & (confidence >= self.threshold)
+            if not bool(going.any()):  # the draft's one host read per token, as transformers' criteria
+                break
+        return torch.stack(drafts, 1), torch.stack(probs, 1) if probs else None  # (B, k'), (B, k', V)
 
     def accepted(self, session: Session, start: int) -> None:
         own = self.session
         end = session.length
+        if self.eos is not None:
+            new = session.tokens[:, self.seen : end]  # (B, t): the target's tokens since the last round
+            self.finished |= torch.isin(new, self.eos).any(dim=1)
+            self.seen = end
         own.tokens[:, start:end] = session.tokens[:, start:end]
         assert own.cache is not None
         own.cache.crop(start)  # keys before ``start`` are the accepted drafts'; from it on, rejected ones
