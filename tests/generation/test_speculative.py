@@ -181,7 +181,18 @@ def test_threshold_zero_drafts_every_token_as_before(monkeypatch) -> None:
     target.generate(
         ids, mask, max_new_tokens=12, eos_token_id=[], assistant_model=draft, num_assistant_tokens=3
     )
-    assert any(w < k for w, k in widths)  # the default 0.4 cuts this untrained draft's guesses
+    assert len(widths) > 3 and all(w == k for w, k in widths)  # the default, 0: off
+    widths.clear()
+    target.generate(
+        ids,
+        mask,
+        max_new_tokens=12,
+        eos_token_id=[],
+        assistant_model=draft,
+        num_assistant_tokens=3,
+        assistant_confidence_threshold=0.4,
+    )
+    assert any(w < k for w, k in widths)  # transformers' 0.4 cuts this untrained draft's guesses
 
 
 def test_eos_stops_a_draft_per_row(monkeypatch) -> None:

@@ -68,7 +68,8 @@ class GenerationConfig(CleanModel):
         num_assistant_tokens / num_assistant_tokens_schedule: the draft length of an ``assistant_model``
         ("heuristic": +2 after a fully accepted draft, -1 otherwise, as transformers); see
         `zoo.generation.speculative`. assistant_confidence_threshold: the assistant's draft stops after a
-        token it gave a probability below this (transformers' default 0.4; 0 = off); it stops at eos too.
+        token it gave a probability below this (0, the default: off; transformers starts at 0.4); it stops at
+        eos either way.
 
     Numbers are checked before pydantic's coercion, so ``"5"`` or ``True`` is not an int here. A bad value
     is a `zoo.spec.errors.SpecValidationError` (a pydantic ValidationError and a ValueError) listing one
@@ -99,7 +100,7 @@ class GenerationConfig(CleanModel):
     prompt_lookup_num_tokens: int | None = None
     num_assistant_tokens: int = 20
     num_assistant_tokens_schedule: Literal["constant", "heuristic"] = "constant"
-    assistant_confidence_threshold: float = 0.4
+    assistant_confidence_threshold: float = 0.0
     max_matching_ngram_size: int = 2
     suppress_tokens: tuple[int, ...] | None = None
     begin_suppress_tokens: tuple[int, ...] | None = None

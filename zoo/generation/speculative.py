@@ -7,7 +7,7 @@ Shapes: B rows, k drafted tokens, V vocab.
                followed the last n-gram where it occurred before in the prompt and output (transformers'
                ``prompt_lookup_num_tokens``, n = ``max_matching_ngram_size`` down to 1), no model at all.
                The assistant's draft stops early, as transformers', once every row has drafted an eos or a
-               token it gave a probability below ``assistant_confidence_threshold`` (0.4; 0 = off).
+               token it gave a probability below ``assistant_confidence_threshold`` (default 0: off).
     verify     the target runs once over the uncached tokens and the k drafts: logits (B, k + 1, V).
     accept     greedy: the longest prefix where the target's argmax equals the draft, then the target's own
                next token, so the output is plain greedy's token for token. Sampling: draft i is accepted
