@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import socket
@@ -545,7 +546,10 @@ def bench_seq2seq(args: argparse.Namespace, out: Path) -> None:
     prompts, twelve = seq2seq_sources(32), seq2seq_sources(12, seed=1)
     # the 32 ask for different lengths, as translations end at different lengths (mean --new-tokens)
     spread = args.new_tokens * 3 // 4
-    news = [args.new_tokens - spread + (i * 13) % (2 * spread + 1) for i in range(32)]
+    # lengths new_tokens - spread .. + spread, spread over the 32 by a step prime to their count
+    width = 2 * spread + 1
+    step = next(k for k in (13, 11, 7, 5, 3, 2, 1) if math.gcd(k, width) == 1)  # 13 at the default (width 49)
+    news = [args.new_tokens - spread + (i * step) % width for i in range(32)]
     record["news"], same = news, [args.new_tokens] * len(twelve)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "translator"
