@@ -167,7 +167,7 @@ def test_a_beam_request_reads_its_prompts_cached_prefix_as_generate_alone() -> N
 
 @pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
 def test_a_compiled_engine_runs_beam_groups_as_generate_alone() -> None:
-    """``zoo serve --compile``: every slot in one static shape, beam groups' rows among them."""
+    """``zoo serve --compile``: the compiled step over the packed busy slots, beam groups' rows among them."""
     model = tiny_decoder()
     prompts, beams = (
         _prompts(120, [5, 9, 13]),

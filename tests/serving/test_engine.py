@@ -300,7 +300,7 @@ def test_an_encoder_decoder_is_served_one_request_at_a_time() -> None:
 
 @pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
 def test_a_compiled_engine_gives_the_tokens_of_generate_alone(moves: list[int]) -> None:
-    """``zoo serve --compile``: the decode step compiled over every slot (one static shape), requests joining
+    """``zoo serve --compile``: the decode step compiled (dynamic shapes) over the packed busy slots, requests joining
     and leaving as without it, the cache shifted and compacted: the same greedy tokens."""
     model = tiny_decoder()
     V = model.spec.vocab_size

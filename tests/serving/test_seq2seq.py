@@ -22,7 +22,7 @@ from zoo.serving import Engine, RequestError
 from zoo.serving.engine import _Prefill
 from zoo.serving.server import Server
 from zoo.serving.slots import SlotCache
-from zoo.serving.sources import SourceSlots
+from zoo.serving.sources import SourceSlots, like_lengths
 
 transformers = pytest.importorskip("transformers")
 
@@ -108,6 +108,37 @@ def test_greedy_under_concurrency_equals_generate_alone(
     assert any(k > 1 for k in spies["groups"]) and spies["columns"][-1] >= 60, spies  # batched; grown
     assert spies["packed"], spies  # a request moved down into a free slot mid-decode
     assert engine.sources is not None and engine.sources.lengths == [0] * 4  # every slot freed
+
+
+def test_like_lengths_groups_alike_sources_within_the_slots_and_the_budget() -> None:
+    # the first always; then, in order, those alike (shortest >= 0.75 x longest, or all <= 16)
+    assert like_lengths([40, 8, 36, 12, 60, 31], [1] * 6, slots=8, budget=512) == [0, 2, 5]
+    assert like_lengths([10, 3, 16, 17], [1] * 4, slots=8, budget=512) == [0, 1, 2]  # short: any length
+    assert like_lengths([40, 38, 39, 36], [1] * 4, slots=8, budget=120) == [0, 1, 2]  # 3 x 40 padded tokens
+    assert like_lengths([40, 38, 39, 36], [1, 4, 2, 1], slots=4, budget=512) == [0, 2, 3]  # a beam's 4 slots
+    assert like_lengths([300, 290], [1, 1], slots=8, budget=256) == [0]  # the first even over the budget
+
+
+def test_waiting_sources_of_like_length_are_encoded_together(spies: dict[str, list[int]]) -> None:
+    """Arrival order 40, 8, 36, 12: the 40 and the 36 are encoded together, then the 8 and the 12 (padded
+    to 12, not 40), and each output is still generate's alone."""
+    model = build_tiny("t5-tiny")
+    lengths = [40, 8, 36, 12]
+    sources = _prompts(model.input_vocab_size, lengths)
+    engine = Engine(model, Digits(), max_batch=4)
+    got = Collect()
+    engine.submit([got.request(i, source, 6) for i, source in enumerate(sources)])
+    widths: list[int] = []
+    encode = engine._encode
+    engine._encode = lambda run: (widths.append(run.source.shape[1]), encode(run))[1]  # type: ignore[method-assign]
+    engine.start()
+    try:
+        got.wait(4)
+    finally:
+        engine.close()
+    assert spies["groups"] == [2, 2] and widths == [40, 12], (spies, widths)
+    for i, source in enumerate(sources):
+        assert list(got.done[i].token_ids) == _alone(model, source, 6), f"request {i}"
 
 
 def test_a_seeded_request_samples_the_same_alone_or_beside_others() -> None:
@@ -245,7 +276,7 @@ def test_a_served_encoder_decoder_answers_concurrent_completions_and_chats_as_al
 
 @pytest.mark.slow  # torch.compile of the decode step: tens of seconds on a small CPU
 def test_a_compiled_engine_serves_an_encoder_decoder_as_generate_alone() -> None:
-    """``zoo serve --compile``: every slot in one static shape, the sources' columns held at max_positions."""
+    """``zoo serve --compile``: the compiled step over the packed busy slots, the sources' columns grown."""
     model = build_tiny("t5-tiny")
     sources, news = _prompts(120, [5, 17, 9, 30]), [12, 6, 20, 9]
     engine = Engine(model, Digits(), max_batch=3, max_length=40, compile=True).start()

@@ -33,7 +33,8 @@ outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests 
 ``model.generate`` of each prompt alone: a slot's keys, mask and positions are those of a left-padded row.
 
 An encoder-decoder model's prompt is its source, and its slots are batched the same way: a group of
-newcomers' sources (as many as fit ``prefill_tokens`` padded tokens) is encoded together in one turn, and
+newcomers' sources of like length (`Engine._like_sources`: as many as fit ``prefill_tokens`` padded tokens)
+is encoded together in one turn, and
 the group runs its decoder start token at once; that step projects each layer's cross-attention
 keys/values, which join the slot with the encoder output (`zoo.serving.sources`) beside the start token's
 keys. From then on the decode step runs every live slot, each attending to its own source (padded to the
@@ -84,12 +85,13 @@ from zoo.serving.requests import (
 )
 from zoo.serving.sampling import RowSampling
 from zoo.serving.slots import SlotCache
-from zoo.serving.sources import SourceSlots
+from zoo.serving.sources import SourceSlots, like_lengths
 from zoo.serving.speculative import Speculation, SpeculativeStep
 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.05  # how long the idle loop sleeps on its inbox before looking at its flags again
+SOURCE_SCAN = 64  # the waiting sources an encoder-decoder's group is chosen from (`Engine._like_sources`)
 
 
 @dataclass
@@ -211,9 +213,7 @@ class Engine:
         self.stack = stack
         B, L = self.max_batch, self.limit
         self.sources = (
-            SourceSlots(stack, slots=B, length=self.model.spec.max_positions, fixed=compile)
-            if self.seq2seq
-            else None
+            SourceSlots(stack, slots=B, length=self.model.spec.max_positions) if self.seq2seq else None
         )
         self.cache = SlotCache(stack, slots=B, length=L, sources=self.sources)
         self.next_ids = torch.zeros(B, dtype=torch.long, device=self.device)  # (B,) the token each slot feeds
@@ -229,7 +229,6 @@ class Engine:
             self.model, rows=B
         )  # the weights' layout for B rows a step (generation.weight_layout)
         self.step: StepFn = compiled_decode_step(self.model, rows=B) if compile else decode_step
-        self.compiled = compile  # a compiled step runs every slot (one static shape)
         self.state = self.model.prepare_generation(
             torch.zeros(1, 1, dtype=torch.long, device=self.device), None, num_beams=1
         )
@@ -455,18 +454,11 @@ class Engine:
         free = [i for i, job in enumerate(self.slots) if job is None]
         if not free or not self.waiting or self.waiting[0].request.rows > len(free):
             return None  # (a beam request waits for all its slots)
-        # a group runs the columns from the first one any row must compute: `rest` wide, k rows (<= the
-        # chunk's padded tokens); without cached prefixes every prompt is all rest, and T = rest
-        group = [self.waiting.popleft()]
-        longest, rest = group[0].prompt_length, self._uncached(group[0])
-        used = group[0].request.rows  # the slots the group takes: a beam request's prompt fills best_of
-        while self.waiting and used + self.waiting[0].request.rows <= len(free):
-            rest_next = max(rest, self._uncached(self.waiting[0]))
-            if rest_next * (len(group) + 1) > self.prefill_tokens:
-                break
-            job = self.waiting.popleft()
-            group.append(job)
-            longest, rest, used = max(longest, job.prompt_length), rest_next, used + job.request.rows
+        if self.seq2seq:
+            group = self._like_sources(len(free))
+            longest = rest = max(job.prompt_length for job in group)
+        else:
+            group, longest, rest = self._prompt_group(len(free))
         slots, taken = [], 0
         for job in group:
             job.slot = free[taken]
@@ -503,6 +495,40 @@ class Engine:
             chunk=max(1, self.prefill_tokens // k),
             done=T - rest,
         )
+
+    def _prompt_group(self, free: int) -> tuple[list[_Job], int, int]:
+        """Waiting decoder prompts to prefill together, in order, and (longest, rest): a group runs the
+        columns from the first one any row must compute, ``rest`` wide, k rows (k * rest <= the chunk's
+        padded tokens); without cached prefixes every prompt is all rest, and T = rest."""
+        group = [self.waiting.popleft()]
+        longest, rest = group[0].prompt_length, self._uncached(group[0])
+        used = group[0].request.rows  # the slots the group takes: a beam request's prompt fills best_of
+        while self.waiting and used + self.waiting[0].request.rows <= free:
+            rest_next = max(rest, self._uncached(self.waiting[0]))
+            if rest_next * (len(group) + 1) > self.prefill_tokens:
+                break
+            job = self.waiting.popleft()
+            group.append(job)
+            longest, rest, used = max(longest, job.prompt_length), rest_next, used + job.request.rows
+        return group, longest, rest
+
+    def _like_sources(self, free: int) -> list[_Job]:
+        """Waiting sources to encode together: the first in the queue, and those of the next `SOURCE_SCAN`
+        whose lengths are like its (`like_lengths`), as many as fit ``free`` slots and the chunk's padded
+        tokens. A group is padded to its longest, so grouping like lengths spares the encoder the padding
+        that arrival order would give it (sources of 4-60 words in arrival order: 44% of the places were
+        padding); a source left waiting is first in the queue within as many turns as it has jobs ahead."""
+        scanned = [self.waiting[i] for i in range(min(len(self.waiting), SOURCE_SCAN))]
+        chosen = like_lengths(
+            [job.prompt_length for job in scanned],
+            [job.request.rows for job in scanned],
+            slots=free,
+            budget=self.prefill_tokens,
+        )
+        group = [scanned[i] for i in chosen]
+        for job in group:
+            self.waiting.remove(job)
+        return group
 
     def _group_cache(self, k: int, T: int) -> KVCache:
         """A prefill group's own cache: k rows of T columns (and cross-attention slots, to be filled)."""
@@ -668,15 +694,14 @@ class Engine:
         busy = [i for i, job in enumerate(self.slots) if job is not None and bool(self.live[i])]
         if not busy:
             return
-        cache, B = self.cache, self.max_batch
-        if not self.compiled:
-            busy = self._pack(busy)
+        cache = self.cache
+        busy = self._pack(busy)
         if cache.length == cache.max_length:  # compact: every live span moves to start at column 0
             oldest = min(self.starts[i] for i in busy)
             assert oldest > 0, "a slot reached the cache length without finishing"
             cache.shift(oldest, -oldest)
             self.starts = [s - oldest for s in self.starts]
-        rows = B if self.compiled else busy[-1] + 1
+        rows = busy[-1] + 1
         c = cache.length
         cache.mask[:rows, c] = True  # idle slots attend to their own column only: no row is all masked
         logits = self.step(

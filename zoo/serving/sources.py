@@ -28,6 +28,7 @@ of its slots (rows repeated), and reordering beams moves only their decoder keys
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,6 +37,29 @@ from zoo.generation.cache import cache_dtype
 from zoo.stacks import Stack
 
 FIRST_WIDTH = 64  # the columns held at first (grown by doubling)
+LIKE = (
+    0.75  # sources are encoded together while the group's shortest is at least this fraction of its longest
+)
+SHORT = 16  # sources this short share a group whatever their lengths (their padding costs little)
+
+
+def like_lengths(lengths: Sequence[int], rows: Sequence[int], *, slots: int, budget: int) -> list[int]:
+    """The sources to encode together, as indices into ``lengths`` (the waiting sources, in arrival order):
+    the first always, then in order each one that keeps the group's lengths alike (its shortest at least
+    `LIKE` times its longest, or all at most `SHORT`), its slots (``rows`` each: a beam request's
+    ``best_of``) within ``slots`` and its padded tokens (count * longest) within ``budget``.
+
+    >>> like_lengths([40, 8, 36, 12, 60], [1] * 5, slots=8, budget=512)
+    [0, 2]
+    """
+    chosen, low, high, used = [0], lengths[0], lengths[0], rows[0]
+    for i in range(1, len(lengths)):
+        lo, hi = min(low, lengths[i]), max(high, lengths[i])
+        alike = hi <= SHORT or lo >= LIKE * hi
+        if alike and used + rows[i] <= slots and hi * (len(chosen) + 1) <= budget:
+            chosen.append(i)
+            low, high, used = lo, hi, used + rows[i]
+    return chosen
 
 
 class _Filled:
@@ -58,14 +82,13 @@ class _Filled:
 class SourceSlots:
     """Each slot's encoder output, cross-attention keys/values and source mask (see the module docstring)."""
 
-    def __init__(self, stack: Stack, *, slots: int, length: int, fixed: bool = False) -> None:
-        """``length``: the longest source; ``fixed``: hold all ``length`` columns from the start and attend
-        to all of them every step (one static shape, for a compiled step)."""
+    def __init__(self, stack: Stack, *, slots: int, length: int) -> None:
+        """``length``: the longest source."""
         attention: Any = stack.layers[0].cross_attn  # nn.ModuleList types its items as Module
         if attention is None:
             raise ValueError("SourceSlots needs a decoder stack with cross-attention")
         weight = next(stack.parameters())
-        self.slots, self.max_length, self.fixed = slots, length, fixed
+        self.slots, self.max_length = slots, length
         self.num_layers, self.num_kv_heads, self.head_dim = (
             stack.num_layers,
             attention.num_kv_heads,
@@ -78,8 +101,8 @@ class SourceSlots:
             weight.device,
         )
         self.lengths = [0] * slots  # each slot's source tokens (0: free)
-        self.width = length if fixed else 1
-        self.keys, self.memory, self.mask = self._buffers(length if fixed else min(FIRST_WIDTH, length))
+        self.width = 1
+        self.keys, self.memory, self.mask = self._buffers(min(FIRST_WIDTH, length))
 
     def _buffers(self, columns: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Keys/values (N, 2, B, K, columns, D), memory (B, columns, C) and mask (B, columns), all zeros."""
@@ -161,5 +184,4 @@ class SourceSlots:
         self._fit()
 
     def _fit(self) -> None:
-        if not self.fixed:
-            self.width = max(1, *self.lengths)
+        self.width = max(1, *self.lengths)
