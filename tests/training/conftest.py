@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -79,15 +78,3 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def frozen_heap() -> Iterator[None]:
-    """The objects alive when the module's first test that asks starts, moved out of the collector's way
-    (`gc.freeze`) until the module ends: `tuning_support.live_models`' full collection and scan then walk the
-    module's own objects, not the millions the suite before it left (1.5 s a count late in the suite, 0.1 s
-    here). A frozen object is not in ``gc.get_objects()``, so a count made here counts only models made since."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()

@@ -187,7 +187,6 @@ def test_training_learns_the_preference_for_shorter_answers(pairs: tuple[Path, P
 # --- the reference model ------------------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("frozen_heap")  # live_models counts
 def test_without_lora_the_reference_is_one_frozen_copy_of_the_starting_weights(
     pairs: tuple[Path, Path], base: Path, tmp_path: Path
 ) -> None:
@@ -205,7 +204,6 @@ def test_without_lora_the_reference_is_one_frozen_copy_of_the_starting_weights(
         trainer.close()
 
 
-@pytest.mark.usefixtures("frozen_heap")  # live_models counts
 def test_with_lora_the_reference_is_the_base_with_adapters_disabled_and_no_copy(
     pairs: tuple[Path, Path], base: Path, tmp_path: Path
 ) -> None:

@@ -63,7 +63,6 @@ def log_prob(model: torch.nn.Module, prompt: list[int], completion: list[int]) -
     return logp[positions - 1, ids[0, positions]].sum()
 
 
-@pytest.mark.usefixtures("frozen_heap")  # live_models counts
 @pytest.mark.parametrize("scale", [0.05, 0.0], ids=["moved", "at-reference"])
 def test_loss_and_gradients_equal_trls_formula_in_plain_torch(
     examples: tuple[Path, Path], tmp_path: Path, scale: float

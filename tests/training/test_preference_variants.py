@@ -69,7 +69,6 @@ CASES = {
 }
 
 
-@pytest.mark.usefixtures("frozen_heap")  # live_models counts
 @pytest.mark.parametrize("case", list(CASES))
 def test_loss_and_gradients_equal_the_papers_formula_in_plain_torch(
     pairs: tuple[Path, Path], tmp_path: Path, case: str
