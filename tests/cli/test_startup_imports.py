@@ -45,7 +45,16 @@ def _imported(*argv: str | Path, cache: Path | None = None) -> tuple[int, list[s
     return result["status"], result["imported"]
 
 
-@pytest.mark.parametrize("argv", [("show", "gpt2"), ("show", "transformer-base"), ("presets",)])
+# 2-3 s a start-up. By default `show` once: an encoder-decoder's build on meta is in `presets`' (every preset),
+# and `presets` on an empty cache is the first listing of test_presets_counts_come_from_the_cache_until_zoo_changes.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("show", "gpt2"),
+        pytest.param(("show", "transformer-base"), marks=pytest.mark.slow),
+        pytest.param(("presets",), marks=pytest.mark.slow),
+    ],
+)
 def test_show_and_presets_import_neither_the_compiler_nor_transformers(
     argv: tuple[str, ...], tmp_path: Path
 ) -> None:

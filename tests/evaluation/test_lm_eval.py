@@ -319,6 +319,7 @@ def test_an_unknown_task_is_one_error_naming_it(world: Any) -> None:
         evaluate(world["root"] / "zoo", tasks=["zoo_mc", "nope"], include_path=world["tasks"])
 
 
+@pytest.mark.slow  # reads lm-eval's index of its ~15,000 built-in task files (6 s or more)
 def test_a_task_file_that_is_not_yaml_is_named_with_its_error(world: Any, tmp_path: Path) -> None:
     """lm-eval skips a file it cannot parse (a log line): the task was only "unknown"."""
     from zoo.evaluation import EvaluationError, evaluate

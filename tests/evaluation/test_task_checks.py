@@ -168,6 +168,21 @@ def test_include_loops_and_missing_includes_are_each_named_once(tmp_path: Path) 
     ]
 
 
+def test_task_files_that_are_not_yaml_are_each_named_with_their_line(tmp_path: Path) -> None:
+    """What an unknown task's error adds (the whole error, which reads lm-eval's index, is in test_lm_eval,
+    slow); lm-eval's own ``!function`` tag is YAML it reads."""
+    from zoo.evaluation.harness import _unreadable_task_files
+
+    (tmp_path / "broken.yaml").write_text("task: my_broken\ndataset_path: json\n  bad: [indent\n")
+    (tmp_path / "fine.yaml").write_text("task: fine\nprocess_docs: !function utils.process\n")
+    (tmp_path / "nested").mkdir()
+    (tmp_path / "nested" / "tab.yml").write_text("task: tab\n\tdataset_path: json\n")
+    assert _unreadable_task_files([str(tmp_path)]) == [
+        f"{tmp_path}/broken.yaml: line 3: mapping values are not allowed here",
+        f"{tmp_path}/nested/tab.yml: line 2: found character '\\t' that cannot start any token",
+    ]
+
+
 @pytest.mark.slow  # an unknown task reads lm-eval's index of its ~15,000 built-in task files (6 s or more)
 def test_a_task_file_that_includes_itself_names_the_cycle(model: Any, tmp_path: Path) -> None:
     """lm-eval skipped the file (a log line), leaving "unknown task"."""

@@ -9,10 +9,13 @@ from zoo.generation.compiled import _FROZEN
 from zoo.generation.session import Session, decode_step
 
 
+# Slow, each (5 s): by default float32 batches compile unfrozen and give eager's tokens in
+# test_an_unfrozen_float32_step_reads_every_weight_through_the_library_gemm, and llama-tiny's blocks compile
+# (frozen) in test_a_left_padded_bf16_batch_compiles_frozen_and_gives_the_eager_tokens.
 @pytest.mark.parametrize(
     "name",
     [
-        "llama-tiny",
+        pytest.param("llama-tiny", marks=pytest.mark.slow),
         pytest.param("t5-tiny", marks=pytest.mark.slow),
         pytest.param("gemma-tiny", marks=pytest.mark.slow),
         pytest.param("moe-tiny", marks=pytest.mark.slow),

@@ -4,14 +4,9 @@ copy), bad lines, and the CLI."""
 
 from __future__ import annotations
 
-import gc
 import json
 import math
-import os
 import random
-import subprocess
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,39 +18,26 @@ from torch.nn import functional as F
 
 import zoo
 import zoo.lora
+from tests.training.tuning_support import (
+    GPT,
+    WORDS,
+    assert_same_weights,
+    live_models,
+    phrase,
+    records,
+    train_base,
+    train_in_two_processes,
+    tuning_config,
+    with_bad_line,
+)
 from zoo.cli import main
 from zoo.io.tokenizer import train_tokenizer
-from zoo.models.base import ZooModel
 from zoo.training import TrainConfig, Trainer, train
 from zoo.training.config import ConfigError
 from zoo.training.data import DataError
 from zoo.training.tasks.dpo import DirectPreference
 
-WORDS = [
-    "the",
-    "cat",
-    "dog",
-    "sees",
-    "eats",
-    "a",
-    "fish",
-    "bird",
-    "small",
-    "big",
-    "runs",
-    "sleeps",
-    "red",
-    "blue",
-]
-GPT = {
-    "preset": "gpt2-tiny",
-    "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64, "dropout": 0.0},
-}
 REWARDS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracy")
-
-
-def phrase(rng: random.Random, low: int, high: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
 def write_pairs(path: Path, seed: int, count: int = 120) -> Path:
@@ -76,47 +58,16 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def dpo_config(output_dir: Path, pairs: tuple[Path, Path], **overrides: Any) -> TrainConfig:
-    data: dict[str, Any] = {
-        "model": GPT,
-        "task": "dpo",
-        "data": {"train": str(pairs[0]), "valid": str(pairs[1])},
-        "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
-        "schedule": {"kind": "constant", "lr": 3e-3},
-        "batch": {"max_tokens": 512},
-        "max_steps": 2,
-        "log_every": 1,
-        "output_dir": str(output_dir),
-    }
-    if "model" in overrides:
-        data["model"] = overrides.pop("model")
-    config = TrainConfig.from_dict(data)
-    return config.override(**overrides) if overrides else config
-
-
-def records(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return tuning_config(output_dir, pairs, task="dpo", batch={"max_tokens": 512}, **overrides)
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory, pairs: tuple[Path, Path]) -> Path:
     """A tiny causal LM trained for 3 steps on the prompts and answers (a model folder to start from)."""
-    folder = tmp_path_factory.mktemp("base")
-    text = folder / "text.txt"
     lines = [json.loads(line) for line in pairs[0].read_text().splitlines()]
-    text.write_text("".join(f"{r['prompt']}{r['chosen']}\n{r['prompt']}{r['rejected']}\n" for r in lines))
-    config = TrainConfig.from_dict(
-        {
-            "model": GPT,
-            "data": {"train": str(text)},
-            "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
-            "schedule": {"kind": "constant", "lr": 3e-3},
-            "batch": {"max_tokens": 512},
-            "max_steps": 3,
-            "output_dir": str(folder / "run"),
-        }
-    )
-    train(config, progress=False)
-    return folder / "run"
+    text = "".join(f"{r['prompt']}{r['chosen']}\n{r['prompt']}{r['rejected']}\n" for r in lines)
+    schedule = {"kind": "constant", "lr": 3e-3}
+    return train_base(tmp_path_factory.mktemp("base"), text, steps=3, schedule=schedule)
 
 
 # --- the loss ---------------------------------------------------------------------------------------------
@@ -236,14 +187,6 @@ def test_training_learns_the_preference_for_shorter_answers(pairs: tuple[Path, P
 # --- the reference model ------------------------------------------------------------------------------------
 
 
-def live_models() -> int:
-    """How many zoo models this process holds."""
-    gc.collect()
-    with warnings.catch_warnings():  # isinstance on every object touches deprecated torch attributes
-        warnings.simplefilter("ignore")
-        return sum(isinstance(o, ZooModel) for o in gc.get_objects())
-
-
 def test_without_lora_the_reference_is_one_frozen_copy_of_the_starting_weights(
     pairs: tuple[Path, Path], base: Path, tmp_path: Path
 ) -> None:
@@ -321,9 +264,7 @@ def test_with_lora_the_reference_is_the_base_with_adapters_disabled_and_no_copy(
 def test_a_bad_line_is_refused_naming_file_line_and_field_or_skipped(
     pairs: tuple[Path, Path], tmp_path: Path, line: str, message: str
 ) -> None:
-    good = pairs[0].read_text().splitlines()
-    bad = tmp_path / "train.jsonl"
-    bad.write_text("\n".join([*good[:2], line, *good[2:]]) + "\n")
+    bad = with_bad_line(pairs[0], line, tmp_path / "train.jsonl")
     with pytest.raises(DataError, match=message):
         Trainer(dpo_config(tmp_path / "run", (bad, pairs[1])), progress=False)
     assert not (tmp_path / "run" / "model.safetensors").exists()
@@ -468,20 +409,8 @@ def test_two_ddp_processes_train_dpo_like_one_process_accumulating_two_batches(
         return dpo_config(tmp_path / name, pairs, **fixed, **changes)
 
     single = train(config("single", **{"batch.grad_accum": 2}), progress=False)
-    path = tmp_path / "ddp.yaml"
-    path.write_text(config("ddp").to_yaml(), encoding="utf-8")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run(
-        [*command, "-m", "zoo", "train", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ddp = zoo.load(tmp_path / "ddp")
-    for (name, x), (_, y) in zip(single.model.state_dict().items(), ddp.state_dict().items()):
-        assert torch.allclose(x, y, atol=1e-5), f"{name}: max diff {(x - y).abs().max():.2e}"
+    ddp = train_in_two_processes(config("ddp"), tmp_path / "ddp.yaml")
+    assert_same_weights(single.model, ddp)
     one, two = records(single.output_dir), records(tmp_path / "ddp")
     for a, b in zip(one, two):
         for key in ("loss", *REWARDS):

@@ -6,10 +6,7 @@ refused by name, and two gloo processes stepping like one."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,15 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import zoo
+from tests.training.tuning_support import (
+    WORDS,
+    assert_same_weights,
+    records,
+    train_base,
+    train_in_two_processes,
+    tuning_config,
+    with_bad_line,
+)
 from zoo.generation.chat import end_of_turn_ids
 from zoo.io.tokenizer import train_tokenizer
 from zoo.losses.grpo import group_advantages, grpo_token_losses
@@ -29,26 +34,6 @@ from zoo.training.tasks.grpo import GroupRelative, PromptBatch, RolloutBatch
 
 HERE = Path(__file__).parent
 REWARDS = [f"{HERE / 'grpo_rewards.py'}:short", f"{HERE / 'grpo_rewards.py'}:says"]
-WORDS = [
-    "the",
-    "cat",
-    "dog",
-    "sees",
-    "eats",
-    "a",
-    "fish",
-    "bird",
-    "small",
-    "big",
-    "runs",
-    "sleeps",
-    "red",
-    "blue",
-]
-GPT = {
-    "preset": "gpt2-tiny",
-    "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64, "dropout": 0.0},
-}
 
 
 def write_prompts(path: Path, seed: int, count: int = 40) -> Path:
@@ -72,23 +57,8 @@ def prompts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def grpo_config(output_dir: Path, prompts: tuple[Path, Path], **overrides: Any) -> TrainConfig:
     task = {"kind": "grpo", "rewards": REWARDS, "reward_weights": [0.2, 1.0], "group_size": 4,
             "max_new_tokens": 6, "beta": 0.05, **overrides.pop("task", {})}  # fmt: skip
-    data: dict[str, Any] = {
-        "model": overrides.pop("model", GPT),
-        "task": task,
-        "data": {"train": str(prompts[0]), "valid": str(prompts[1])},
-        "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
-        "schedule": {"kind": "constant", "lr": 3e-3},
-        "batch": {"max_tokens": 1024, "max_sentences": 3},
-        "max_steps": 2,
-        "log_every": 1,
-        "output_dir": str(output_dir),
-    }
-    config = TrainConfig.from_dict(data)
-    return config.override(**overrides) if overrides else config
-
-
-def records(run: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    batch = {"max_tokens": 1024, "max_sentences": 3}
+    return tuning_config(output_dir, prompts, task=task, batch=batch, **overrides)
 
 
 # --- the loss ---------------------------------------------------------------------------------------------
@@ -258,23 +228,10 @@ def test_advantages_are_normalised_within_each_group() -> None:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory, prompts: tuple[Path, Path]) -> Path:
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny causal LM trained for 2 steps on the prompts' words (a model folder to start from)."""
-    folder = tmp_path_factory.mktemp("base")
-    text = folder / "text.txt"
-    text.write_text(" ".join(WORDS) + "\n" + "user: assistant: the cat\n" * 5)
-    config = TrainConfig.from_dict(
-        {
-            "model": GPT,
-            "data": {"train": str(text)},
-            "tokenizer": {"kind": "bpe", "vocab_size": 60, "min_frequency": 1},
-            "batch": {"max_tokens": 512},
-            "max_steps": 2,
-            "output_dir": str(folder / "run"),
-        }
-    )
-    train(config, progress=False)
-    return folder / "run"
+    text = " ".join(WORDS) + "\n" + "user: assistant: the cat\n" * 5
+    return train_base(tmp_path_factory.mktemp("base"), text, steps=2)
 
 
 def test_a_lora_run_uses_the_base_as_reference_and_resumes_exactly(
@@ -367,9 +324,7 @@ def test_reward_settings_are_refused_by_name(
 def test_a_bad_line_is_refused_naming_file_and_line(
     prompts: tuple[Path, Path], tmp_path: Path, line: str, message: str
 ) -> None:
-    good = prompts[0].read_text().splitlines()
-    bad = tmp_path / "train.jsonl"
-    bad.write_text("\n".join([*good[:2], line, *good[2:]]) + "\n")
+    bad = with_bad_line(prompts[0], line, tmp_path / "train.jsonl")
     with pytest.raises(DataError, match=message):
         Trainer(grpo_config(tmp_path / "run", (bad, prompts[1])), progress=False)
 
@@ -386,16 +341,8 @@ def test_two_gloo_processes_step_like_one_with_the_same_global_batch(
     single = train(
         grpo_config(tmp_path / "single", prompts, **fixed, **{"batch.grad_accum": 2}), progress=False
     )
-    config_path = tmp_path / "ddp.yaml"
-    config_path.write_text(grpo_config(tmp_path / "ddp", prompts, **fixed).to_yaml(), encoding="utf-8")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    command += ["-m", "zoo", "train", str(config_path)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ddp = zoo.load(tmp_path / "ddp")
-    for (name, a), (_, b) in zip(single.model.state_dict().items(), ddp.state_dict().items()):
-        assert torch.allclose(a, b, atol=1e-5), f"{name}: max diff {(a - b).abs().max():.2e}"
+    ddp = train_in_two_processes(grpo_config(tmp_path / "ddp", prompts, **fixed), tmp_path / "ddp.yaml")
+    assert_same_weights(single.model, ddp)
     expected = {r["step"]: r for r in records(tmp_path / "single") if r["loss"] is not None}
     got = {r["step"]: r for r in records(tmp_path / "ddp") if r["loss"] is not None}
     for step in (1, 2):

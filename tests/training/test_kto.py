@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from tests.training.test_dpo import GPT, live_models, phrase, records
+from tests.training.tuning_support import GPT, live_models, phrase, records
 from zoo.training import TrainConfig, Trainer, train
 from zoo.training.config import ConfigError
 from zoo.training.data import DataError

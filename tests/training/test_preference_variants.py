@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from tests.training.test_dpo import dpo_config, live_models, records, write_pairs
+from tests.training.test_dpo import dpo_config, write_pairs
+from tests.training.tuning_support import live_models, records
 from zoo.training import TrainConfig, Trainer, train
 from zoo.training.config import ConfigError
 from zoo.training.tasks.dpo import DirectPreference
