@@ -461,3 +461,29 @@ def test_zoo_serve_on_a_host_it_cannot_listen_on_is_one_line_before_the_model_lo
     assert main(["serve", str(saved), "--host", host, "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(message) and len(err.splitlines()) == 1, err
+
+
+def test_a_whole_response_relays_only_the_first_text_piece_of_a_choice_to_the_event_loop() -> None:
+    """Not streamed, the body is the `Done`'s: per-token wake-ups of the event loop would only compete with
+    the engine's thread (the first piece still crosses: it times the first token). Streamed, every one."""
+    import asyncio
+
+    from zoo.serving.api import Relay
+    from zoo.serving.requests import Delta, Done
+
+    events = [Delta(f"t{i}", (i,), ()) for i in range(5)] + [Done("t0t1t2t3t4", (0, 1, 2, 3, 4), "length", 3)]
+
+    async def relayed(stream: bool) -> list[type]:
+        relay = Relay(object(), stream=stream)
+        emit = relay.emit(0)
+        worker = threading.Thread(target=lambda: [emit(event) for event in events])  # the engine's thread
+        worker.start()
+        await asyncio.to_thread(worker.join)
+        await asyncio.sleep(0)  # the scheduled puts run
+        got = []
+        while not relay._events.empty():
+            got.append(type(relay._events.get_nowait()[1]))
+        return got
+
+    assert asyncio.run(relayed(stream=False)) == [Delta, Done]
+    assert asyncio.run(relayed(stream=True)) == [Delta] * 5 + [Done]

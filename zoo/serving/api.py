@@ -470,7 +470,7 @@ async def respond(
     """Submit the request's ``n`` completions and answer with them: one JSON body once all are done, or
     server-sent events as they come. ``prompt_text``: a completion's prompt as given (None: token ids);
     ``tools``: a chat answer is read for tool calls; ``sampling.grammar``: every choice's text follows it."""
-    relay = Relay(request)
+    relay = Relay(request, stream=sampling.stream)
     requests = sampling.completions(
         prompt,
         max(_positions(state.engine) - len(prompt), 1),
@@ -519,10 +519,12 @@ def _submit(engine: Engine, requests: list[Completion], *, chat: bool) -> None:
 class Relay:
     """The events of one HTTP request's completions, from the engine's thread to the handler: ``emit(i)``
     is choice i's callback (run on the engine's thread, it only schedules a put on the event loop), and
-    `results` reads them back in order."""
+    `results` reads them back in order. ``stream`` False (one JSON body at the end): of a choice's text
+    pieces only the first crosses to the event loop (it times the first token); the body is the `Done`'s,
+    and a wake-up of the loop per token would take the interpreter from the engine's thread for nothing."""
 
-    def __init__(self, request: Any) -> None:
-        self._request = request
+    def __init__(self, request: Any, *, stream: bool = True) -> None:
+        self._request, self._stream = request, stream
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self._watcher: asyncio.Task[None] | None = None
@@ -530,7 +532,14 @@ class Relay:
         self._timing = Timing(None)
 
     def emit(self, index: int) -> Callable[[Event], None]:
+        pieces = 0  # Deltas seen for this choice
+
         def put(event: Event) -> None:
+            nonlocal pieces
+            if isinstance(event, Delta) and not self._stream:
+                pieces += 1
+                if pieces > 1:
+                    return
             choice = index + event.choice if isinstance(event, Done) else index  # a beam request's k-th best
             self._loop.call_soon_threadsafe(self._events.put_nowait, (choice, event))
 
