@@ -8,6 +8,7 @@ nothing wrong behind."""
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,85 @@ def test_a_bad_prefix_cache_size_is_a_usage_error(
     assert (
         stopped.value.code == 2 and f"invalid size {text!r} (expected bytes >= 0" in capsys.readouterr().err
     )
+
+
+class _Unpooled:
+    """The store's rule without a pool: one tensor a block, insert all, touch the chain, evict the oldest."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.blocks = max_bytes, OrderedDict[bytes, torch.Tensor]()
+
+    def insert(self, keys: list[bytes], kv: torch.Tensor) -> None:
+        for i, key in enumerate(keys):
+            if key not in self.blocks:
+                self.blocks[key] = kv[:, :, :, i * BLOCK : (i + 1) * BLOCK].clone()
+        for key in reversed(keys):
+            self.blocks.move_to_end(key)
+        while sum(b.numel() * 4 for b in self.blocks.values()) > self.max_bytes:
+            self.blocks.popitem(last=False)
+
+
+def test_the_pool_reuses_evicted_slots_within_its_bound_and_reads_what_was_inserted() -> None:
+    """Many prompts through a store of 10 blocks in chunks of 3 slots: storage is 3 + 3 + 3 + 1 slots,
+    allocated once (the same chunks at the end as after the first 10 blocks); the held blocks, their LRU
+    order and every read equal a store of one tensor a block, though slots were reused many times."""
+    shape = (2, 2, 1, BLOCK, 3)  # (N, 2, K, BLOCK, D) float32
+    block_bytes = torch.zeros(shape).numel() * 4
+    cache = PrefixCache(10 * block_bytes + block_bytes // 2, chunk_bytes=3 * block_bytes + 1)
+    reference = _Unpooled(cache.max_bytes)
+    pick = torch.Generator().manual_seed(0)
+    bases = [torch.randint(0, V, (6 * BLOCK,), generator=pick).tolist() for _ in range(4)]
+    first_chunks: list[int] = []
+    for step in range(300):
+        base = bases[step % 4]
+        cut = int(torch.randint(1, 13, (1,), generator=pick))  # 1-12 blocks: over the bound at times
+        tail = torch.randint(0, V, (cut * BLOCK,), generator=pick).tolist()
+        prompt = (base + tail)[: cut * BLOCK + 5]  # shares up to 6 blocks with earlier prompts
+        keys = block_keys(prompt)
+        kv = torch.randn(2, 2, 1, len(prompt), 3, generator=pick)
+        # a held block's values are those first inserted under its key: read them back for the new kv
+        held = cache.match(keys, most=len(prompt))
+        if held:
+            kv[:, :, :, :held] = cache.read(keys, held)
+        cache.insert(keys, kv)
+        reference.insert(keys, kv)
+        assert list(cache._blocks) == list(reference.blocks), step  # the same blocks, the same order
+        assert cache.bytes == len(cache) * block_bytes <= cache.max_bytes
+        assert cache.pool.allocated_bytes <= cache.max_bytes and len(cache.pool.chunks) <= 4
+        if len(cache) == 10 and not first_chunks:
+            first_chunks = [chunk.data_ptr() for chunk in cache.pool.chunks]
+        for key, block in reference.blocks.items():
+            assert torch.equal(cache.pool.get(cache._blocks[key]), block), step
+        whole = cache.match(keys, most=len(prompt))
+        if whole:
+            assert torch.equal(cache.read(keys, whole - 3), reference_read(reference, keys, whole - 3))
+    assert [len(chunk) for chunk in cache.pool.chunks] == [3, 3, 3, 1]
+    assert [chunk.data_ptr() for chunk in cache.pool.chunks] == first_chunks  # never reallocated
+    assert cache.pool.used == len(cache) == 10 and sorted(cache._blocks.values()) == list(range(10))
+    cache.clear()
+    assert (
+        len(cache) == 0 and cache.bytes == 0 and cache.pool.chunks == [] and cache.pool.allocated_bytes == 0
+    )
+    cache.insert(block_keys(list(range(2 * BLOCK))), torch.ones(2, 2, 1, 2 * BLOCK, 3, dtype=torch.float64))
+    assert len(cache) == 2 and cache.bytes == 4 * block_bytes  # float64 blocks after clear: twice the bytes
+
+
+def reference_read(reference: _Unpooled, keys: list[bytes], tokens: int) -> torch.Tensor:
+    count = -(-tokens // BLOCK)
+    return torch.cat([reference.blocks[key] for key in keys[:count]], dim=3)[:, :, :, :tokens]
+
+
+def test_the_pool_takes_storage_in_chunks_up_to_its_bound() -> None:
+    """1,000 distinct prompts through a 64-block store: 8 chunks of 8 slots (the bound, no more), and a
+    block of another shape is refused in one line."""
+    shape = (2, 2, 1, BLOCK, 8)
+    block_bytes = torch.zeros(shape).numel() * 4
+    cache = PrefixCache(64 * block_bytes, chunk_bytes=8 * block_bytes)
+    pick = torch.Generator().manual_seed(1)
+    for _ in range(1000):
+        prompt = torch.randint(0, V, (3 * BLOCK + 7,), generator=pick).tolist()
+        cache.insert(block_keys(prompt), torch.randn(2, 2, 1, len(prompt), 8, generator=pick))
+    assert len(cache) == 64 and cache.bytes == cache.max_bytes
+    assert len(cache.pool.chunks) == 8 and cache.pool.allocated_bytes == cache.max_bytes
+    with pytest.raises(ValueError, match=r"block pool: a block \(2, 2, 1, 16, 4\) torch.float32 on cpu, but"):
+        cache.insert(block_keys(list(range(BLOCK))), torch.randn(2, 2, 1, BLOCK, 4))

@@ -8,7 +8,8 @@ tokens, so one key names the whole prefix up to the end of its block (vLLM's aut
 
     prompt     [ t0 .. t15 ][ t16 .. t31 ][ t32 .. t47 ][ t48 t49 ]      the last partial block is never kept
     key        k0 = H(t0..)  k1 = H(k0, ..) k2 = H(k1, ..)
-    store      k -> keys/values (N, 2, K, BLOCK, D), a detached copy in the slot cache's dtype and device
+    store      k -> a slot of a `BlockPool` holding keys/values (N, 2, K, BLOCK, D), a copy in the slot
+               cache's dtype and device
 
 Why reuse is exact: every request's positions start at 0 (a left-padded row skips its pads), and keys are
 cached after their rotation, so a block's keys/values depend only on the tokens up to its end, which its
@@ -19,6 +20,8 @@ first new token needs its logits.
 The store is least-recently-used and bounded in bytes (``--prefix-cache-bytes``): a hit or an insert
 touches its chain from the deepest block to the first, so a block is never older than the blocks after it
 and eviction takes the ends of chains first (a chain with its first block gone could never match again).
+The blocks live in a pool of preallocated slots (`zoo.serving.blockpool`): an evicted block's slot takes
+the next one, so the process holds the bound, not a heap fragmented by one small tensor a block.
 Only the engine's thread reads and writes it; the counters are plain ints, read by ``/metrics``.
 """
 
@@ -31,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from zoo.serving.blockpool import CHUNK_BYTES, BlockPool
 
 BLOCK = 16  # tokens a block: fine enough for a prompt to share most of a system prompt, few entries
 DEFAULT_BYTES = 1 << 30  # 1 GiB: ~8k tokens of an 8B Llama's keys/values in bfloat16
@@ -58,18 +63,20 @@ def block_keys(prompt: Sequence[int], block: int = BLOCK) -> list[bytes]:
 
 
 class PrefixCache:
-    """Block key -> keys/values (N, 2, K, BLOCK, D), least-recently-used, at most ``max_bytes`` held.
+    """Block key -> keys/values (N, 2, K, BLOCK, D), least-recently-used, at most ``max_bytes`` held (in
+    slots of a pool allocated ``chunk_bytes`` at a time, up to ``max_bytes``).
 
     >>> cache = PrefixCache(1 << 30)
     >>> cache.insert(block_keys(prompt), kv)          # kv (N, 2, K, >= blocks * BLOCK, D) of the prompt
     >>> h = cache.match(block_keys(other), most=len(other) - 1); cache.read(block_keys(other), h)
     """
 
-    def __init__(self, max_bytes: int, *, block: int = BLOCK) -> None:
+    def __init__(self, max_bytes: int, *, block: int = BLOCK, chunk_bytes: int = CHUNK_BYTES) -> None:
         if max_bytes < 0 or block < 1:
             raise ValueError(f"prefix cache: max_bytes must be >= 0 and block >= 1, got {max_bytes}, {block}")
         self.max_bytes, self.block = max_bytes, block
-        self._blocks: OrderedDict[bytes, torch.Tensor] = OrderedDict()  # oldest first
+        self.pool = BlockPool(max_bytes, chunk_bytes=chunk_bytes)
+        self._blocks: OrderedDict[bytes, int] = OrderedDict()  # key -> its pool slot, oldest first
         self.bytes = 0
         self.hit_tokens = 0  # prompt tokens whose keys/values came from here
         self.miss_tokens = 0  # prompt tokens prefilled while the cache was on
@@ -95,24 +102,30 @@ class PrefixCache:
         count = -(-tokens // self.block)  # the blocks that cover them
         chain = list(keys[:count])
         self._touch(chain)
-        return torch.cat([self._blocks[key] for key in chain], dim=3)[:, :, :, :tokens]
+        pieces = [self.pool.get(self._blocks[key]) for key in chain]  # each (N, 2, K, BLOCK, D)
+        return torch.cat(pieces, dim=3)[:, :, :, :tokens]  # a copy: the slots may be reused after
 
     def insert(self, keys: Sequence[bytes], kv: torch.Tensor) -> None:
         """Keep the blocks of one prompt: ``kv`` (N, 2, K, >= len(keys) * BLOCK, D), its keys/values from
         position 0. Blocks already held are only touched; the least recently used go until it fits."""
-        for i, key in enumerate(keys):
+        if not keys:
+            return
+        capacity = self.pool.capacity(kv[:, :, :, : self.block])  # blocks the bound holds
+        if capacity == 0:
+            return  # one block is over the bound: nothing of this prompt (or later ones) fits
+        chain = list(keys[:capacity])  # a chain longer than the whole store keeps its beginning
+        for key in keys[capacity:]:
             if key in self._blocks:
-                continue
-            piece = kv[:, :, :, i * self.block : (i + 1) * self.block].detach().clone()  # (N, 2, K, BLOCK, D)
-            size = piece.numel() * piece.element_size()
-            if size > self.max_bytes:
-                return  # one block is over the bound: nothing of this prompt (or later ones) fits
-            self._blocks[key] = piece
-            self.bytes += size
-        self._touch(list(keys))
-        while self.bytes > self.max_bytes:
-            _, dropped = self._blocks.popitem(last=False)
-            self.bytes -= dropped.numel() * dropped.element_size()
+                self.pool.release(self._blocks.pop(key))
+        self._touch(chain)  # its held blocks newest: room is made from the oldest of the others
+        new = [i for i, key in enumerate(chain) if key not in self._blocks]
+        while len(self._blocks) + len(new) > capacity:
+            _, slot = self._blocks.popitem(last=False)
+            self.pool.release(slot)
+        for i in new:
+            self._blocks[chain[i]] = self.pool.put(kv[:, :, :, i * self.block : (i + 1) * self.block])
+        self._touch(chain)
+        self.bytes = len(self._blocks) * self.pool.slot_bytes
 
     def _touch(self, chain: list[bytes]) -> None:
         """Most recent: the first block of the chain; then the second, ... (a parent outlives its children)."""
@@ -121,6 +134,7 @@ class PrefixCache:
                 self._blocks.move_to_end(key)
 
     def clear(self) -> None:
-        """Forget every block (the counters stay)."""
+        """Forget every block and give back the pool's storage (the counters stay)."""
         self._blocks.clear()
+        self.pool.clear()
         self.bytes = 0
