@@ -34,11 +34,10 @@ outgrow the model's ``max_positions`` (finish reason "length"). Greedy requests 
 
 An encoder-decoder model's prompt is its source, and its slots are batched the same way: a group of
 newcomers' sources of like length (`Engine._like_sources`: as many as fit ``prefill_tokens`` padded tokens)
-is encoded together in one turn, and
-the group runs its decoder start token at once; that step projects each layer's cross-attention
-keys/values, which join the slot with the encoder output (`zoo.serving.sources`) beside the start token's
-keys. From then on the decode step runs every live slot, each attending to its own source (padded to the
-longest running one, masked). A source is encoded whole in one turn, however long: an encoder's attention
+is encoded together in one turn, and the group runs its decoder start token at once; that step projects
+each layer's cross-attention keys/values, which join the slot with the encoder output
+(`zoo.serving.sources`) beside the start token's keys. From then on the decode step runs every live slot,
+each attending to its own source (padded to the longest running one, masked). A source is encoded whole in one turn, however long: an encoder's attention
 is bidirectional, so a source cannot be cut into chunks that give the same output. The rows' positions are
 their own (a slot's decoder keys are contiguous columns, so a relative bias such as T5's, computed from
 column differences, sees each row's own distances). An encoder-decoder has no prefix cache, and cannot

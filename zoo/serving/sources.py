@@ -37,9 +37,7 @@ from zoo.generation.cache import cache_dtype
 from zoo.stacks import Stack
 
 FIRST_WIDTH = 64  # the columns held at first (grown by doubling)
-LIKE = (
-    0.75  # sources are encoded together while the group's shortest is at least this fraction of its longest
-)
+LIKE = 0.75  # sources are encoded together while the group's shortest is this part of its longest
 SHORT = 16  # sources this short share a group whatever their lengths (their padding costs little)
 
 
