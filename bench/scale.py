@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.serve import ROOT, WORDS, make_model, make_translator, seq2seq_sources
+from bench.serve import WORDS, launch, make_model, make_translator, seq2seq_sources
 
 
 def start_timed(folder: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
@@ -43,13 +43,7 @@ def start_timed(folder: Path, log: Path, *extra: str) -> tuple[subprocess.Popen[
     command = ["/usr/bin/time", "-v", "-o", str(log), sys.executable, "-m", "zoo", "serve", str(folder)]
     command += ["--port", "0", "--max-batch", "32", "--max-queue", "4096", "--model-name", "bench", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if " at http" not in line:
-        process.kill()
-        raise RuntimeError(f"zoo serve did not start: {line!r}")
-    return process, line.split(" at ")[1].strip()
+    return launch(command, env)
 
 
 def stop_timed(process: subprocess.Popen[str], log: Path) -> dict[str, float]:

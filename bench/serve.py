@@ -176,7 +176,12 @@ def start_server(
         str(max_batch),
     ]
     command += ["--max-queue", "256", "--model-name", "bench", "--device", device, "--dtype", dtype, *extra]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    return launch(command)
+
+
+def launch(command: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Run a ``zoo serve`` command line; (the process, its /v1 url) once it says where it listens."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
     assert process.stdout is not None
     line = process.stdout.readline()
     if " at http" not in line:

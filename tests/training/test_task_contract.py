@@ -15,25 +15,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.training.tuning_support import WORDS
 from zoo.training import TrainConfig, train
 from zoo.training.tasks import TASKS
 
-WORDS = [
-    "the",
-    "cat",
-    "dog",
-    "sees",
-    "eats",
-    "a",
-    "fish",
-    "bird",
-    "small",
-    "big",
-    "runs",
-    "sleeps",
-    "red",
-    "blue",
-]
 BERT = {"preset": "bert-tiny", "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64}}
 GPT = {"preset": "gpt2-tiny", "overrides": {"d_model": 32, "attention.num_heads": 2, "ffn.d_ff": 64}}
 VIT = {
